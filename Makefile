@@ -1,0 +1,39 @@
+# Two commands: `make run` and `make test`. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-test
+
+.PHONY: run test unit integration lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/python -m proxy.dev
+
+test: $(STAMP)
+	$(BIN)/ruff check protocol quotas allocator proxy pipeline tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q tests
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest -q tests/integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check protocol quotas allocator proxy pipeline tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run --out bench/results.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,45 @@
+"""kafka-python's schema classes, looked up by api key."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer
+import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake/SaslAuthenticate)
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage
+
+KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
+
+
+def _primary_classes(root: type) -> list[type]:
+    found = []
+    for cls in root.__subclasses__():
+        if getattr(cls, "_class_version", None) is None and getattr(cls, "_json", None) is not None:
+            found.append(cls)
+        found.extend(_primary_classes(cls))
+    return found
+
+
+@cache
+def _registry() -> dict[tuple[int, str], Any]:
+    registry: dict[tuple[int, str], Any] = {}
+    for cls in _primary_classes(ApiMessage):
+        registry.setdefault((cls.API_KEY, cls.type), cls)
+    return registry
+
+
+def request_class(api_key: int) -> Any:
+    return _registry()[(api_key, "request")]
+
+
+def response_class(api_key: int) -> Any:
+    return _registry()[(api_key, "response")]
+
+
+def is_flexible_request(api_key: int, api_version: int) -> bool:
+    return bool(request_class(api_key).flexible_version_q(api_version))

@@ -1,0 +1,64 @@
+"""Splitting a byte stream into size-prefixed Kafka frames."""
+
+from __future__ import annotations
+
+from struct import Struct
+
+from protocol.errors import ProtocolError
+
+_SIZE = Struct(">i")
+SIZE_PREFIX_BYTES = 4
+
+
+class FrameSplitter:
+    """Accumulates stream bytes and hands out complete frames (size prefix included).
+
+    ``feed`` returns one immutable chunk holding zero or more whole frames back to back, plus the
+    end offset of each frame inside it, so a caller forwarding frames untouched can write the chunk
+    as it is. Only an incomplete trailing frame is kept, bounded by ``max_frame_bytes``.
+    """
+
+    __slots__ = ("_pending", "_max_frame_bytes", "_min_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int, min_frame_bytes: int) -> None:
+        self._pending = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+        self._min_frame_bytes = min_frame_bytes
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._pending)
+
+    def feed(self, data: bytes) -> tuple[bytes, list[int]]:
+        if self._pending:
+            self._pending += data
+            chunk_source: bytes | bytearray = self._pending
+        else:
+            chunk_source = data
+        ends = self._frame_ends(chunk_source)
+        complete = ends[-1] if ends else 0
+        if chunk_source is data:
+            if complete < len(data):
+                self._pending += memoryview(data)[complete:]
+            chunk = data if complete == len(data) else data[:complete]
+        else:
+            chunk = bytes(memoryview(self._pending)[:complete]) if complete else b""
+            del self._pending[:complete]
+        return chunk, ends
+
+    def _frame_ends(self, buf: bytes | bytearray) -> list[int]:
+        ends: list[int] = []
+        pos = 0
+        available = len(buf)
+        while available - pos >= SIZE_PREFIX_BYTES:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < self._min_frame_bytes or size > self._max_frame_bytes:
+                raise ProtocolError(
+                    f"frame size {size} outside [{self._min_frame_bytes}, {self._max_frame_bytes}]",
+                    offset=pos)
+            end = pos + SIZE_PREFIX_BYTES + size
+            if end > available:
+                break
+            ends.append(end)
+            pos = end
+        return ends

@@ -1,0 +1,108 @@
+"""Request and response headers, read from a frame without copying its body."""
+
+from __future__ import annotations
+
+from struct import Struct
+from typing import NamedTuple
+
+from protocol.errors import ProtocolError
+
+_REQUEST_PREFIX = Struct(">hhi")
+_INT16 = Struct(">h")
+_INT32 = Struct(">i")
+REQUEST_PREFIX_BYTES = _REQUEST_PREFIX.size
+API_VERSIONS_KEY = 18
+
+
+class RequestPrefix(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    length: int
+    """Header bytes, so the body starts at this offset of the frame (size prefix excluded)."""
+    flexible: bool
+
+
+def peek_request(frame: bytes | memoryview, offset: int = 0) -> RequestPrefix:
+    """The fixed first eight bytes of a request: enough to route an opaque frame."""
+    return RequestPrefix._make(_REQUEST_PREFIX.unpack_from(frame, offset))
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("truncated varint", offset=pos)
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("varint longer than 5 bytes", offset=pos)
+
+
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise ProtocolError("tagged field runs past the end", offset=pos)
+    return pos
+
+
+def parse_request_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
+    """Parse a request header (v1, or v2 when ``flexible``); ``frame`` excludes the size prefix."""
+    if len(frame) < REQUEST_PREFIX_BYTES + 2:
+        raise ProtocolError("request header truncated", offset=len(frame))
+    api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
+    pos = REQUEST_PREFIX_BYTES
+    # client_id stays a classic int16-length string even in header v2
+    (client_id_length,) = _INT16.unpack_from(frame, pos)
+    pos += 2
+    client_id = None
+    if client_id_length >= 0:
+        end = pos + client_id_length
+        if end > len(frame):
+            raise ProtocolError("client_id runs past the end", api_key=api_key, api_version=api_version,
+                                offset=pos)
+        client_id = bytes(frame[pos:end]).decode("utf-8", errors="replace")
+        pos = end
+    elif client_id_length != -1:
+        raise ProtocolError(f"negative client_id length {client_id_length}", api_key=api_key,
+                            api_version=api_version, offset=pos - 2)
+    if flexible:
+        try:
+            pos = skip_tagged_fields(frame, pos)
+        except ProtocolError as error:
+            raise ProtocolError(error.reason, api_key=api_key, api_version=api_version,
+                                offset=error.offset) from None
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
+
+
+def response_header_length(frame: bytes | memoryview, flexible: bool) -> int:
+    """Bytes of a response header (v0: correlation id; v1 adds tagged fields)."""
+    if len(frame) < 4:
+        raise ProtocolError("response header truncated", offset=len(frame))
+    return skip_tagged_fields(frame, 4) if flexible else 4
+
+
+def response_correlation_id(frame: bytes | memoryview, offset: int = 0) -> int:
+    return int(_INT32.unpack_from(frame, offset)[0])
+
+
+def encode_response_header(correlation_id: int, flexible: bool) -> bytes:
+    """Response header v0, or v1 with an empty tagged-field section (ApiVersions is always v0)."""
+    header = _INT32.pack(correlation_id)
+    return header + b"\x00" if flexible else header

@@ -1,0 +1,48 @@
+"""``kafka-quota-proxy``: run the proxy until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import uvloop
+
+from proxy.config import ConfigError, ProxyConfig, build_parser, load_config
+from proxy.server import ProxyServer
+
+log = logging.getLogger("proxy")
+
+
+async def serve(config: ProxyConfig) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    server = ProxyServer(config)
+    await server.start()
+    log.info("ready: bootstrap %s, brokers on %s:%d+node_id", config.listen, config.advertised_host,
+             config.broker_port_base)
+    await stop.wait()
+    log.info("stopping: no new connections, waiting up to %.1f s for in-flight requests",
+             config.shutdown_grace_s)
+    await server.shutdown()
+    log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args)
+    except ConfigError as error:
+        print(f"kafka-quota-proxy: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        uvloop.run(serve(config))
+    except OSError as error:
+        log.error("cannot start: %s", error)
+        return 1
+    return 0

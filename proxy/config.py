@@ -1,0 +1,187 @@
+"""Proxy settings from command-line flags and an optional TOML file (flags win)."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> HostPort:
+        host, sep, port = text.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"{what}: expected HOST:PORT, got {text!r}")
+        return cls(host.strip("[]"), int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    upstream: tuple[HostPort, ...]
+    listen: HostPort
+    advertised_host: str
+    broker_port_base: int
+    metrics_listen: HostPort | None = None
+    quota_file: Path | None = None
+    state_dir: Path = Path("state")
+    log_level: str = "INFO"
+    max_frame_bytes: int = 100 * MIB
+    idle_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    write_buffer_high_bytes: int = 4 * MIB
+    max_in_flight_requests: int = 1000
+    shutdown_grace_s: float = 5.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Sections of the TOML file that other subsystems read (e.g. ``[allocator]``)."""
+
+
+# Flag name -> TOML key; both spell the same setting.
+_SETTINGS = {
+    "upstream": "upstream",
+    "listen": "listen",
+    "advertised_host": "advertised-host",
+    "broker_port_base": "broker-port-base",
+    "metrics_listen": "metrics-listen",
+    "quota_file": "quota-file",
+    "state_dir": "state-dir",
+    "log_level": "log-level",
+    "max_frame_bytes": "max-frame-bytes",
+    "idle_timeout_s": "idle-timeout-seconds",
+    "connect_timeout_s": "connect-timeout-seconds",
+    "write_buffer_high_bytes": "write-buffer-high-bytes",
+    "max_in_flight_requests": "max-in-flight-requests",
+    "shutdown_grace_s": "shutdown-grace-seconds",
+}
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kafka-quota-proxy",
+        description="Kafka-protocol proxy enforcing Kafka quota semantics per principal.")
+    add = parser.add_argument
+    add("--upstream", help="bootstrap servers of the cluster: HOST:PORT[,HOST:PORT...]")
+    add("--listen", help="bootstrap listener HOST:PORT (default 127.0.0.1:9092)")
+    add("--advertised-host", help="host clients are told to connect to (default: the listen host)")
+    add("--broker-port-base", type=int,
+        help="broker with node id N is served on base+N (default: listen port + 1)")
+    add("--metrics-listen", help="serve Prometheus text on HOST:PORT/metrics")
+    add("--quota-file", help="TOML quota file")
+    add("--state-dir", help="directory for durable state (default ./state)")
+    add("--config", help="TOML file providing any of these settings; flags win")
+    add("--log-level", type=str.upper, choices=_LOG_LEVELS)
+    add("--max-frame-bytes", type=int, help="largest frame accepted (default 100 MiB)")
+    add("--idle-timeout-seconds", dest="idle_timeout_s", type=float,
+        help="close connections idle this long (default 600)")
+    add("--connect-timeout-seconds", dest="connect_timeout_s", type=float)
+    add("--write-buffer-high-bytes", type=int,
+        help="stop reading one side while the other side has this much unsent (default 4 MiB)")
+    add("--max-in-flight-requests", type=int, help="per connection (default 1000)")
+    add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
+    return parser
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from error
+
+
+def _settings_from_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    document = _read_toml(path)
+    by_toml_key = {toml_key: name for name, toml_key in _SETTINGS.items()}
+    settings: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in document.items():
+        if isinstance(value, dict):
+            extra[key] = value
+        elif key in by_toml_key:
+            settings[by_toml_key[key]] = value
+        else:
+            raise ConfigError(f"{path}: unknown setting {key!r}")
+    return settings, extra
+
+
+def _positive(name: str, value: Any, kind: type) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{_SETTINGS[name]}: expected a number, got {value!r}") from error
+    if number <= 0:
+        raise ConfigError(f"{_SETTINGS[name]}: must be positive, got {value!r}")
+    return number
+
+
+def load_config(args: argparse.Namespace) -> ProxyConfig:
+    settings: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if args.config:
+        settings, extra = _settings_from_file(Path(args.config))
+    for name in _SETTINGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+
+    upstream_text = settings.get("upstream")
+    if not upstream_text:
+        raise ConfigError("upstream: required (--upstream HOST:PORT[,HOST:PORT...] or in --config)")
+    if isinstance(upstream_text, list):
+        upstream_text = ",".join(upstream_text)
+    upstream = tuple(HostPort.parse(part, "upstream") for part in str(upstream_text).split(",") if part)
+    listen = HostPort.parse(str(settings.get("listen", "127.0.0.1:9092")), "listen")
+    advertised_host = settings.get("advertised_host") or _default_advertised_host(listen.host)
+    base = int(settings.get("broker_port_base", listen.port + 1))
+    if not 0 < base < 65536:
+        raise ConfigError(f"broker-port-base: must be a port number, got {base}")
+    metrics = settings.get("metrics_listen")
+    quota_file = settings.get("quota_file")
+    log_level = str(settings.get("log_level", "INFO")).upper()
+    if log_level not in _LOG_LEVELS:
+        raise ConfigError(f"log-level: one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
+
+    defaults = {f.name: f.default for f in fields(ProxyConfig)}
+    tunables = {
+        name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
+        for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s",
+                     "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s")
+    }
+    return ProxyConfig(
+        upstream=upstream,
+        listen=listen,
+        advertised_host=str(advertised_host),
+        broker_port_base=base,
+        metrics_listen=HostPort.parse(str(metrics), "metrics-listen") if metrics else None,
+        quota_file=Path(quota_file) if quota_file else None,
+        state_dir=Path(settings.get("state_dir", "state")),
+        log_level=log_level,
+        extra=extra,
+        **tunables,
+    )
+
+
+def _default_advertised_host(listen_host: str) -> str:
+    if listen_host in ("0.0.0.0", "::", ""):
+        import socket
+
+        return socket.getfqdn()
+    return listen_host

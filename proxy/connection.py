@@ -1,0 +1,324 @@
+"""One client connection and its dedicated upstream connection.
+
+Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
+where they name brokers (addresses) or list api versions (capped). Kafka answers requests on one
+connection in order, so a deque of in-flight requests pairs each response with its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import NamedTuple, Protocol, cast
+
+from protocol.addresses import Advertise, carries_addresses, rewrite_broker_addresses
+from protocol.api_versions import API_VERSIONS_KEY, cap_api_versions
+from protocol.apis import KNOWN_API_KEYS, is_flexible_request
+from protocol.errors import ProtocolError
+from protocol.framing import SIZE_PREFIX_BYTES, FrameSplitter
+from protocol.header import (
+    REQUEST_PREFIX_BYTES,
+    parse_request_header,
+    peek_request,
+    response_correlation_id,
+    response_header_length,
+)
+from protocol.produce import PRODUCE_KEY, produce_acks
+from proxy.config import HostPort, ProxyConfig
+from proxy.flow import PauseReason, ReadGate
+from proxy.metrics import ProxyMetrics
+
+log = logging.getLogger(__name__)
+
+_MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
+
+
+class InFlight(NamedTuple):
+    correlation_id: int
+    api_key: int
+    api_version: int
+
+
+class ProxyContext(Protocol):
+    """What a connection needs from the server that accepted it."""
+
+    config: ProxyConfig
+    metrics: ProxyMetrics
+    api_version_ceilings: Mapping[int, int]
+
+    def advertise(self) -> Advertise: ...
+    def connection_opened(self, connection: ClientConnection) -> None: ...
+    def connection_closed(self, connection: ClientConnection) -> None: ...
+
+
+UpstreamResolver = Callable[[], Awaitable[HostPort]]
+
+
+class UpstreamProtocol(asyncio.Protocol):
+    """The proxy's side of the broker connection; everything is delegated to the client side."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self._client = client
+
+    def data_received(self, data: bytes) -> None:
+        self._client.upstream_data_received(data)
+
+    def pause_writing(self) -> None:
+        self._client.gate.pause(PauseReason.PEER_BACKPRESSURE)
+
+    def resume_writing(self) -> None:
+        self._client.gate.resume(PauseReason.PEER_BACKPRESSURE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._client.upstream_lost(exc)
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, context: ProxyContext, resolve_upstream: UpstreamResolver, listener: str) -> None:
+        self._context = context
+        self._config = context.config
+        self._resolve_upstream = resolve_upstream
+        self._listener = listener
+        self._requests = FrameSplitter(self._config.max_frame_bytes, REQUEST_PREFIX_BYTES)
+        self._responses = FrameSplitter(self._config.max_frame_bytes, _MIN_RESPONSE_FRAME_BYTES)
+        self._in_flight: deque[InFlight] = deque()
+        self._transport: asyncio.Transport | None = None
+        self._upstream: asyncio.Transport | None = None
+        self._upstream_gate: ReadGate | None = None
+        self.gate: ReadGate
+        self._peer = "?"
+        self._closed = False
+        self._draining = False
+        self._last_activity = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._connect_task: asyncio.Task[None] | None = None
+        self._before_upstream = bytearray()
+
+    # ---- client transport callbacks -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
+        self.gate = ReadGate(transport)
+        self.gate.pause(PauseReason.CONNECTING)
+        self._context.connection_opened(self)
+        loop = asyncio.get_running_loop()
+        self._last_activity = loop.time()
+        self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
+        self._connect_task = loop.create_task(self._connect_upstream())
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._last_activity = asyncio.get_running_loop().time()
+        if self._upstream is None:
+            # uvloop may deliver bytes that were already read when connection_made paused reading
+            self._before_upstream += data
+            if len(self._before_upstream) > self._config.max_frame_bytes:
+                self.close("sent more than a frame before the upstream connection opened", warn=True)
+            return
+        self._context.metrics.bytes_from_clients.inc(len(data))
+        try:
+            chunk, ends = self._requests.feed(data)
+            if ends:
+                self._route_requests(chunk, ends)
+        except ProtocolError as error:
+            self._context.metrics.closed_for_bad_input.inc()
+            self.close(f"bad request frame: {error}", warn=True)
+        except Exception:
+            log.exception("unexpected error handling requests from %s", self._peer)
+            self.close("internal error handling requests", warn=True)
+
+    def pause_writing(self) -> None:
+        if self._upstream_gate is not None:
+            self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)
+
+    def resume_writing(self) -> None:
+        if self._upstream_gate is not None:
+            self._upstream_gate.resume(PauseReason.PEER_BACKPRESSURE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("client disconnected" if exc is None else f"client connection lost: {exc}")
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def _route_requests(self, chunk: bytes, ends: list[int]) -> None:
+        view = memoryview(chunk)
+        start = 0
+        requests_by_api = self._context.metrics.requests_by_api
+        for end in ends:
+            api_key, api_version, correlation_id = peek_request(chunk, start + SIZE_PREFIX_BYTES)
+            if api_key not in KNOWN_API_KEYS:
+                raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version,
+                                    offset=start)
+            requests_by_api(api_key).inc()
+            if api_key != PRODUCE_KEY or self._expects_produce_response(
+                    view[start + SIZE_PREFIX_BYTES:end], api_version):
+                self._in_flight.append(InFlight(correlation_id, api_key, api_version))
+            start = end
+        assert self._upstream is not None
+        self._upstream.write(chunk)
+        if len(self._in_flight) >= self._config.max_in_flight_requests:
+            self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
+
+    @staticmethod
+    def _expects_produce_response(frame: memoryview, api_version: int) -> bool:
+        header = parse_request_header(frame, is_flexible_request(PRODUCE_KEY, api_version))
+        return produce_acks(frame, header) != 0
+
+    # ---- responses -----------------------------------------------------------------------------
+
+    def upstream_data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._last_activity = asyncio.get_running_loop().time()
+        self._context.metrics.bytes_to_clients.inc(len(data))
+        try:
+            chunk, ends = self._responses.feed(data)
+            if ends:
+                self._route_responses(chunk, ends)
+        except ProtocolError as error:
+            self.close(f"bad response from upstream: {error}", warn=True)
+            return
+        except Exception:
+            log.exception("unexpected error handling responses for %s", self._peer)
+            self.close("internal error handling responses", warn=True)
+            return
+        if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
+            self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
+        if self._draining and not self._in_flight:
+            self.close("drained for shutdown")
+
+    def _route_responses(self, chunk: bytes, ends: list[int]) -> None:
+        view = memoryview(chunk)
+        pieces: list[bytes | memoryview] = []
+        untouched_from = 0
+        start = 0
+        for end in ends:
+            if not self._in_flight:
+                raise ProtocolError("response without a request", offset=start)
+            request = self._in_flight.popleft()
+            frame_start = start + SIZE_PREFIX_BYTES
+            correlation_id = response_correlation_id(chunk, frame_start)
+            if correlation_id != request.correlation_id:
+                raise ProtocolError(
+                    f"correlation id {correlation_id} does not match request {request.correlation_id}",
+                    api_key=request.api_key, api_version=request.api_version, offset=start)
+            replacement = self._rewrite_response(request, view[frame_start:end])
+            if replacement is not None:
+                if untouched_from < start:
+                    pieces.append(view[untouched_from:start])
+                pieces.append(replacement)
+                untouched_from = end
+            start = end
+        assert self._transport is not None
+        if not pieces:
+            self._transport.write(chunk)
+            return
+        if untouched_from < len(chunk):
+            pieces.append(view[untouched_from:])
+        self._transport.writelines(pieces)
+
+    def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
+        """A whole replacement frame (size prefix included), or None to forward it untouched."""
+        api_key, api_version = request.api_key, request.api_version
+        if api_key == API_VERSIONS_KEY:
+            header_length = response_header_length(frame, flexible=False)
+            body = cap_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings)
+        elif carries_addresses(api_key, api_version):
+            header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
+            body = rewrite_broker_addresses(api_key, api_version, frame[header_length:],
+                                            self._context.advertise())
+        else:
+            return None
+        if body is None:
+            return None
+        size = header_length + len(body)
+        return b"".join((size.to_bytes(4, "big"), frame[:header_length], body))
+
+    # ---- upstream lifecycle --------------------------------------------------------------------
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            target = await self._resolve_upstream()
+            async with asyncio.timeout(self._config.connect_timeout_s):
+                transport, _ = await loop.create_connection(
+                    lambda: UpstreamProtocol(self), target.host, target.port)
+        except (OSError, TimeoutError, LookupError) as error:
+            self._context.metrics.upstream_connect_failures.inc()
+            self.close(f"upstream unreachable for {self._listener}: {error or type(error).__name__}",
+                       warn=True)
+            return
+        transport = cast(asyncio.Transport, transport)
+        if self._closed:
+            transport.close()
+            return
+        transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
+        self._upstream = transport
+        self._upstream_gate = ReadGate(transport)
+        log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
+        self.gate.resume(PauseReason.CONNECTING)
+        if self._before_upstream:
+            early, self._before_upstream = bytes(self._before_upstream), bytearray()
+            self.data_received(early)
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            self.close("upstream closed the connection" if exc is None else f"upstream lost: {exc}",
+                       warn=bool(self._in_flight))
+
+    # ---- lifetime ------------------------------------------------------------------------------
+
+    @property
+    def peer(self) -> str:
+        return self._peer
+
+    @property
+    def idle(self) -> bool:
+        return not self._in_flight
+
+    def drain(self) -> None:
+        """Stop taking requests; close once every forwarded request has its answer."""
+        self._draining = True
+        if not self._closed:
+            self.gate.pause(PauseReason.DRAINING)
+            if not self._in_flight:
+                self.close("closed for shutdown")
+
+    def _check_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle_for = loop.time() - self._last_activity
+        if idle_for >= self._config.idle_timeout_s:
+            self.close(f"idle for {idle_for:.0f} s", warn=False)
+        else:
+            self._idle_timer = loop.call_later(self._config.idle_timeout_s - idle_for, self._check_idle)
+
+    def close(self, reason: str, warn: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        (log.warning if warn else log.debug)("closing connection from %s on %s: %s",
+                                             self._peer, self._listener, reason)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        if self._upstream is not None:
+            self._upstream.close()
+        self._in_flight.clear()
+        self._context.connection_closed(self)
+
+    def abort(self) -> None:
+        """Force-close without waiting for buffered writes (shutdown past its grace period)."""
+        for transport in (self._transport, self._upstream):
+            if transport is not None:
+                transport.abort()
+        self.close("aborted at shutdown deadline", warn=bool(self._in_flight))

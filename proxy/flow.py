@@ -1,0 +1,44 @@
+"""Reading is paused for a set of reasons and resumes only when none is left."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+
+
+class PauseReason(enum.Enum):
+    CONNECTING = "connecting upstream"
+    PEER_BACKPRESSURE = "the other side's write buffer is full"
+    TOO_MANY_IN_FLIGHT = "too many requests awaiting a response"
+    DRAINING = "shutting down"
+    THROTTLED = "quota throttle"
+
+
+class ReadGate:
+    """Owns ``pause_reading``/``resume_reading`` of one transport.
+
+    Several independent conditions can each stop reading; tracking them as a set means one
+    condition clearing cannot resume reading while another still holds.
+    """
+
+    __slots__ = ("_transport", "_reasons")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._reasons: set[PauseReason] = set()
+
+    @property
+    def reasons(self) -> frozenset[PauseReason]:
+        return frozenset(self._reasons)
+
+    def pause(self, reason: PauseReason) -> None:
+        if not self._reasons and not self._transport.is_closing():
+            self._transport.pause_reading()
+        self._reasons.add(reason)
+
+    def resume(self, reason: PauseReason) -> None:
+        if reason not in self._reasons:
+            return
+        self._reasons.discard(reason)
+        if not self._reasons and not self._transport.is_closing():
+            self._transport.resume_reading()

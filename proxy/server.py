@@ -1,0 +1,160 @@
+"""Listeners, the broker registry and staged shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry
+
+from protocol.addresses import ADDRESS_BEARING_APIS, Advertise, BrokerAddress
+from protocol.api_versions import API_VERSIONS_KEY
+from protocol.apis import request_class, response_class
+from protocol.errors import ProtocolError
+from protocol.produce import PRODUCE_KEY
+from proxy.config import HostPort, ProxyConfig
+from proxy.connection import ClientConnection
+from proxy.metrics import ProxyMetrics, serve_metrics
+from proxy.upstream_client import fetch_brokers
+
+log = logging.getLogger(__name__)
+
+_LISTEN_BACKLOG = 1024
+# APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
+_DECODED_APIS = ADDRESS_BEARING_APIS | {API_VERSIONS_KEY, PRODUCE_KEY}
+
+
+def _version_ceilings() -> dict[int, int]:
+    return {api_key: min(request_class(api_key).max_version, response_class(api_key).max_version)
+            for api_key in _DECODED_APIS}
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.metrics = ProxyMetrics(registry or CollectorRegistry())
+        self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
+        self._upstream_brokers: dict[int, HostPort] = {}
+        self._broker_servers: dict[int, asyncio.Task[asyncio.Server] | None] = {}
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[ClientConnection] = set()
+        self._bootstrap_turn = itertools.count()
+        self._refresh: asyncio.Task[None] | None = None
+        self._advertise: Advertise = self._advertise_broker
+
+    # ---- ProxyContext ---------------------------------------------------------------------------
+
+    def advertise(self) -> Advertise:
+        return self._advertise
+
+    def connection_opened(self, connection: ClientConnection) -> None:
+        self._connections.add(connection)
+        self.metrics.connections.inc()
+        self.metrics.connections_total.inc()
+
+    def connection_closed(self, connection: ClientConnection) -> None:
+        if connection in self._connections:
+            self._connections.discard(connection)
+            self.metrics.connections.dec()
+
+    # ---- brokers and listeners ----------------------------------------------------------------
+
+    def _advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]:
+        """Record where node ``broker.node_id`` lives upstream; answer where the proxy serves it.
+
+        A node seen for the first time gets its listening socket bound here, synchronously, so
+        the kernel accepts connections to it before the response naming it reaches the client.
+        """
+        self._upstream_brokers[broker.node_id] = HostPort(broker.host, broker.port)
+        port = self.config.broker_port_base + broker.node_id
+        if broker.node_id not in self._broker_servers:
+            self._broker_servers[broker.node_id] = self._open_broker_listener(broker.node_id, port)
+        return self.config.advertised_host, port
+
+    def _open_broker_listener(self, node_id: int, port: int) -> asyncio.Task[asyncio.Server] | None:
+        name = f"broker {node_id}"
+        try:
+            if not 0 < port < 65536:
+                raise OSError(f"port {port} out of range (broker-port-base + node id)")
+            sock = socket.create_server((self.config.listen.host, port), backlog=_LISTEN_BACKLOG)
+        except OSError as error:
+            log.error("cannot listen for %s on %s:%s: %s", name, self.config.listen.host, port, error)
+            return None
+        log.info("listening for %s on %s:%d (upstream %s)", name, self.config.listen.host, port,
+                 self._upstream_brokers[node_id])
+        return asyncio.get_running_loop().create_task(self._serve(sock, name, self._broker_resolver(node_id)))
+
+    async def _serve(self, sock: socket.socket, name: str, resolver) -> asyncio.Server:  # type: ignore[no-untyped-def]
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: ClientConnection(self, resolver, name), sock=sock)
+        self._servers.append(server)
+        return server
+
+    def _broker_resolver(self, node_id: int):  # type: ignore[no-untyped-def]
+        async def resolve() -> HostPort:
+            if node_id not in self._upstream_brokers:
+                await self.refresh_brokers()
+            try:
+                return self._upstream_brokers[node_id]
+            except KeyError:
+                raise LookupError(f"node {node_id} is not in the cluster's metadata") from None
+        return resolve
+
+    async def _bootstrap_target(self) -> HostPort:
+        upstream = self.config.upstream
+        return upstream[next(self._bootstrap_turn) % len(upstream)]
+
+    async def refresh_brokers(self) -> None:
+        """Learn the cluster's brokers (once at a time) and open listeners for new ones."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._fetch_brokers())
+        await asyncio.shield(self._refresh)
+
+    async def _fetch_brokers(self) -> None:
+        try:
+            brokers = await fetch_brokers(self.config.upstream, self.config.connect_timeout_s,
+                                          self.config.max_frame_bytes)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as error:
+            log.warning("cannot read cluster metadata from %s: %s",
+                        ",".join(map(str, self.config.upstream)), error or type(error).__name__)
+            return
+        for broker in brokers:
+            self._advertise_broker(broker)
+        await self._listeners_started()
+
+    async def _listeners_started(self) -> None:
+        pending = [task for task in self._broker_servers.values() if task is not None]
+        if pending:
+            await asyncio.gather(*pending)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        listen = self.config.listen
+        sock = socket.create_server((listen.host, listen.port), backlog=_LISTEN_BACKLOG)
+        await self._serve(sock, "bootstrap", self._bootstrap_target)
+        log.info("listening for bootstrap on %s (upstream %s)", listen,
+                 ",".join(map(str, self.config.upstream)))
+        await self.refresh_brokers()
+        if self.config.metrics_listen is not None:
+            metrics = self.config.metrics_listen
+            self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
+            log.info("serving metrics on http://%s/metrics", metrics)
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish within the grace period, then force."""
+        for server in self._servers:
+            server.close()
+        for connection in list(self._connections):
+            connection.drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_grace_s
+        while self._connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(self._connections):
+            connection.abort()
+        for server in self._servers:
+            await server.wait_closed()
