@@ -134,6 +134,13 @@ class ClientConnection(asyncio.Protocol):
             log.exception("unexpected error handling requests from %s", self._peer)
             self.close("internal error handling requests", warn=True)
 
+    def eof_received(self) -> bool | None:
+        if self._requests.buffered_bytes or self._before_upstream:
+            self._context.metrics.closed_for_bad_input.inc()
+            self.close(f"truncated frame: client closed {self._requests.buffered_bytes} bytes into a frame",
+                       warn=True)
+        return None
+
     def pause_writing(self) -> None:
         if self._upstream_gate is not None:
             self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)

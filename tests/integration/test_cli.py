@@ -1,0 +1,103 @@
+"""The CLI contract: configuration, readiness, shutdown, upstream failures, limits."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.protocol.consumer import FetchRequest
+
+from proxy.embedded_broker import EmbeddedBroker, free_port
+from tests.support import ProxyProcess, encode_request, proxy_command, read_frame
+
+pytestmark = pytest.mark.integration
+
+API_VERSIONS = 18
+METADATA = 3
+FETCH = 1
+
+
+def correlation_id(frame: bytes) -> int:
+    return int(struct.unpack_from(">i", frame, 0)[0])
+
+
+def test_sigterm_lets_in_flight_requests_finish_and_exits_zero(own_proxy, topic: str) -> None:  # type: ignore[no-untyped-def]
+    proxy = own_proxy()
+    admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    partition = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    fetch = encode_request(FETCH, 4, correlation_id=7, replica_id=-1, max_wait_ms=1500, min_bytes=1 << 20,
+                           max_bytes=1 << 20, isolation_level=0,
+                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])])
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(encode_request(METADATA, 1, correlation_id=6, topics=None))
+        assert correlation_id(read_frame(sock)) == 6
+        sock.sendall(fetch)  # an empty topic: the broker holds it for max_wait_ms
+        time.sleep(0.2)
+        proxy.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert correlation_id(read_frame(sock)) == 7
+        assert time.monotonic() - signalled > 0.5, "the fetch should still have been in flight"
+        assert read_frame(sock) == b""
+    assert proxy.process.wait(timeout=10) == 0
+    log = proxy.log()
+    assert "stopping" in log and "stopped" in log
+
+
+def test_settings_come_from_config_file_and_flags_win(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'upstream = "{broker.bootstrap}"\nlisten = "127.0.0.1:1"\n'
+                      'idle-timeout-seconds = 1\n[allocator]\npid_source = "upstream"\n')
+    proxy = ProxyProcess(broker.bootstrap, tmp_path / "p.log", "--config", str(config))
+    proxy.args.remove("--upstream")
+    proxy.args.remove(broker.bootstrap)
+    proxy.start()
+    try:
+        # listen came from the flag (the file's port 1 would have failed); idle timeout from the file
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+            started = time.monotonic()
+            assert sock.recv(16) == b""
+            assert 0.5 < time.monotonic() - started < 5
+    finally:
+        assert proxy.stop() == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--listen", "127.0.0.1:9"], "upstream: required"),
+    (["--upstream", "nohostport", "--listen", "127.0.0.1:9"], "expected HOST:PORT"),
+    (["--upstream", "127.0.0.1:9", "--max-frame-bytes", "-1"], "must be positive"),
+])
+def test_bad_settings_exit_2_with_a_reason(args: list[str], message: str) -> None:
+    result = subprocess.run([*proxy_command(), *args], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_unreachable_upstream_closes_client_and_recovers(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    port = free_port()
+    proxy = own_proxy("--connect-timeout-seconds", "2", upstream=f"127.0.0.1:{port}")
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(encode_request(API_VERSIONS, 0))
+        assert sock.recv(16) == b""
+    assert "upstream unreachable" in proxy.wait_for_log("upstream unreachable")
+
+    with EmbeddedBroker(port=port, log_path=tmp_path / "late-broker.log"):
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all")
+        assert producer.send(topic, value=b"after the broker came up").get(timeout=30).offset == 0
+        producer.close()
+
+
+def test_pipelined_requests_beyond_the_in_flight_limit_all_get_answers(own_proxy) -> None:  # type: ignore[no-untyped-def]
+    proxy = own_proxy("--max-in-flight-requests", "4")
+    requests = b"".join(encode_request(METADATA, 1, correlation_id=i, topics=[]) for i in range(300))
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(requests)
+        assert [correlation_id(read_frame(sock)) for _ in range(300)] == list(range(300))

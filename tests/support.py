@@ -1,0 +1,103 @@
+"""Starting the proxy through its CLI, as users and external tests do."""
+
+from __future__ import annotations
+
+import os
+import socket
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from proxy.embedded_broker import LOOPBACK, free_port
+
+TANSU_NODE_ID = 111
+
+
+def proxy_command() -> list[str]:
+    script = Path(sys.executable).with_name("kafka-quota-proxy")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "proxy"]
+
+
+def free_broker_port_base(node_id: int = TANSU_NODE_ID) -> int:
+    while True:
+        base = free_port() - node_id
+        if base > 1024:
+            return base
+
+
+class ProxyProcess:
+    """The proxy CLI in a child process; ``bootstrap`` is where clients connect."""
+
+    def __init__(self, upstream: str, log_path: Path, *extra_args: str) -> None:
+        self.port = free_port()
+        self.bootstrap = f"{LOOPBACK}:{self.port}"
+        self.broker_port_base = free_broker_port_base()
+        self.metrics_port = free_port()
+        self.log_path = log_path
+        self.args = [*proxy_command(), "--upstream", upstream, "--listen", self.bootstrap,
+                     "--broker-port-base", str(self.broker_port_base),
+                     "--metrics-listen", f"{LOOPBACK}:{self.metrics_port}", *extra_args]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> ProxyProcess:
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(self.args, stdout=log_file, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.wait_for_log("ready", timeout_s)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout_s: float = 10.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            content = self.log()
+            if text in content:
+                return content
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"proxy exited with {self.process.returncode}:\n{content}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not in proxy log after {timeout_s} s:\n{content}")
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return int(self.process.returncode)
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
+                   **fields: object) -> bytes:
+    from protocol.apis import request_class
+
+    request = request_class(api_key)[api_version](**fields)
+    request.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(request.encode(header=True, framed=True))
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """One whole frame without its size prefix; b"" when the peer closed."""
+    prefix = _read_exactly(sock, 4)
+    if not prefix:
+        return b""
+    return _read_exactly(sock, int.from_bytes(prefix, "big", signed=True))
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return bytes(data)
