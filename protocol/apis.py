@@ -16,8 +16,9 @@ from kafka.protocol.api_message import ApiMessage
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
 
 
-def _primary_classes(root: type) -> list[type]:
-    found = []
+def _primary_classes(root: type) -> list[Any]:
+    found: list[Any] = []
+    cls: Any
     for cls in root.__subclasses__():
         if getattr(cls, "_class_version", None) is None and getattr(cls, "_json", None) is not None:
             found.append(cls)

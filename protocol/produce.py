@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from struct import Struct, error as StructError
+from struct import Struct
+from struct import error as StructError
 
 from protocol.errors import ProtocolError
 from protocol.header import RequestHeader, read_uvarint

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import sys
 
@@ -12,7 +13,8 @@ import uvloop
 from proxy.config import ConfigError, ProxyConfig, build_parser, load_config
 from proxy.server import ProxyServer
 
-log = logging.getLogger("proxy")
+# ready/stopping/stopped are part of the CLI contract: logged whatever --log-level says
+log = logging.getLogger("proxy.lifecycle")
 
 
 async def serve(config: ProxyConfig) -> None:
@@ -31,6 +33,13 @@ async def serve(config: ProxyConfig) -> None:
     log.info("stopped")
 
 
+def _raise_open_file_limit() -> None:
+    """Each client costs two sockets (client and upstream); use all the descriptors allowed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -40,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    log.setLevel(logging.INFO)
+    _raise_open_file_limit()
     try:
         uvloop.run(serve(config))
     except OSError as error:

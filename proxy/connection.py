@@ -25,7 +25,7 @@ from protocol.header import (
     response_correlation_id,
     response_header_length,
 )
-from protocol.produce import PRODUCE_KEY, produce_acks
+from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, PRODUCE_KEY, produce_acks
 from proxy.config import HostPort, ProxyConfig
 from proxy.flow import PauseReason, ReadGate
 from proxy.metrics import ProxyMetrics
@@ -79,6 +79,7 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, context: ProxyContext, resolve_upstream: UpstreamResolver, listener: str) -> None:
         self._context = context
         self._config = context.config
+        self._metrics = context.metrics
         self._resolve_upstream = resolve_upstream
         self._listener = listener
         self._requests = FrameSplitter(self._config.max_frame_bytes, REQUEST_PREFIX_BYTES)
@@ -94,6 +95,7 @@ class ClientConnection(asyncio.Protocol):
         self._last_activity = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
 
     # ---- client transport callbacks -------------------------------------------------------
@@ -107,7 +109,7 @@ class ClientConnection(asyncio.Protocol):
         self.gate = ReadGate(transport)
         self.gate.pause(PauseReason.CONNECTING)
         self._context.connection_opened(self)
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
         self._connect_task = loop.create_task(self._connect_upstream())
@@ -115,20 +117,20 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        self._last_activity = asyncio.get_running_loop().time()
+        self._last_activity = self._loop.time()
         if self._upstream is None:
             # uvloop may deliver bytes that were already read when connection_made paused reading
             self._before_upstream += data
             if len(self._before_upstream) > self._config.max_frame_bytes:
                 self.close("sent more than a frame before the upstream connection opened", warn=True)
             return
-        self._context.metrics.bytes_from_clients.inc(len(data))
+        self._metrics.bytes_in += len(data)
         try:
             chunk, ends = self._requests.feed(data)
             if ends:
                 self._route_requests(chunk, ends)
         except ProtocolError as error:
-            self._context.metrics.closed_for_bad_input.inc()
+            self._context.metrics.closed_for_bad_input += 1
             self.close(f"bad request frame: {error}", warn=True)
         except Exception:
             log.exception("unexpected error handling requests from %s", self._peer)
@@ -136,7 +138,7 @@ class ClientConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         if self._requests.buffered_bytes or self._before_upstream:
-            self._context.metrics.closed_for_bad_input.inc()
+            self._context.metrics.closed_for_bad_input += 1
             self.close(f"truncated frame: client closed {self._requests.buffered_bytes} bytes into a frame",
                        warn=True)
         return None
@@ -157,13 +159,13 @@ class ClientConnection(asyncio.Protocol):
     def _route_requests(self, chunk: bytes, ends: list[int]) -> None:
         view = memoryview(chunk)
         start = 0
-        requests_by_api = self._context.metrics.requests_by_api
+        requests_by_api = self._metrics.requests_by_api
         for end in ends:
             api_key, api_version, correlation_id = peek_request(chunk, start + SIZE_PREFIX_BYTES)
             if api_key not in KNOWN_API_KEYS:
                 raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version,
                                     offset=start)
-            requests_by_api(api_key).inc()
+            requests_by_api[api_key] += 1
             if api_key != PRODUCE_KEY or self._expects_produce_response(
                     view[start + SIZE_PREFIX_BYTES:end], api_version):
                 self._in_flight.append(InFlight(correlation_id, api_key, api_version))
@@ -175,7 +177,7 @@ class ClientConnection(asyncio.Protocol):
 
     @staticmethod
     def _expects_produce_response(frame: memoryview, api_version: int) -> bool:
-        header = parse_request_header(frame, is_flexible_request(PRODUCE_KEY, api_version))
+        header = parse_request_header(frame, api_version >= FIRST_FLEXIBLE_PRODUCE_VERSION)
         return produce_acks(frame, header) != 0
 
     # ---- responses -----------------------------------------------------------------------------
@@ -183,8 +185,8 @@ class ClientConnection(asyncio.Protocol):
     def upstream_data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        self._last_activity = asyncio.get_running_loop().time()
-        self._context.metrics.bytes_to_clients.inc(len(data))
+        self._last_activity = self._loop.time()
+        self._metrics.bytes_out += len(data)
         try:
             chunk, ends = self._responses.feed(data)
             if ends:
@@ -258,7 +260,7 @@ class ClientConnection(asyncio.Protocol):
                 transport, _ = await loop.create_connection(
                     lambda: UpstreamProtocol(self), target.host, target.port)
         except (OSError, TimeoutError, LookupError) as error:
-            self._context.metrics.upstream_connect_failures.inc()
+            self._context.metrics.upstream_connect_failures += 1
             self.close(f"upstream unreachable for {self._listener}: {error or type(error).__name__}",
                        warn=True)
             return
@@ -299,7 +301,7 @@ class ClientConnection(asyncio.Protocol):
                 self.close("closed for shutdown")
 
     def _check_idle(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         idle_for = loop.time() - self._last_activity
         if idle_for >= self._config.idle_timeout_s:
             self.close(f"idle for {idle_for:.0f} s", warn=False)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 
@@ -55,12 +56,11 @@ class EmbeddedBroker:
 
     def start(self, timeout_s: float = 30.0) -> EmbeddedBroker:
         url = f"tcp://{self.bootstrap}"
-        log_file = (open(self._log_path, "ab") if self._log_path  # noqa: SIM115 (owned by the child)
-                    else tempfile.TemporaryFile())
-        with log_file:
+        with ExitStack() as stack:
+            output = stack.enter_context(open(self._log_path, "ab")) if self._log_path else subprocess.DEVNULL
             self._process = subprocess.Popen(
                 [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=tempfile.gettempdir(), env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         try:
             wait_for_port(LOOPBACK, self.port, timeout_s)

@@ -1,47 +1,62 @@
-"""The proxy's own Prometheus metrics and the /metrics HTTP endpoint."""
+"""The proxy's own Prometheus metrics and the /metrics HTTP endpoint.
+
+Per-request counts are plain integers on the hot path, exported by a collector at scrape time:
+a prometheus-client ``Counter.inc`` takes a lock, which per request costs more than the
+forwarding itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from functools import cache
+from collections.abc import Iterator
 
 from kafka.protocol.api_key import ApiKey
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-
-def _api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return str(api_key)
+_API_NAMES = {int(key): key.name for key in ApiKey}
+_MAX_API_KEY = max(_API_NAMES)
 
 
-class ProxyMetrics:
+class ProxyMetrics(Collector):
+    """Counters of the transport layer: connections, bytes and requests by api."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.connections = Gauge("kafka_proxy_client_connections", "Open client connections",
-                                 registry=registry)
-        self.connections_total = Counter("kafka_proxy_client_connections_accepted", "Client connections accepted",
-                                         registry=registry)
-        self.bytes_from_clients = Counter("kafka_proxy_bytes_in", "Bytes received from clients",
-                                          registry=registry)
-        self.bytes_to_clients = Counter("kafka_proxy_bytes_out",
-                                        "Bytes received from upstream for clients", registry=registry)
-        self.upstream_connect_failures = Counter("kafka_proxy_upstream_connect_failures",
-                                                 "Upstream connections that could not be opened",
-                                                 registry=registry)
-        self.closed_for_bad_input = Counter("kafka_proxy_connections_closed_bad_input",
-                                            "Connections closed because of malformed frames",
-                                            registry=registry)
-        self._requests = Counter("kafka_proxy_requests", "Requests received, by api",
-                                 ["api"], registry=registry)
-        self.requests_by_api: Callable[[int], Counter] = cache(
-            lambda api_key: self._requests.labels(api=_api_name(api_key)))
+        self.open_connections = 0
+        self.connections_accepted = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.upstream_connect_failures = 0
+        self.closed_for_bad_input = 0
+        self.requests_by_api = [0] * (_MAX_API_KEY + 1)
+        """Indexed by api key; keys outside Kafka's known set close the connection first."""
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("kafka_proxy_client_connections", "Open client connections",
+                                value=self.open_connections)
+        simple = (
+            ("kafka_proxy_client_connections_accepted", "Client connections accepted", self.connections_accepted),
+            ("kafka_proxy_bytes_in", "Bytes received from clients", self.bytes_in),
+            ("kafka_proxy_bytes_out", "Bytes sent to clients", self.bytes_out),
+            ("kafka_proxy_upstream_connect_failures", "Upstream connections that could not be opened",
+             self.upstream_connect_failures),
+            ("kafka_proxy_connections_closed_bad_input", "Connections closed for malformed or truncated frames",
+             self.closed_for_bad_input),
+        )
+        for name, documentation, value in simple:
+            yield CounterMetricFamily(name, documentation, value=value)
+        requests = CounterMetricFamily("kafka_proxy_requests", "Requests received, by api", labels=["api"])
+        for api_key, count in enumerate(self.requests_by_api):
+            if count:
+                requests.add_metric([_API_NAMES.get(api_key, str(api_key))], count)
+        yield requests
 
 
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:

@@ -52,13 +52,13 @@ class ProxyServer:
 
     def connection_opened(self, connection: ClientConnection) -> None:
         self._connections.add(connection)
-        self.metrics.connections.inc()
-        self.metrics.connections_total.inc()
+        self.metrics.open_connections += 1
+        self.metrics.connections_accepted += 1
 
     def connection_closed(self, connection: ClientConnection) -> None:
         if connection in self._connections:
             self._connections.discard(connection)
-            self.metrics.connections.dec()
+            self.metrics.open_connections -= 1
 
     # ---- brokers and listeners ----------------------------------------------------------------
 

@@ -66,7 +66,7 @@ def test_bad_frame_closes_only_that_connection(
     delivered_before = len(delivered)
     payload, reason = BAD_INPUTS[name]
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
-        peer = "127.0.0.1:%d" % sock.getsockname()[1]
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"
         sock.sendall(payload)
         if name == "truncated frame":
             sock.shutdown(socket.SHUT_WR)

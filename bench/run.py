@@ -1,0 +1,274 @@
+"""Pass-through benchmark: the same broker measured directly, through this proxy and through
+Tansu's own Rust proxy, in one run. Writes bench/results.json (``make bench``).
+
+(a) producer throughput: confluent-kafka, 1 KB records, large batches, idempotent
+(b) produce latency p50/p99: one request in flight, acks=1, 100-byte records (raw socket)
+(c) produce request rate: 16 connections pipelining small requests (raw sockets, uvloop)
+(d) proxy resident memory with 1000 idle client connections
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import uvloop
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from proxy.embedded_broker import EmbeddedBroker, free_port, tansu_binary, wait_for_port
+from tests.support import ProxyProcess, encode_request, read_frame
+
+PRODUCE = 0
+
+
+def create_topic(bootstrap: str, partitions: int = 1) -> str:
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the result
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def throughput_mb_s(bootstrap: str, records: int, record_bytes: int = 1024) -> float:
+    topic = create_topic(bootstrap)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 20, "batch.size": 1_000_000, "batch.num.messages": 100_000,
+                         "queue.buffering.max.kbytes": 1_048_576, "compression.type": "none"})
+    payload = b"x" * record_bytes
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, payload)
+                break
+            except BufferError:
+                producer.poll(0.005)
+    if producer.flush(120) != 0:
+        raise RuntimeError("producer did not deliver everything")
+    elapsed = time.perf_counter() - started
+    return records * record_bytes / elapsed / 1e6
+
+
+def produce_frame(topic: str, value_bytes: int, acks: int, correlation_id: int = 1) -> bytes:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    builder.append(int(time.time() * 1000), None, b"v" * value_bytes)
+    builder.close()
+    data = ProduceRequestParts(topic, bytes(builder.buffer()))
+    return encode_request(PRODUCE, 7, correlation_id=correlation_id, transactional_id=None, acks=acks,
+                          timeout_ms=30_000, topic_data=data)
+
+
+def ProduceRequestParts(topic: str, records: bytes) -> list[Any]:  # noqa: N802 (mirrors kafka-python names)
+    from kafka.protocol.producer import ProduceRequest
+
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
+    return [ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])]
+
+
+def latency_samples_us(bootstrap: str, topic: str, requests: int) -> list[float]:
+    host, port = bootstrap.split(":")
+    frame = produce_frame(topic, 100, acks=1)
+    samples = []
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(50):  # warm-up
+            sock.sendall(frame)
+            read_frame(sock)
+        for _ in range(requests):
+            started = time.perf_counter_ns()
+            sock.sendall(frame)
+            read_frame(sock)
+            samples.append((time.perf_counter_ns() - started) / 1000)
+    return samples
+
+
+def latency_percentiles(targets: dict[str, str], rounds: int, requests_per_round: int) -> dict[str, Any]:
+    """One request in flight; samples pooled over interleaved rounds, as for the other figures."""
+    topics = {name: create_topic(bootstrap) for name, bootstrap in targets.items()}
+    pooled: dict[str, list[float]] = {name: [] for name in targets}
+    names = list(targets)
+    for round_index in range(rounds):
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            pooled[name].extend(latency_samples_us(targets[name], topics[name], requests_per_round))
+    figures = {}
+    for name, samples in pooled.items():
+        samples.sort()
+        figures[name] = {"p50_us": samples[len(samples) // 2], "p99_us": samples[int(len(samples) * 0.99)],
+                         "mean_us": statistics.fmean(samples), "samples": len(samples)}
+    return figures
+
+
+class _Pipeliner(asyncio.Protocol):
+    """Keeps ``depth`` produce requests in flight; counts responses by their size prefixes."""
+
+    def __init__(self, frame: bytes, depth: int, done: asyncio.Future[None], deadline: float) -> None:
+        self._frame, self._depth, self._done, self._deadline = frame, depth, done, deadline
+        self._buffer = bytearray()
+        self.responses = 0
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        transport.write(self._frame * self._depth)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        complete = 0
+        pos = 0
+        while len(self._buffer) - pos >= 4:
+            end = pos + 4 + int.from_bytes(self._buffer[pos:pos + 4], "big")
+            if end > len(self._buffer):
+                break
+            complete += 1
+            pos = end
+        del self._buffer[:pos]
+        self.responses += complete
+        assert self._transport is not None
+        if time.perf_counter() < self._deadline:
+            self._transport.write(self._frame * complete)
+        elif not self._done.done():
+            self._done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            self._done.set_exception(exc or ConnectionError("closed"))
+
+
+def request_rate(bootstrap: str, connections: int, depth: int, seconds: float) -> float:
+    topic = create_topic(bootstrap)
+    host, port = bootstrap.split(":")
+    frame = produce_frame(topic, 100, acks=1)
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+        clients = []
+        for _ in range(connections):
+            done: asyncio.Future[None] = loop.create_future()
+            protocol = _Pipeliner(frame, depth, done, deadline)
+            await loop.create_connection(lambda: protocol, host, int(port))  # noqa: B023 (called at once)
+            clients.append((protocol, done))
+        await asyncio.gather(*(done for _, done in clients))
+        elapsed = time.perf_counter() - started
+        return sum(protocol.responses for protocol, _ in clients) / elapsed
+
+    return uvloop.run(run())
+
+
+def idle_connections_rss_mb(proxy: ProxyProcess, connections: int) -> dict[str, float]:
+    assert proxy.process is not None
+    process = psutil.Process(proxy.process.pid)
+    before = process.memory_info().rss / 1e6
+    sockets = []
+    try:
+        for _ in range(connections):
+            sock = socket.create_connection(("127.0.0.1", proxy.port))
+            sockets.append(sock)
+        time.sleep(2)  # let the proxy open every upstream connection
+        open_connections = len(process.net_connections(kind="tcp"))
+        after = process.memory_info().rss / 1e6
+    finally:
+        for sock in sockets:
+            sock.close()
+    return {"rss_before_mb": before, "rss_with_idle_mb": after, "proxy_tcp_sockets": open_connections}
+
+
+class TansuProxy:
+    def __init__(self, origin: str, log_path: Path) -> None:
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        url = f"tcp://{self.bootstrap}"
+        with open(log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                [tansu_binary(), "proxy", "--listener-url", url, "--advertised-listener-url", url,
+                 "--origin-url", f"tcp://{origin}"], stdout=log_file, stderr=subprocess.STDOUT)
+        wait_for_port("127.0.0.1", self.port, 30)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def interleaved_medians(targets: dict[str, str], rounds: int, measure: Any) -> dict[str, Any]:
+    """Measure every target once per round, rotating the order; report each target's median.
+
+    On a 2-core machine the broker, the proxy and the load generator share the CPUs, so single
+    runs swing by 20% or more; interleaving spreads any drift over all targets alike.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in targets}
+    names = list(targets)
+    for round_index in range(rounds):
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            samples[name].append(measure(targets[name]))
+    return {name: {"median": statistics.median(values), "runs": values} for name, values in samples.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench/results.json")
+    parser.add_argument("--records", type=int, default=200_000, help="records for (a)")
+    parser.add_argument("--latency-requests", type=int, default=1_000, help="(b): per target per round")
+    parser.add_argument("--rate-seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=5, help="(a) and (c): interleaved runs per target")
+    parser.add_argument("--idle-connections", type=int, default=1000)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="kqp-bench-"))
+    results: dict[str, Any] = {
+        "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "settings": vars(args),
+    }
+    with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
+        ours = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING").start()
+        rust = TansuProxy(broker.bootstrap, workdir / "tansu-proxy.log")
+        targets = {"direct": broker.bootstrap, "proxy": ours.bootstrap, "tansu_proxy": rust.bootstrap}
+        try:
+            def record(name: str, figures: dict[str, Any]) -> None:
+                results[name] = figures
+                print(name, json.dumps(figures), file=sys.stderr, flush=True)
+
+            record("a_throughput_mb_s", interleaved_medians(
+                targets, args.rounds, lambda b: throughput_mb_s(b, args.records)))
+            record("b_latency_us", latency_percentiles(targets, args.rounds, args.latency_requests))
+            record("c_requests_per_s", interleaved_medians(
+                targets, args.rounds, lambda b: request_rate(b, 16, 8, args.rate_seconds)))
+            results["d_idle_connections"] = idle_connections_rss_mb(ours, args.idle_connections)
+        finally:
+            rust.stop()
+            ours.stop()
+
+    a = {target: figures["median"] for target, figures in results["a_throughput_mb_s"].items()}
+    c = {target: figures["median"] for target, figures in results["c_requests_per_s"].items()}
+    b = results["b_latency_us"]
+    results["ratios"] = {
+        "a_throughput_proxy_vs_direct": a["proxy"] / a["direct"],
+        "a_throughput_tansu_proxy_vs_direct": a["tansu_proxy"] / a["direct"],
+        "b_added_p50_us": b["proxy"]["p50_us"] - b["direct"]["p50_us"],
+        "b_added_p99_us": b["proxy"]["p99_us"] - b["direct"]["p99_us"],
+        "b_tansu_proxy_added_p50_us": b["tansu_proxy"]["p50_us"] - b["direct"]["p50_us"],
+        "c_rate_proxy_vs_direct": c["proxy"] / c["direct"],
+        "c_rate_tansu_proxy_vs_direct": c["tansu_proxy"] / c["direct"],
+        "d_rss_mb_with_1000_idle": results["d_idle_connections"]["rss_with_idle_mb"],
+    }
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results["ratios"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import pytest
+
+from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
+from protocol.api_versions import cap_api_versions
+from protocol.apis import response_class
+from protocol.errors import ProtocolError
+
+UPSTREAM = {1: ("kafka-1.internal", 9092), 2: ("kafka-2.internal", 9093)}
+
+
+class Advertiser:
+    def __init__(self) -> None:
+        self.seen: list[BrokerAddress] = []
+
+    def __call__(self, broker: BrokerAddress) -> tuple[str, int]:
+        self.seen.append(broker)
+        return "proxy.local", 20000 + broker.node_id
+
+
+def encode(api_key: int, version: int, **fields: object) -> bytes:
+    return bytes(response_class(api_key)[version](**fields).encode())
+
+
+def decode(api_key: int, version: int, body: bytes):  # type: ignore[no-untyped-def]
+    return response_class(api_key).decode(body, version=version)
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+def test_metadata_brokers_of_every_version(version: int) -> None:
+    cls = response_class(3)
+    brokers = [cls.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None) for n, (h, p) in UPSTREAM.items()]
+    body = encode(3, version, brokers=brokers, topics=[], controller_id=1, cluster_id="c")
+    advertise = Advertiser()
+    rewritten = rewrite_broker_addresses(3, version, body, advertise)
+    assert rewritten is not None
+    assert [(b.node_id, b.host, b.port) for b in decode(3, version, rewritten).brokers] == [
+        (1, "proxy.local", 20001), (2, "proxy.local", 20002)]
+    assert advertise.seen == [BrokerAddress(n, h, p) for n, (h, p) in UPSTREAM.items()]
+
+
+@pytest.mark.parametrize("version", range(0, 4))
+def test_find_coordinator_single(version: int) -> None:
+    body = encode(10, version, error_code=0, node_id=2, host="kafka-2.internal", port=9093)
+    message = decode(10, version, rewrite_broker_addresses(10, version, body, Advertiser()))
+    assert (message.node_id, message.host, message.port) == (2, "proxy.local", 20002)
+
+
+def test_find_coordinator_error_is_left_alone() -> None:
+    body = encode(10, 3, error_code=15, node_id=-1, host="", port=-1)
+    advertise = Advertiser()
+    assert rewrite_broker_addresses(10, 3, body, advertise) is None
+    assert advertise.seen == []
+
+
+@pytest.mark.parametrize("version", range(4, 7))
+def test_find_coordinator_list(version: int) -> None:
+    cls = response_class(10)
+    coordinators = [cls.Coordinator(key="group-a", node_id=1, host="kafka-1.internal", port=9092, error_code=0),
+                    cls.Coordinator(key="group-b", node_id=-1, host="", port=-1, error_code=15)]
+    body = encode(10, version, coordinators=coordinators)
+    message = decode(10, version, rewrite_broker_addresses(10, version, body, Advertiser()))
+    assert [(c.key, c.node_id, c.host, c.port) for c in message.coordinators] == [
+        ("group-a", 1, "proxy.local", 20001), ("group-b", -1, "", -1)]
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_describe_cluster(version: int) -> None:
+    cls = response_class(60)
+    brokers = [cls.DescribeClusterBroker(broker_id=n, host=h, port=p, rack=None) for n, (h, p) in UPSTREAM.items()]
+    body = encode(60, version, error_code=0, cluster_id="c", controller_id=1, brokers=brokers)
+    message = decode(60, version, rewrite_broker_addresses(60, version, body, Advertiser()))
+    assert [(b.broker_id, b.host, b.port) for b in message.brokers] == [
+        (1, "proxy.local", 20001), (2, "proxy.local", 20002)]
+
+
+@pytest.mark.parametrize(("api_key", "versions"), [(0, range(10, 14)), (1, range(16, 19))])
+def test_kip_951_node_endpoints(api_key: int, versions: range) -> None:
+    cls = response_class(api_key)
+    for version in versions:
+        empty = encode(api_key, version, responses=[], node_endpoints=[])
+        assert rewrite_broker_addresses(api_key, version, empty, Advertiser()) is None
+        endpoints = [cls.NodeEndpoint(node_id=1, host="kafka-1.internal", port=9092, rack=None)]
+        body = encode(api_key, version, responses=[], node_endpoints=endpoints)
+        message = decode(api_key, version, rewrite_broker_addresses(api_key, version, body, Advertiser()))
+        assert [(e.node_id, e.host, e.port) for e in message.node_endpoints] == [(1, "proxy.local", 20001)]
+
+
+def test_which_responses_carry_addresses() -> None:
+    assert carries_addresses(3, 0) and carries_addresses(60, 1)
+    assert not carries_addresses(0, 9) and carries_addresses(0, 10)
+    assert not carries_addresses(1, 15) and carries_addresses(1, 16)
+    assert not carries_addresses(19, 7)
+
+
+def test_garbage_response_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="api_key=3, version=12"):
+        rewrite_broker_addresses(3, 12, b"\x00\x00\x00\x00\x05\xff", Advertiser())
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_api_versions_capped_to_what_the_proxy_parses(version: int) -> None:
+    cls = response_class(18)
+    apis = [cls.ApiVersion(api_key=0, min_version=0, max_version=99),
+            cls.ApiVersion(api_key=1, min_version=4, max_version=17),
+            cls.ApiVersion(api_key=50, min_version=0, max_version=7)]
+    body = encode(18, version, error_code=0, api_keys=apis)
+    capped = cap_api_versions(body, version, {0: 13, 1: 18})
+    assert capped is not None
+    assert [(a.api_key, a.max_version) for a in decode(18, version, capped).api_keys] == [(0, 13), (1, 17), (50, 7)]
+    assert cap_api_versions(body, version, {1: 18}) is None
+
+
+def test_api_versions_error_answer_is_v0() -> None:
+    cls = response_class(18)
+    body = encode(18, 0, error_code=35, api_keys=[cls.ApiVersion(api_key=0, min_version=0, max_version=99)])
+    capped = cap_api_versions(body, 3, {0: 13})
+    assert capped is not None
+    message = decode(18, 0, capped)
+    assert message.error_code == 35
+    assert [(a.api_key, a.max_version) for a in message.api_keys] == [(0, 13)]

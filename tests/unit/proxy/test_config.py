@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError, HostPort, build_parser, load_config
+
+
+def load(*argv: str):  # type: ignore[no-untyped-def]
+    return load_config(build_parser().parse_args(list(argv)))
+
+
+def test_defaults() -> None:
+    config = load("--upstream", "a:1,b:2")
+    assert config.upstream == (HostPort("a", 1), HostPort("b", 2))
+    assert config.listen == HostPort("127.0.0.1", 9092)
+    assert config.broker_port_base == 9093
+    assert config.advertised_host == "127.0.0.1"
+    assert config.max_frame_bytes == 100 * 1024 * 1024
+    assert config.idle_timeout_s == 600
+
+
+def test_file_settings_and_flags_win(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('upstream = ["x:1", "y:2"]\nlisten = "0.0.0.0:7000"\nadvertised-host = "proxy.example"\n'
+                    'max-frame-bytes = 1024\n[allocator]\npid_source = "allocator"\n')
+    config = load("--config", str(path), "--listen", "127.0.0.1:8000")
+    assert config.upstream == (HostPort("x", 1), HostPort("y", 2))
+    assert config.listen == HostPort("127.0.0.1", 8000)
+    assert config.broker_port_base == 8001
+    assert config.advertised_host == "proxy.example"
+    assert config.max_frame_bytes == 1024
+    assert config.extra == {"allocator": {"pid_source": "allocator"}}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('upstream = "a:1"\nbogus = 1\n', "unknown setting 'bogus'"),
+    ('upstream = "a:1"\nidle-timeout-seconds = "soon"\n', "expected a number"),
+    ('upstream = "a:1"\nmax-in-flight-requests = 0\n', "must be positive"),
+    ('upstream = "a:1"\nlog-level = "LOUD"\n', "log-level"),
+    ("upstream = \n", "not valid TOML"),
+])
+def test_bad_files_name_the_problem(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        load("--config", str(path))
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="missing.toml: cannot read"):
+        load("--config", str(tmp_path / "missing.toml"))

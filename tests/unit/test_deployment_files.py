@@ -1,0 +1,38 @@
+"""docker-compose.yml cannot run here (no Docker engine), so check what can be checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from proxy.config import build_parser, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_broker_port() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    config = load_config(build_parser().parse_args(services["proxy"]["command"]))
+    node_ids = sorted(int(services[name]["environment"]["KAFKA_NODE_ID"]) for name in services
+                      if name.startswith("kafka-"))
+    assert node_ids == [1, 2, 3]
+    assert [str(hp) for hp in config.upstream] == [f"kafka-{n}:9092" for n in node_ids]
+
+    published: set[int] = set()
+    for mapping in services["proxy"]["ports"]:
+        host_side = mapping.split(":")[0]
+        low, _, high = host_side.partition("-")
+        published.update(range(int(low), int(high or low) + 1))
+    assert config.listen.port in published
+    assert {config.broker_port_base + n for n in node_ids} <= published
+    assert config.metrics_listen is not None and config.metrics_listen.port in published
+    for path in ("examples/quotas.toml", "examples/prometheus.yml", "Dockerfile"):
+        assert (ROOT / path).exists()
+
+
+def test_prometheus_scrapes_the_proxy_metrics_port() -> None:
+    prometheus = yaml.safe_load((ROOT / "examples/prometheus.yml").read_text())
+    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert targets == ["proxy:9100"]
