@@ -1,0 +1,130 @@
+"""Bloom filters hashed with MurmurHash3, and the time-controlled pair of SPEC §5 (KIP-936).
+
+``TimeControlledBloomFilter`` remembers, per user, which producer IDs were seen in roughly the
+last window: new IDs go into the newest filter; a new filter starts every half window; a filter
+is dropped 1.5 windows after it started, so an ID stays known for at least one window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from struct import Struct
+
+import mmh3
+
+_INT64 = Struct(">q")
+
+
+class BloomFilter:
+    __slots__ = ("bit_count", "hash_count", "_bits")
+
+    def __init__(self, bit_count: int, hash_count: int) -> None:
+        if bit_count < 8 or hash_count < 1:
+            raise ValueError(f"need at least 8 bits and 1 hash, got {bit_count} bits and {hash_count} hashes")
+        self.bit_count = bit_count
+        self.hash_count = hash_count
+        self._bits = bytearray((bit_count + 7) // 8)
+
+    @classmethod
+    def for_capacity(cls, expected_items: int, false_positive_rate: float) -> BloomFilter:
+        """m = -n ln p / (ln 2)^2 bits and k = m/n ln 2 hashes: the smallest filter for (n, p)."""
+        if expected_items < 1 or not 0 < false_positive_rate < 1:
+            raise ValueError(f"expected_items must be >= 1 and 0 < rate < 1, got {expected_items}, "
+                             f"{false_positive_rate}")
+        bits = math.ceil(-expected_items * math.log(false_positive_rate) / math.log(2) ** 2)
+        hashes = max(1, round(bits / expected_items * math.log(2)))
+        return cls(max(bits, 8), hashes)
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self._bits)
+
+    # Kirsch-Mitzenmacher: position i = (h1 + i * h2) mod m from the two 64-bit halves of one
+    # MurmurHash3 x64-128. Both halves are reduced mod m first so the loop stays in small ints;
+    # add and contains inline it because they run on every produce request that carries a PID.
+    def add(self, item: int) -> None:
+        first, second = mmh3.hash64(_INT64.pack(item), signed=False)
+        bits, m = self._bits, self.bit_count
+        position, step = first % m, second % m
+        for _ in range(self.hash_count):
+            bits[position >> 3] |= 1 << (position & 7)
+            position += step
+            if position >= m:
+                position -= m
+
+    def __contains__(self, item: int) -> bool:
+        first, second = mmh3.hash64(_INT64.pack(item), signed=False)
+        bits, m = self._bits, self.bit_count
+        position, step = first % m, second % m
+        for _ in range(self.hash_count):
+            if not bits[position >> 3] & (1 << (position & 7)):
+                return False
+            position += step
+            if position >= m:
+                position -= m
+        return True
+
+    def approximate_count(self) -> float:
+        """Estimated items added: -m/k ln(1 - X/m) for X bits set (Swamidass & Baldi)."""
+        set_bits = sum(byte.bit_count() for byte in self._bits)
+        if set_bits >= self.bit_count:
+            return math.inf
+        return -self.bit_count / self.hash_count * math.log(1 - set_bits / self.bit_count)
+
+
+class TimeControlledBloomFilter:
+    """Per-user rotating Bloom filters of producer IDs (all users of one quota share a shape)."""
+
+    __slots__ = ("_window_ms", "_expected_items", "_false_positive_rate", "_by_user")
+
+    def __init__(self, window_ms: int, expected_items: int, false_positive_rate: float) -> None:
+        self._window_ms = window_ms
+        self._expected_items = expected_items
+        self._false_positive_rate = false_positive_rate
+        # user -> [(started_ms, filter)], oldest first; users ordered by their newest filter's start
+        self._by_user: OrderedDict[str, list[tuple[int, BloomFilter]]] = OrderedDict()
+
+    @property
+    def window_ms(self) -> int:
+        return self._window_ms
+
+    def users(self) -> int:
+        return len(self._by_user)
+
+    def filters(self, user: str) -> int:
+        return len(self._by_user.get(user, ()))
+
+    def might_contain(self, user: str, pid: int, now_ms: int) -> bool:
+        return any(pid in bloom for _, bloom in self._live_filters(user, now_ms))
+
+    def add(self, user: str, pid: int, now_ms: int) -> None:
+        filters = self._live_filters(user, now_ms)
+        if not filters or now_ms - filters[-1][0] >= self._window_ms // 2:
+            filters.append((now_ms, BloomFilter.for_capacity(self._expected_items, self._false_positive_rate)))
+            self._by_user[user] = filters
+            self._by_user.move_to_end(user)
+        filters[-1][1].add(pid)
+
+    def expire(self, now_ms: int) -> None:
+        """Drop filters older than 1.5 windows and users left with none (cheap: oldest first)."""
+        while self._by_user:
+            user, filters = next(iter(self._by_user.items()))
+            self._drop_old(filters, now_ms)
+            if filters:
+                return
+            del self._by_user[user]
+
+    def _live_filters(self, user: str, now_ms: int) -> list[tuple[int, BloomFilter]]:
+        filters = self._by_user.get(user)
+        if filters is None:
+            return []
+        self._drop_old(filters, now_ms)
+        if not filters:
+            del self._by_user[user]
+        return filters
+
+    def _drop_old(self, filters: list[tuple[int, BloomFilter]], now_ms: int) -> None:
+        lifetime_ms = self._window_ms * 3 // 2
+        while filters and now_ms - filters[0][0] >= lifetime_ms:
+            filters.pop(0)

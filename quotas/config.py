@@ -1,0 +1,278 @@
+"""Quota entities, Kafka's precedence between them, and the TOML quota file.
+
+Each quota type resolves independently, as each Kafka quota manager has its own overrides. The
+level that resolves an entity also decides who shares one bucket (``QuotaKey``): Kafka's metric
+tags. Facts: SPEC §3 (``DefaultQuotaCallback.quotaMetricTags``/``quotaLimit``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+DEFAULT = "<default>"
+"""Entity name matching every user (or client id) that has no entry of its own."""
+
+
+class QuotaType(enum.StrEnum):
+    PRODUCER_BYTE_RATE = "producer_byte_rate"
+    CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+    PRODUCER_IDS_RATE = "producer_ids_rate"
+
+
+# Kafka types producer_byte_rate as a LONG (whole bytes/s); the others are DOUBLEs.
+_INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE})
+_USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE})
+
+
+class PidQuotaMode(enum.StrEnum):
+    THROTTLE = "throttle"
+    """Forward the request, answer with throttle_time_ms and mute (KIP-936's text)."""
+    REJECT = "reject"
+    """Do not forward; answer THROTTLING_QUOTA_EXCEEDED (project rule, SPEC §5)."""
+
+
+class QuotaConfigError(ValueError):
+    """A quota file or entry is invalid; the message names the file, the entry and the problem."""
+
+
+@dataclass(frozen=True)
+class QuotaEntity:
+    """``user``/``client_id``: a name, ``DEFAULT``, or None when that part is absent."""
+
+    user: str | None = None
+    client_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.user is None and self.client_id is None:
+            raise QuotaConfigError("an entity needs a user, a client-id or both")
+        for part, value in (("user", self.user), ("client-id", self.client_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise QuotaConfigError(f"{part} must be a non-empty string, got {value!r}")
+
+    def describe(self) -> str:
+        parts = []
+        if self.user is not None:
+            parts.append(f"user={self.user}")
+        if self.client_id is not None:
+            parts.append(f"client-id={self.client_id}")
+        return ", ".join(parts)
+
+
+class QuotaKey(NamedTuple):
+    """Who shares one bucket: Kafka's metric tags; "" stands for a part that is not shared on."""
+
+    user: str
+    client_id: str
+
+
+class ResolvedQuota(NamedTuple):
+    key: QuotaKey
+    limit: float
+    entity: QuotaEntity
+    """The configured entity that supplied the limit."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Kafka's ``*.window.num`` samples of ``*.window.size.seconds`` each."""
+
+    num: int
+    size_s: float
+
+    @cached_property
+    def size_ms(self) -> int:
+        return round(self.size_s * 1000)
+
+    @property
+    def length_s(self) -> float:
+        return self.num * self.size_s
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    produce_window: Window = Window(11, 1)
+    mutation_window: Window = Window(11, 1)
+    producer_id_window: Window = Window(11, 3600)
+    producer_id_mode: PidQuotaMode = PidQuotaMode.THROTTLE
+
+    def window_for(self, quota_type: QuotaType) -> Window:
+        return {
+            QuotaType.PRODUCER_BYTE_RATE: self.produce_window,
+            QuotaType.CONTROLLER_MUTATION_RATE: self.mutation_window,
+            QuotaType.PRODUCER_IDS_RATE: self.producer_id_window,
+        }[quota_type]
+
+
+_RESOLUTION_CACHE_SIZE = 65_536
+
+
+class QuotaConfig:
+    """An immutable snapshot of every quota; replaced whole when the configuration changes."""
+
+    __slots__ = ("settings", "entries", "_by_type", "_cached_resolve")
+
+    def __init__(self, settings: QuotaSettings | None = None,
+                 entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None) -> None:
+        self.settings = settings or QuotaSettings()
+        self.entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] = dict(entries or {})
+        # keyed by (user, client_id) tuples: lookups build keys for names that are not valid entities
+        self._by_type: dict[QuotaType, dict[tuple[str | None, str | None], tuple[QuotaEntity, float]]] = {
+            t: {} for t in QuotaType}
+        for entity, quotas in self.entries.items():
+            for quota_type, limit in quotas.items():
+                _validate_quota(entity, quota_type, limit)
+                self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit))
+        # Bounded: millions of distinct client ids must not grow memory without limit.
+        self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
+
+    def has_quotas(self, quota_type: QuotaType) -> bool:
+        return bool(self._by_type[quota_type])
+
+    def resolve(self, quota_type: QuotaType, user: str, client_id: str) -> ResolvedQuota | None:
+        """The quota applying to (user, client_id), or None when it is unlimited."""
+        return self._cached_resolve(quota_type, user, client_id)
+
+    def _resolve(self, quota_type: QuotaType, user: str, client_id: str) -> ResolvedQuota | None:
+        quotas = self._by_type[quota_type]
+        if not quotas:
+            return None
+        both = QuotaKey(user, client_id)
+        user_only = QuotaKey(user, "")
+        client_only = QuotaKey("", client_id)
+        # Kafka's eight levels, most specific first.
+        levels = (
+            ((user, client_id), both),
+            ((user, DEFAULT), both),
+            ((user, None), user_only),
+            ((DEFAULT, client_id), both),
+            ((DEFAULT, DEFAULT), both),
+            ((DEFAULT, None), user_only),
+            ((None, client_id), client_only),
+            ((None, DEFAULT), client_only),
+        )
+        for entity_key, key in levels:
+            found = quotas.get(entity_key)
+            if found is not None:
+                return ResolvedQuota(key, found[1], found[0])
+        return None
+
+    def with_entries(self, entries: Mapping[QuotaEntity, Mapping[QuotaType, float]]) -> QuotaConfig:
+        return QuotaConfig(self.settings, entries)
+
+
+def _validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
+    if quota_type in _USER_ONLY_TYPES and (entity.user is None or entity.client_id is not None):
+        raise QuotaConfigError(f"{quota_type} applies to users only, not to {entity.describe()}")
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
+        raise QuotaConfigError(f"{quota_type} must be a number, got {limit!r}")
+    if limit <= 0:
+        raise QuotaConfigError(f"{quota_type} must be positive, got {limit!r} (omit it for no quota)")
+    if quota_type in _INTEGRAL_TYPES and limit != int(limit):
+        raise QuotaConfigError(f"{quota_type} must be a whole number of bytes/s, got {limit!r}")
+
+
+# ---- the TOML file ---------------------------------------------------------------------------
+
+_WINDOW_SETTINGS = {
+    "quota.window.num": ("produce_window", "num"),
+    "quota.window.size.seconds": ("produce_window", "size_s"),
+    "controller.quota.window.num": ("mutation_window", "num"),
+    "controller.quota.window.size.seconds": ("mutation_window", "size_s"),
+    "producer.id.quota.window.num": ("producer_id_window", "num"),
+    "producer.id.quota.window.size.seconds": ("producer_id_window", "size_s"),
+}
+_MODE_SETTING = "producer.id.quota.mode"
+_ENTITY_KEYS = {"user", "client-id"}
+
+
+def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
+    windows: dict[str, dict[str, float]] = {}
+    mode = PidQuotaMode.THROTTLE
+    for key, value in raw.items():
+        if key == _MODE_SETTING:
+            try:
+                mode = PidQuotaMode(value)
+            except ValueError:
+                raise QuotaConfigError(
+                    f"[settings] {key}: one of {', '.join(m.value for m in PidQuotaMode)}, got {value!r}") from None
+            continue
+        if key not in _WINDOW_SETTINGS:
+            raise QuotaConfigError(f"[settings] unknown key {key!r}")
+        window_name, part = _WINDOW_SETTINGS[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise QuotaConfigError(f"[settings] {key}: must be a positive number, got {value!r}")
+        if part == "num" and (value != int(value) or value < 2):
+            raise QuotaConfigError(f"[settings] {key}: must be a whole number of at least 2, got {value!r}")
+        windows.setdefault(window_name, {})[part] = value
+    defaults = QuotaSettings()
+    resolved = {}
+    for window_name in ("produce_window", "mutation_window", "producer_id_window"):
+        default: Window = getattr(defaults, window_name)
+        given = windows.get(window_name, {})
+        resolved[window_name] = Window(int(given.get("num", default.num)), float(given.get("size_s", default.size_s)))
+    return QuotaSettings(producer_id_mode=mode, **resolved)
+
+
+def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEntity, dict[QuotaType, float]]:
+    entries: dict[QuotaEntity, dict[QuotaType, float]] = {}
+    for number, raw in enumerate(raw_entries, start=1):
+        label = f"{where}[[quota]] #{number}"
+        if not isinstance(raw, dict):
+            raise QuotaConfigError(f"{label}: must be a table")
+        try:
+            entity = QuotaEntity(raw.get("user"), raw.get("client-id"))
+        except QuotaConfigError as error:
+            raise QuotaConfigError(f"{label}: {error}") from None
+        label = f"{label} ({entity.describe()})"
+        quotas: dict[QuotaType, float] = {}
+        for key, value in raw.items():
+            if key in _ENTITY_KEYS:
+                continue
+            try:
+                quota_type = QuotaType(key)
+            except ValueError:
+                raise QuotaConfigError(
+                    f"{label}: unknown key {key!r} (quota types: {', '.join(QuotaType)})") from None
+            try:
+                _validate_quota(entity, quota_type, value)
+            except QuotaConfigError as error:
+                raise QuotaConfigError(f"{label}: {error}") from None
+            quotas[quota_type] = float(value)
+        if not quotas:
+            raise QuotaConfigError(f"{label}: sets no quota")
+        if entity in entries:
+            raise QuotaConfigError(f"{label}: duplicate entity (already defined earlier in the file)")
+        entries[entity] = quotas
+    return entries
+
+
+def parse_quota_document(document: Mapping[str, Any], source: str) -> QuotaConfig:
+    unknown = set(document) - {"settings", "quota"}
+    if unknown:
+        raise QuotaConfigError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))}")
+    try:
+        settings = parse_settings(document.get("settings", {}))
+        raw_entries = document.get("quota", [])
+        if not isinstance(raw_entries, list):
+            raise QuotaConfigError("'quota' must be an array of tables ([[quota]])")
+        return QuotaConfig(settings, parse_entries(raw_entries))
+    except QuotaConfigError as error:
+        raise QuotaConfigError(f"{source}: {error}") from None
+
+
+def load_quota_file(path: Path) -> QuotaConfig:
+    try:
+        with path.open("rb") as file:
+            document = tomllib.load(file)
+    except OSError as error:
+        raise QuotaConfigError(f"{path}: cannot read: {error.strerror}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise QuotaConfigError(f"{path}: not valid TOML: {error}") from error
+    return parse_quota_document(document, str(path))

@@ -1,0 +1,308 @@
+"""The three quota managers: policy over the pure stats, returning decisions, never raising.
+
+Each manager resolves the caller's quota entity from the current ``QuotaConfig`` on every call,
+so a configuration change applies from the next request, and keeps per-entity state in an
+``EntityTable`` that forgets entities idle for an hour (Kafka's sensor expiry), so memory stays
+bounded however many distinct client ids pass through.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, NamedTuple, TypeVar
+
+from quotas.bloom import TimeControlledBloomFilter
+from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaType, ResolvedQuota
+from quotas.rate import SampledRate, java_round, rate_throttle_ms
+from quotas.token_bucket import BucketQuota, PermissiveQuota, StrictQuota, TokenBucket, UnboundedQuota
+
+IDLE_EXPIRY_MS = 3_600_000
+"""Kafka drops quota sensors after an hour without activity."""
+
+class EntityState:
+    """Base of per-entity state: when the entity was last charged."""
+
+    __slots__ = ("last_used_ms",)
+
+    def __init__(self) -> None:
+        self.last_used_ms = 0
+
+
+State = TypeVar("State", bound=EntityState)
+
+
+class EntityTable(Generic[State]):
+    """Per-entity state, least recently used first; idle entries go as new ones arrive."""
+
+    __slots__ = ("_entries", "_idle_expiry_ms")
+
+    def __init__(self, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+        self._entries: OrderedDict[QuotaKey, State] = OrderedDict()
+        self._idle_expiry_ms = idle_expiry_ms
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get_or_create(self, key: QuotaKey, now_ms: int, create: Callable[[], State]) -> State:
+        entries = self._entries
+        state = entries.get(key)
+        if state is None:
+            self.expire(now_ms)
+            state = entries[key] = create()
+        else:
+            entries.move_to_end(key)
+        state.last_used_ms = now_ms
+        return state
+
+    def expire(self, now_ms: int) -> None:
+        entries = self._entries
+        while entries:
+            key, state = next(iter(entries.items()))
+            if now_ms - state.last_used_ms < self._idle_expiry_ms:
+                return
+            del entries[key]
+
+    def items(self) -> list[tuple[QuotaKey, State]]:
+        return list(self._entries.items())
+
+
+class Decision(NamedTuple):
+    admitted: bool
+    throttle_ms: int
+    key: QuotaKey | None = None
+    """The bucket charged, or None when no quota applies."""
+
+
+class MutationDecision(NamedTuple):
+    admitted: bool
+    """False when at least one topic was rejected."""
+    throttle_ms: int
+    key: QuotaKey | None
+    topics_admitted: tuple[bool, ...]
+    """One per topic of the request, in request order."""
+
+
+class PidDecision(NamedTuple):
+    admitted: bool
+    """False only in reject mode: the request must not be forwarded."""
+    throttle_ms: int
+    key: QuotaKey | None = None
+    new_pids: tuple[int, ...] = ()
+    """Producer IDs seen for the first time in this window and charged (remembered from now)."""
+    over_quota_pids: tuple[int, ...] = ()
+    """Unseen producer IDs that found the bucket below zero (not charged, not remembered)."""
+
+
+UNLIMITED = Decision(True, 0)
+_NO_PID_QUOTA = PidDecision(True, 0)
+
+
+class _Counters:
+    """Requests throttled and rejected, for the metrics."""
+
+    __slots__ = ("throttled", "rejected")
+
+    def __init__(self) -> None:
+        self.throttled = 0
+        self.rejected = 0
+
+
+# ---- produce bytes (KIP-13) -------------------------------------------------------------------
+
+class ProduceRateState(EntityState):
+    __slots__ = ("rate", "last_throttle_ms")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rate = SampledRate()
+        self.last_throttle_ms = 0
+
+
+class ClientQuotaManager(_Counters):
+    """``producer_byte_rate``: record the request size, throttle when the rate is above the quota."""
+
+    quota_type = QuotaType.PRODUCER_BYTE_RATE
+
+    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+        super().__init__()
+        self.config = config
+        self.entities: EntityTable[ProduceRateState] = EntityTable(idle_expiry_ms)
+
+    def update_config(self, config: QuotaConfig) -> None:
+        self.config = config
+
+    def record(self, user: str, client_id: str, size_bytes: int, now_ms: int) -> Decision:
+        quota = self.config.resolve(self.quota_type, user, client_id)
+        if quota is None:
+            return UNLIMITED
+        window = self.config.settings.produce_window
+        state = self.entities.get_or_create(quota.key, now_ms, ProduceRateState)
+        state.rate.record(size_bytes, now_ms, window)
+        rate, window_ms = state.rate.measure_with_window(now_ms, window)
+        if rate <= quota.limit:
+            return Decision(True, 0, quota.key)
+        throttle_ms = rate_throttle_ms(rate, quota.limit, window_ms)
+        if throttle_ms:
+            state.last_throttle_ms = throttle_ms
+            self.throttled += 1
+        return Decision(True, throttle_ms, quota.key)
+
+
+# ---- token-bucket quotas (KIP-599, KIP-936) ----------------------------------------------------
+
+class BucketState(EntityState):
+    __slots__ = ("bucket", "limit", "rate", "last_throttle_ms")
+
+    def __init__(self, bucket: TokenBucket, limit: float) -> None:
+        super().__init__()
+        self.bucket = bucket
+        self.limit = limit
+        """The quota in force at the entity's last request (for the tokens metric)."""
+        self.rate = SampledRate()
+        self.last_throttle_ms = 0
+
+
+class _BucketManager(_Counters):
+    quota_type: QuotaType
+
+    def __init__(self, config: QuotaConfig, idle_expiry_ms: int) -> None:
+        super().__init__()
+        self.config = config
+        self.entities: EntityTable[BucketState] = EntityTable(idle_expiry_ms)
+
+    def update_config(self, config: QuotaConfig) -> None:
+        self.config = config
+
+    def _state(self, quota: ResolvedQuota, now_ms: int) -> BucketState:
+        window = self.config.settings.window_for(self.quota_type)
+        state = self.entities.get_or_create(
+            quota.key, now_ms, lambda: BucketState(TokenBucket(quota.limit, window, now_ms), quota.limit))
+        state.limit = quota.limit
+        return state
+
+
+class ControllerMutationQuotaManager(_BucketManager):
+    """``controller_mutation_rate``: per-topic admission, strict or permissive by request version."""
+
+    quota_type = QuotaType.CONTROLLER_MUTATION_RATE
+
+    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+        super().__init__(config, idle_expiry_ms)
+
+    def admit_topics(self, user: str, client_id: str, mutations: Sequence[float], strict: bool,
+                     now_ms: int) -> MutationDecision:
+        """Charge each topic's partition mutations in request order (SPEC §4).
+
+        Strict: a topic is rejected when the bucket is already below zero, otherwise admitted
+        whatever its size. Permissive: every topic is admitted; the response is throttled when
+        the bucket ends below zero.
+        """
+        quota = self.config.resolve(self.quota_type, user, client_id)
+        window = self.config.settings.mutation_window
+        state = None if quota is None else self._state(quota, now_ms)
+        strategy: BucketQuota
+        if quota is None or state is None:
+            strategy = UnboundedQuota()
+        elif strict:
+            strategy = StrictQuota(state.bucket, quota.limit, window)
+        else:
+            strategy = PermissiveQuota(state.bucket, quota.limit, window)
+        admitted = tuple(strategy.record(count, now_ms) for count in mutations)
+        throttle_ms = strategy.throttle_ms(now_ms)
+        if state is not None:
+            for count, topic_admitted in zip(mutations, admitted, strict=True):
+                if topic_admitted:
+                    state.rate.record(count, now_ms, window)
+            if throttle_ms:
+                state.last_throttle_ms = throttle_ms
+                self.throttled += 1
+            if not all(admitted):
+                self.rejected += 1
+        return MutationDecision(all(admitted), throttle_ms, None if quota is None else quota.key, admitted)
+
+
+class ProducerIdQuotaManager(_BucketManager):
+    """``producer_ids_rate``: charge producer IDs a user has not used in the current window.
+
+    Strict like KIP-599: an unseen PID is admitted (charged one token and remembered) while the
+    user's bucket is >= 0. Over quota, ``reject`` mode refuses the whole request and charges
+    nothing; ``throttle`` mode lets the request through with a throttle time, charging and
+    remembering only the PIDs admitted before the bucket went below zero.
+    """
+
+    quota_type = QuotaType.PRODUCER_IDS_RATE
+
+    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS,
+                 expected_pids_per_filter: int = 10_000, false_positive_rate: float = 0.01,
+                 seen_elsewhere: Callable[[str, int], bool] | None = None) -> None:
+        super().__init__(config, idle_expiry_ms)
+        self._expected_pids = expected_pids_per_filter
+        self._false_positive_rate = false_positive_rate
+        self._seen_elsewhere = seen_elsewhere
+        self.seen = self._new_filters(config)
+
+    def _new_filters(self, config: QuotaConfig) -> TimeControlledBloomFilter:
+        window = config.settings.producer_id_window
+        return TimeControlledBloomFilter(round(window.length_s * 1000), self._expected_pids,
+                                         self._false_positive_rate)
+
+    def update_config(self, config: QuotaConfig) -> None:
+        if config.settings.producer_id_window != self.config.settings.producer_id_window:
+            self.seen = self._new_filters(config)
+        super().update_config(config)
+
+    def expire(self, now_ms: int) -> None:
+        """Drop filters and users past their time (KIP-936's cache cleanup; call it periodically)."""
+        self.seen.expire(now_ms)
+        self.entities.expire(now_ms)
+
+    def check(self, user: str, pids: Iterable[int], now_ms: int) -> PidDecision:
+        quota = self.config.resolve(self.quota_type, user, "")
+        if quota is None:
+            return _NO_PID_QUOTA
+        seen = self.seen
+        unseen: list[int] = []
+        for pid in pids:
+            if (pid >= 0 and pid not in unseen and not seen.might_contain(user, pid, now_ms)
+                    and not (self._seen_elsewhere is not None and self._seen_elsewhere(user, pid))):
+                unseen.append(pid)
+        if not unseen:
+            return PidDecision(True, 0, quota.key)
+        state = self._state(quota, now_ms)
+        if self.config.settings.producer_id_mode is PidQuotaMode.REJECT:
+            return self._all_or_nothing(user, unseen, quota, state, now_ms)
+        window = self.config.settings.producer_id_window
+        strategy = StrictQuota(state.bucket, quota.limit, window)
+        admitted: list[int] = []
+        over_quota: list[int] = []
+        for pid in unseen:
+            if strategy.record(1, now_ms):
+                admitted.append(pid)
+                seen.add(user, pid, now_ms)
+                state.rate.record(1, now_ms, window)
+            else:
+                over_quota.append(pid)
+        throttle_ms = strategy.throttle_ms(now_ms)
+        if throttle_ms:
+            state.last_throttle_ms = throttle_ms
+            self.throttled += 1
+        return PidDecision(True, throttle_ms, quota.key, tuple(admitted), tuple(over_quota))
+
+    def _all_or_nothing(self, user: str, unseen: list[int], quota: ResolvedQuota, state: BucketState,
+                        now_ms: int) -> PidDecision:
+        """Reject mode: the cluster must not see the request unless every new PID fits."""
+        window = self.config.settings.producer_id_window
+        tokens = state.bucket.measure(quota.limit, window, now_ms)
+        # n PIDs admitted strictly one after another need the bucket >= 0 before the last one
+        missing = (len(unseen) - 1) - tokens
+        if missing > 0:
+            throttle_ms = java_round(missing / quota.limit * 1000)
+            state.last_throttle_ms = throttle_ms
+            self.rejected += 1
+            return PidDecision(False, throttle_ms, quota.key, (), tuple(unseen))
+        for pid in unseen:
+            state.bucket.record(1, quota.limit, window, now_ms)
+            state.rate.record(1, now_ms, window)
+            self.seen.add(user, pid, now_ms)
+        return PidDecision(True, 0, quota.key, tuple(unseen), ())

@@ -1,0 +1,78 @@
+"""Prometheus metrics of the quota managers, named after Kafka's quota metrics.
+
+A collector reads the managers' live state at scrape time, so an entity that expires takes its
+series with it (millions of client ids never pile up in the registry) and recording a request
+costs no metric update. It registers on the registry it is given; there is no global registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+
+_ENTITY_LABELS = ["user", "client_id"]
+
+
+class QuotaMetrics(Collector):
+    def __init__(self, registry: CollectorRegistry, produce: ClientQuotaManager,
+                 mutations: ControllerMutationQuotaManager, producer_ids: ProducerIdQuotaManager,
+                 clock_ms: Callable[[], int]) -> None:
+        self._produce = produce
+        self._mutations = mutations
+        self._producer_ids = producer_ids
+        self._clock_ms = clock_ms
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        now_ms = self._clock_ms()
+        yield from self._produce_metrics(now_ms)
+        yield from self._bucket_metrics("controller_mutation", "partition mutations", self._mutations, now_ms,
+                                        _ENTITY_LABELS)
+        yield from self._bucket_metrics("producer_id", "new producer IDs", self._producer_ids, now_ms, ["user"])
+        throttled = CounterMetricFamily("kafka_quota_throttled_requests",
+                                        "Requests answered with a throttle time, by quota type",
+                                        labels=["quota_type"])
+        rejected = CounterMetricFamily("kafka_quota_rejected_requests",
+                                       "Requests (or their topics) refused with THROTTLING_QUOTA_EXCEEDED",
+                                       labels=["quota_type"])
+        for manager in (self._produce, self._mutations, self._producer_ids):
+            throttled.add_metric([manager.quota_type.value], manager.throttled)
+            rejected.add_metric([manager.quota_type.value], manager.rejected)
+        yield throttled
+        yield rejected
+
+    def _produce_metrics(self, now_ms: int) -> Iterator[Metric]:
+        rate = GaugeMetricFamily("kafka_quota_produce_byte_rate", "Produce bytes/s (Kafka's byte-rate)",
+                                 labels=_ENTITY_LABELS)
+        throttle = GaugeMetricFamily("kafka_quota_produce_throttle_time_ms",
+                                     "Last produce throttle time given (Kafka's throttle-time)", labels=_ENTITY_LABELS)
+        window = self._produce.config.settings.produce_window
+        for key, state in self._produce.entities.items():
+            labels = [key.user, key.client_id]
+            rate.add_metric(labels, state.rate.measure(now_ms, window))
+            throttle.add_metric(labels, state.last_throttle_ms)
+        yield rate
+        yield throttle
+
+    @staticmethod
+    def _bucket_metrics(prefix: str, what: str, manager: ControllerMutationQuotaManager | ProducerIdQuotaManager,
+                        now_ms: int, labels: list[str]) -> Iterator[Metric]:
+        rate = GaugeMetricFamily(f"kafka_quota_{prefix}_rate", f"{what.capitalize()} per second", labels=labels)
+        tokens = GaugeMetricFamily(f"kafka_quota_{prefix}_tokens",
+                                   f"Tokens left for {what}; below zero means throttling", labels=labels)
+        throttle = GaugeMetricFamily(f"kafka_quota_{prefix}_throttle_time_ms",
+                                     f"Last throttle time given for {what}", labels=labels)
+        window = manager.config.settings.window_for(manager.quota_type)
+        for key, state in manager.entities.items():
+            values = [key.user, key.client_id][:len(labels)]
+            rate.add_metric(values, state.rate.measure(now_ms, window))
+            tokens.add_metric(values, state.bucket.measure(state.limit, window, now_ms))
+            throttle.add_metric(values, state.last_throttle_ms)
+        yield rate
+        yield tokens
+        yield throttle

@@ -1,0 +1,99 @@
+"""Kafka's windowed ``Rate`` (``SampledStat`` + ``WindowedSum``) and the byte-quota throttle.
+
+Mirrors ``org.apache.kafka.common.metrics.stats.Rate``/``SampledStat`` and
+``QuotaUtils.throttleTime``: a fixed ring of samples, each covering ``window.size_ms``; a sample
+older than ``num * size`` is reset before measuring; the rate divides the retained sum by at
+least ``(num - 1)`` whole windows plus the elapsed part of the current one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from quotas.config import Window
+
+
+def java_round(value: float) -> int:
+    """``Math.round``: half rounds up (Python's ``round`` rounds half to even)."""
+    return math.floor(value + 0.5)
+
+
+class _Sample:
+    __slots__ = ("value", "event_count", "last_window_ms")
+
+    def __init__(self, now_ms: int) -> None:
+        self.value = 0.0
+        self.event_count = 0
+        self.last_window_ms = now_ms
+
+    def reset(self, now_ms: int) -> None:
+        self.value = 0.0
+        self.event_count = 0
+        self.last_window_ms = now_ms
+
+
+class SampledRate:
+    """A per-second rate of recorded values over a sliding set of samples."""
+
+    __slots__ = ("_samples", "_current")
+
+    def __init__(self) -> None:
+        self._samples: list[_Sample] = []
+        self._current = 0
+
+    def record(self, value: float, now_ms: int, window: Window) -> None:
+        sample = self._current_sample(now_ms)
+        if now_ms - sample.last_window_ms >= window.size_ms:
+            sample = self._advance(now_ms, window)
+        sample.value += value
+        sample.event_count += 1
+
+    def measure(self, now_ms: int, window: Window) -> float:
+        """Units per second at ``now_ms`` (expired samples are reset first, as Kafka does)."""
+        return self.measure_with_window(now_ms, window)[0]
+
+    def window_size_ms(self, now_ms: int, window: Window) -> int:
+        return self.measure_with_window(now_ms, window)[1]
+
+    def measure_with_window(self, now_ms: int, window: Window) -> tuple[float, int]:
+        """The rate and the window length (ms) it was divided by, which the throttle formula uses."""
+        # one pass doing Kafka's purgeObsoleteSamples, oldest() and the WindowedSum
+        if not self._samples:
+            self._samples.append(_Sample(now_ms))
+        size_ms = window.size_ms
+        expire_age_ms = window.num * size_ms
+        oldest_ms = now_ms
+        total = 0.0
+        for sample in self._samples:
+            if now_ms - sample.last_window_ms >= expire_age_ms:
+                sample.reset(now_ms)
+            elif sample.last_window_ms < oldest_ms:
+                oldest_ms = sample.last_window_ms
+            total += sample.value
+        elapsed_ms = now_ms - oldest_ms
+        full_windows = elapsed_ms // size_ms
+        min_full_windows = window.num - 1
+        if full_windows < min_full_windows:
+            elapsed_ms += (min_full_windows - full_windows) * size_ms
+        window_ms = max(elapsed_ms, 1)
+        return total / (window_ms / 1000.0), window_ms
+
+    def _current_sample(self, now_ms: int) -> _Sample:
+        if not self._samples:
+            self._samples.append(_Sample(now_ms))
+        return self._samples[self._current]
+
+    def _advance(self, now_ms: int, window: Window) -> _Sample:
+        self._current = (self._current + 1) % window.num
+        if self._current >= len(self._samples):
+            sample = _Sample(now_ms)
+            self._samples.append(sample)
+            return sample
+        sample = self._samples[self._current]
+        sample.reset(now_ms)
+        return sample
+
+
+def rate_throttle_ms(rate: float, limit: float, window_ms: int) -> int:
+    """``QuotaUtils.throttleTime``: how long until the rate falls back to the limit."""
+    return java_round((rate - limit) / limit * window_ms)

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quotas.bloom import BloomFilter, TimeControlledBloomFilter
+
+HOUR_MS = 3_600_000
+T0 = 1_700_000_000_000
+
+
+def test_shape_for_100k_items_at_one_percent_fits_in_150_kb() -> None:
+    bloom = BloomFilter.for_capacity(100_000, 0.01)
+    assert bloom.hash_count == 7
+    assert bloom.size_bytes <= 150_000
+
+
+def test_false_positive_rate_at_capacity_is_within_one_and_a_half_times_the_target() -> None:
+    rng = random.Random(936)
+    members = rng.sample(range(2**62), 100_000)
+    bloom = BloomFilter.for_capacity(100_000, 0.01)
+    for pid in members:
+        bloom.add(pid)
+    member_set = set(members)
+    probes = [pid for pid in rng.sample(range(2**62), 100_500) if pid not in member_set][:100_000]
+    false_positive_rate = sum(pid in bloom for pid in probes) / len(probes)
+    assert 0.0 < false_positive_rate <= 0.015
+    assert abs(bloom.approximate_count() - 100_000) < 2_000
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300))
+def test_no_false_negatives(items: list[int]) -> None:
+    bloom = BloomFilter.for_capacity(100, 0.01)
+    for item in items:
+        bloom.add(item)
+    assert all(item in bloom for item in items)
+
+
+def test_bad_shapes_are_refused() -> None:
+    with pytest.raises(ValueError):
+        BloomFilter.for_capacity(0, 0.01)
+    with pytest.raises(ValueError):
+        BloomFilter.for_capacity(10, 1.0)
+
+
+def test_new_filter_every_half_window_and_ids_remembered_for_at_least_a_window() -> None:
+    seen = TimeControlledBloomFilter(window_ms=HOUR_MS, expected_items=1000, false_positive_rate=0.001)
+    seen.add("alice", 42, T0)
+    seen.add("alice", 43, T0 + HOUR_MS // 2 - 1)
+    assert seen.filters("alice") == 1
+    seen.add("alice", 44, T0 + HOUR_MS // 2)
+    assert seen.filters("alice") == 2
+    assert seen.might_contain("alice", 42, T0 + HOUR_MS)
+    assert seen.might_contain("alice", 43, T0 + HOUR_MS * 3 // 2 - 1)
+    # the first filter is dropped 1.5 windows after it started; 44 lives in the second one
+    assert not seen.might_contain("alice", 42, T0 + HOUR_MS * 3 // 2)
+    assert seen.might_contain("alice", 44, T0 + HOUR_MS * 3 // 2)
+    assert not seen.might_contain("bob", 42, T0)
+
+
+def test_users_without_live_filters_are_removed() -> None:
+    seen = TimeControlledBloomFilter(window_ms=1000, expected_items=10, false_positive_rate=0.01)
+    seen.add("alice", 1, T0)
+    seen.add("bob", 1, T0 + 1000)
+    seen.expire(T0 + 1500)
+    assert seen.users() == 1 and seen.filters("alice") == 0
+    seen.expire(T0 + 2500)
+    assert seen.users() == 0

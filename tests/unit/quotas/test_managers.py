@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import psutil
+from prometheus_client import CollectorRegistry, generate_latest
+
+from quotas.config import DEFAULT, PidQuotaMode, QuotaConfig, QuotaEntity, QuotaKey, QuotaSettings, QuotaType, Window
+from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from quotas.metrics import QuotaMetrics
+from tests.unit.quotas.clock import FakeClock
+
+BYTES = QuotaType.PRODUCER_BYTE_RATE
+MUTATIONS = QuotaType.CONTROLLER_MUTATION_RATE
+PIDS = QuotaType.PRODUCER_IDS_RATE
+MIB = 1024 * 1024
+
+
+def config(entries: dict[QuotaEntity, dict[QuotaType, float]], **settings: object) -> QuotaConfig:
+    return QuotaConfig(QuotaSettings(**settings), entries)  # type: ignore[arg-type]
+
+
+# ---- produce bytes -----------------------------------------------------------------------------
+
+def test_byte_quota_throttles_by_kafkas_formula_and_leaves_others_alone() -> None:
+    clock = FakeClock()
+    manager = ClientQuotaManager(config({QuotaEntity(None, "slow"): {BYTES: MIB}}))
+    throttles = []
+    for _ in range(24):  # 2 MiB/s for 12 s, one request a 500 ms
+        throttles.append(manager.record("ANONYMOUS", "slow", MIB, clock()).throttle_ms)
+        clock.advance(500)
+    # the rate divides by at least 10 s: unthrottled until more than 10 s of quota has passed
+    assert throttles[:10] == [0] * 10
+    assert all(t > 0 for t in throttles[10:])
+    # last request (+11.5 s): the ring of 11 samples dropped the first; the oldest starts at +1 s,
+    # so 22 MiB over 10.5 s -> (22 / 10.5 - 1) * 10.5 s = 11.5 s
+    assert throttles[-1] == 11_500
+    free = manager.record("ANONYMOUS", "fast", 100 * MIB, clock())
+    assert (free.admitted, free.throttle_ms, free.key) == (True, 0, None)
+    assert manager.throttled == 14
+
+
+def test_quota_changes_apply_from_the_next_request() -> None:
+    clock = FakeClock()
+    entity = QuotaEntity("alice", None)
+    manager = ClientQuotaManager(config({entity: {BYTES: 10 * MIB}}))
+    assert manager.record("alice", "a", 20 * MIB, clock()).throttle_ms == 0
+    manager.update_config(config({entity: {BYTES: MIB}}))
+    assert manager.record("alice", "a", 1, clock()).throttle_ms > 0
+
+
+def test_user_quota_is_shared_by_that_users_clients_and_default_users_are_separate() -> None:
+    clock = FakeClock()
+    manager = ClientQuotaManager(config({QuotaEntity(DEFAULT, None): {BYTES: MIB}}))
+    manager.record("alice", "one", 10 * MIB, clock())
+    assert manager.record("alice", "two", 2 * MIB, clock()).throttle_ms > 0  # same bucket (alice, "")
+    assert manager.record("bob", "one", 2 * MIB, clock()).throttle_ms == 0
+    assert {key for key, _ in manager.entities.items()} == {QuotaKey("alice", ""), QuotaKey("bob", "")}
+
+
+def test_millions_of_client_ids_stay_bounded_by_idle_expiry() -> None:
+    clock = FakeClock()
+    quota_config = config({QuotaEntity(None, DEFAULT): {BYTES: MIB}})
+    manager = ClientQuotaManager(quota_config)
+    process = psutil.Process()
+    per_hour = 350_000
+    start_ms = clock()
+    rss_after_hour: list[int] = []
+    for hour in range(3):  # over a million distinct client ids in three hours
+        for i in range(per_hour):
+            now_ms = start_ms + (hour * per_hour + i) * 3_600_000 // per_hour
+            manager.record("ANONYMOUS", f"client-{hour}-{i}", 100, now_ms)
+        rss_after_hour.append(process.memory_info().rss)
+        assert len(manager.entities) <= per_hour + 1
+    assert rss_after_hour[2] - rss_after_hour[0] < 64 * MIB, "memory kept growing after the first hour"
+    assert quota_config._cached_resolve.cache_info().currsize <= 65_536
+
+
+# ---- controller mutations -------------------------------------------------------------------------
+
+def test_strict_mutation_quota_admits_topics_until_the_bucket_is_negative() -> None:
+    clock = FakeClock()
+    manager = ControllerMutationQuotaManager(config({QuotaEntity("alice", None): {MUTATIONS: 2}}))  # burst 22
+    decision = manager.admit_topics("alice", "admin", [10] * 10, strict=True, now_ms=clock())
+    assert decision.topics_admitted == (True, True, True) + (False,) * 7
+    assert not decision.admitted
+    assert decision.throttle_ms == 4000  # 22 - 30 = -8 tokens at 2/s
+    clock.advance(1000)
+    assert manager.admit_topics("alice", "admin", [1], strict=True, now_ms=clock()).throttle_ms == 3000
+    assert manager.rejected == 2
+
+
+def test_permissive_mutation_quota_admits_everything_and_throttles() -> None:
+    clock = FakeClock()
+    manager = ControllerMutationQuotaManager(config({QuotaEntity(None, DEFAULT): {MUTATIONS: 2}}))
+    decision = manager.admit_topics("u", "old-client", [10] * 10, strict=False, now_ms=clock())
+    assert decision.topics_admitted == (True,) * 10 and decision.admitted
+    assert decision.throttle_ms == 39_000  # 22 - 100 = -78 tokens at 2/s
+    unlimited = ControllerMutationQuotaManager(QuotaConfig())
+    assert unlimited.admit_topics("u", "c", [10**6], strict=True, now_ms=clock()).topics_admitted == (True,)
+
+
+# ---- producer IDs ----------------------------------------------------------------------------------
+
+TEN_SECONDS = Window(2, 5)
+
+
+def pid_manager(mode: PidQuotaMode, rate: float = 1.0, window: Window = TEN_SECONDS) -> ProducerIdQuotaManager:
+    return ProducerIdQuotaManager(config({QuotaEntity("alice", None): {PIDS: rate}}, producer_id_window=window,
+                                         producer_id_mode=mode))
+
+
+def test_only_unseen_producer_ids_are_charged() -> None:
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.THROTTLE)  # burst 2 * 5 s * 1/s = 10
+    first = manager.check("alice", [7, 7, -1], clock())
+    assert first.new_pids == (7,) and first.admitted and first.throttle_ms == 0
+    assert manager.check("alice", [7], clock()).new_pids == ()
+    assert manager.check("bob", range(100), clock()).new_pids == ()  # bob has no quota: not tracked
+
+
+def test_throttle_mode_forwards_and_throttles_without_remembering_over_quota_ids() -> None:
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.THROTTLE)
+    assert manager.check("alice", range(11), clock()).throttle_ms == 0  # 10 tokens, the 11th at 0 -> -1
+    over = manager.check("alice", [100], clock())
+    assert over.admitted and over.over_quota_pids == (100,) and over.throttle_ms == 1000
+    clock.advance(1000)
+    again = manager.check("alice", [100], clock())  # bucket back at 0: admitted now
+    assert again.new_pids == (100,) and again.throttle_ms == 0
+
+
+def test_reject_mode_refuses_the_request_and_charges_nothing() -> None:
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.REJECT)
+    assert manager.check("alice", range(11), clock()).admitted
+    refused = manager.check("alice", [100], clock())
+    assert (refused.admitted, refused.throttle_ms, refused.new_pids, refused.over_quota_pids) == (
+        False, 1000, (), (100,))
+    assert manager.check("alice", [100], clock()).over_quota_pids == (100,)  # still unknown
+    assert manager.rejected == 2
+    clock.advance(1000)
+    assert manager.check("alice", [100], clock()).new_pids == (100,)
+
+
+def test_ids_are_forgotten_after_the_window_and_charged_again() -> None:
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.THROTTLE, window=TEN_SECONDS)
+    assert manager.check("alice", [1], clock()).new_pids == (1,)
+    clock.advance(10_000)
+    assert manager.check("alice", [1], clock()).new_pids == ()
+    clock.advance(5_000)  # 1.5 windows after the filter holding 1 started
+    assert manager.check("alice", [1], clock()).new_pids == (1,)
+
+
+def test_metrics_follow_live_entities() -> None:
+    clock = FakeClock()
+    quotas = config({QuotaEntity(None, "c"): {BYTES: 100, MUTATIONS: 1}, QuotaEntity("u", None): {PIDS: 1}})
+    produce = ClientQuotaManager(quotas, idle_expiry_ms=60_000)
+    mutations = ControllerMutationQuotaManager(quotas)
+    pids = ProducerIdQuotaManager(quotas)
+    registry = CollectorRegistry()
+    QuotaMetrics(registry, produce, mutations, pids, clock)
+    produce.record("u", "c", 10_000, clock())
+    mutations.admit_topics("u", "c", [20], strict=True, now_ms=clock())
+    pids.check("u", [5], clock())
+    text = generate_latest(registry).decode()
+    assert 'kafka_quota_produce_byte_rate{client_id="c",user=""} 1000.0' in text
+    assert 'kafka_quota_controller_mutation_tokens{client_id="c",user=""} -9.0' in text
+    assert 'kafka_quota_producer_id_tokens{user="u"} 39599.0' in text
+    assert 'kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
+    clock.advance(60_000)
+    produce.entities.expire(clock())
+    assert "kafka_quota_produce_byte_rate{" not in generate_latest(registry).decode()
