@@ -27,32 +27,42 @@ def per_call_us(loop: Callable[[int], None], calls: int, repeats: int = 5) -> fl
     return min(timings)
 
 
+USERS = [f"user-{i}" for i in range(64)]
+CLIENTS = [f"client-{i}" for i in range(64)]
+
+
 def produce_record_us(calls: int) -> float:
     config = QuotaConfig(entries={QuotaEntity(None, DEFAULT): {QuotaType.PRODUCER_BYTE_RATE: 10**9}})
     manager = ClientQuotaManager(config)
 
     def loop(n: int) -> None:
-        for i in range(n):  # 64 clients, one request every 100 us of quota time
-            manager.record("ANONYMOUS", f"client-{i & 63}", 1024, T0 + i // 10)
+        record, clients = manager.record, CLIENTS
+        for i in range(n):  # 64 clients, a request every 100 us of quota time
+            record("ANONYMOUS", clients[i & 63], 1024, T0 + i // 10)
 
     return per_call_us(loop, calls)
 
 
 def pid_check_us(calls: int, new_pids: bool) -> float:
+    """64 users with a producer_ids_rate quota, filters shaped for 100k PIDs at 1% (~117 KB)."""
     settings = QuotaSettings(producer_id_mode=PidQuotaMode.THROTTLE)
     config = QuotaConfig(settings, {QuotaEntity(DEFAULT, None): {QuotaType.PRODUCER_IDS_RATE: 10**6}})
-    manager = ProducerIdQuotaManager(config, expected_pids_per_filter=1_000_000)
+    manager = ProducerIdQuotaManager(config, expected_pids_per_filter=100_000)
     offset = [0]
 
     def loop(n: int) -> None:
         base = offset[0]
-        for i in range(n):
-            pid = base + i if new_pids else i & 1023
-            manager.check(f"user-{i & 7}", (pid,), T0 + i // 10)
+        requests = [(USERS[i & 63], ((base + i) if new_pids else (i & 1023),)) for i in range(n)]
+        check = manager.check
+        started = time.perf_counter()
+        for i, (user, pids) in enumerate(requests):
+            check(user, pids, T0 + i // 10)
+        elapsed.append(time.perf_counter() - started)
         offset[0] += n
 
-    return per_call_us(loop, calls)
-
+    elapsed: list[float] = []
+    per_call_us(loop, calls)
+    return min(elapsed) / calls * 1e6
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)

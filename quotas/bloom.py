@@ -15,6 +15,13 @@ import mmh3
 
 _INT64 = Struct(">q")
 
+Probe = tuple[int, int]
+
+
+def probe(item: int, bit_count: int) -> Probe:
+    first, second = mmh3.hash64(_INT64.pack(item), signed=False)
+    return first % bit_count, second % bit_count
+
 
 class BloomFilter:
     __slots__ = ("bit_count", "hash_count", "_bits")
@@ -41,22 +48,29 @@ class BloomFilter:
         return len(self._bits)
 
     # Kirsch-Mitzenmacher: position i = (h1 + i * h2) mod m from the two 64-bit halves of one
-    # MurmurHash3 x64-128. Both halves are reduced mod m first so the loop stays in small ints;
-    # add and contains inline it because they run on every produce request that carries a PID.
+    # MurmurHash3 x64-128, both reduced mod m first so the loops stay in small ints. A probe is
+    # that (h1, h2) pair: filters of one shape share it, so hashing happens once per lookup.
+    def probe(self, item: int) -> Probe:
+        return probe(item, self.bit_count)
+
     def add(self, item: int) -> None:
-        first, second = mmh3.hash64(_INT64.pack(item), signed=False)
+        self.add_probe(probe(item, self.bit_count))
+
+    def __contains__(self, item: int) -> bool:
+        return self.contains_probe(probe(item, self.bit_count))
+
+    def add_probe(self, item_probe: Probe) -> None:
         bits, m = self._bits, self.bit_count
-        position, step = first % m, second % m
+        position, step = item_probe
         for _ in range(self.hash_count):
             bits[position >> 3] |= 1 << (position & 7)
             position += step
             if position >= m:
                 position -= m
 
-    def __contains__(self, item: int) -> bool:
-        first, second = mmh3.hash64(_INT64.pack(item), signed=False)
+    def contains_probe(self, item_probe: Probe) -> bool:
         bits, m = self._bits, self.bit_count
-        position, step = first % m, second % m
+        position, step = item_probe
         for _ in range(self.hash_count):
             if not bits[position >> 3] & (1 << (position & 7)):
                 return False
@@ -76,12 +90,13 @@ class BloomFilter:
 class TimeControlledBloomFilter:
     """Per-user rotating Bloom filters of producer IDs (all users of one quota share a shape)."""
 
-    __slots__ = ("_window_ms", "_expected_items", "_false_positive_rate", "_by_user")
+    __slots__ = ("_window_ms", "_expected_items", "_false_positive_rate", "_bit_count", "_by_user")
 
     def __init__(self, window_ms: int, expected_items: int, false_positive_rate: float) -> None:
         self._window_ms = window_ms
         self._expected_items = expected_items
         self._false_positive_rate = false_positive_rate
+        self._bit_count = BloomFilter.for_capacity(expected_items, false_positive_rate).bit_count
         # user -> [(started_ms, filter)], oldest first; users ordered by their newest filter's start
         self._by_user: OrderedDict[str, list[tuple[int, BloomFilter]]] = OrderedDict()
 
@@ -95,16 +110,20 @@ class TimeControlledBloomFilter:
     def filters(self, user: str) -> int:
         return len(self._by_user.get(user, ()))
 
-    def might_contain(self, user: str, pid: int, now_ms: int) -> bool:
-        return any(pid in bloom for _, bloom in self._live_filters(user, now_ms))
+    def probe(self, pid: int) -> Probe:
+        """Hash ``pid`` once for ``might_contain`` and ``add`` (every filter here has one shape)."""
+        return probe(pid, self._bit_count)
 
-    def add(self, user: str, pid: int, now_ms: int) -> None:
+    def might_contain(self, user: str, pid_probe: Probe, now_ms: int) -> bool:
+        return any(bloom.contains_probe(pid_probe) for _, bloom in self._live_filters(user, now_ms))
+
+    def add(self, user: str, pid_probe: Probe, now_ms: int) -> None:
         filters = self._live_filters(user, now_ms)
         if not filters or now_ms - filters[-1][0] >= self._window_ms // 2:
             filters.append((now_ms, BloomFilter.for_capacity(self._expected_items, self._false_positive_rate)))
             self._by_user[user] = filters
             self._by_user.move_to_end(user)
-        filters[-1][1].add(pid)
+        filters[-1][1].add_probe(pid_probe)
 
     def expire(self, now_ms: int) -> None:
         """Drop filters older than 1.5 windows and users left with none (cheap: oldest first)."""

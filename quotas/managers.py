@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
-from quotas.bloom import TimeControlledBloomFilter
+from quotas.bloom import Probe, TimeControlledBloomFilter
 from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaType, ResolvedQuota
 from quotas.rate import SampledRate, java_round, rate_throttle_ms
 from quotas.token_bucket import BucketQuota, PermissiveQuota, StrictQuota, TokenBucket, UnboundedQuota
@@ -262,11 +262,14 @@ class ProducerIdQuotaManager(_BucketManager):
         if quota is None:
             return _NO_PID_QUOTA
         seen = self.seen
-        unseen: list[int] = []
+        unseen: dict[int, Probe] = {}
         for pid in pids:
-            if (pid >= 0 and pid not in unseen and not seen.might_contain(user, pid, now_ms)
-                    and not (self._seen_elsewhere is not None and self._seen_elsewhere(user, pid))):
-                unseen.append(pid)
+            if pid < 0 or pid in unseen:
+                continue
+            pid_probe = seen.probe(pid)
+            if not seen.might_contain(user, pid_probe, now_ms) and not (
+                    self._seen_elsewhere is not None and self._seen_elsewhere(user, pid)):
+                unseen[pid] = pid_probe
         if not unseen:
             return PidDecision(True, 0, quota.key)
         state = self._state(quota, now_ms)
@@ -276,10 +279,10 @@ class ProducerIdQuotaManager(_BucketManager):
         strategy = StrictQuota(state.bucket, quota.limit, window)
         admitted: list[int] = []
         over_quota: list[int] = []
-        for pid in unseen:
+        for pid, pid_probe in unseen.items():
             if strategy.record(1, now_ms):
                 admitted.append(pid)
-                seen.add(user, pid, now_ms)
+                seen.add(user, pid_probe, now_ms)
                 state.rate.record(1, now_ms, window)
             else:
                 over_quota.append(pid)
@@ -289,7 +292,7 @@ class ProducerIdQuotaManager(_BucketManager):
             self.throttled += 1
         return PidDecision(True, throttle_ms, quota.key, tuple(admitted), tuple(over_quota))
 
-    def _all_or_nothing(self, user: str, unseen: list[int], quota: ResolvedQuota, state: BucketState,
+    def _all_or_nothing(self, user: str, unseen: dict[int, Probe], quota: ResolvedQuota, state: BucketState,
                         now_ms: int) -> PidDecision:
         """Reject mode: the cluster must not see the request unless every new PID fits."""
         window = self.config.settings.producer_id_window
@@ -301,8 +304,8 @@ class ProducerIdQuotaManager(_BucketManager):
             state.last_throttle_ms = throttle_ms
             self.rejected += 1
             return PidDecision(False, throttle_ms, quota.key, (), tuple(unseen))
-        for pid in unseen:
+        for pid_probe in unseen.values():
             state.bucket.record(1, quota.limit, window, now_ms)
             state.rate.record(1, now_ms, window)
-            self.seen.add(user, pid, now_ms)
+            self.seen.add(user, pid_probe, now_ms)
         return PidDecision(True, 0, quota.key, tuple(unseen), ())

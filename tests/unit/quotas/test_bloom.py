@@ -48,23 +48,23 @@ def test_bad_shapes_are_refused() -> None:
 
 def test_new_filter_every_half_window_and_ids_remembered_for_at_least_a_window() -> None:
     seen = TimeControlledBloomFilter(window_ms=HOUR_MS, expected_items=1000, false_positive_rate=0.001)
-    seen.add("alice", 42, T0)
-    seen.add("alice", 43, T0 + HOUR_MS // 2 - 1)
+    seen.add("alice", seen.probe(42), T0)
+    seen.add("alice", seen.probe(43), T0 + HOUR_MS // 2 - 1)
     assert seen.filters("alice") == 1
-    seen.add("alice", 44, T0 + HOUR_MS // 2)
+    seen.add("alice", seen.probe(44), T0 + HOUR_MS // 2)
     assert seen.filters("alice") == 2
-    assert seen.might_contain("alice", 42, T0 + HOUR_MS)
-    assert seen.might_contain("alice", 43, T0 + HOUR_MS * 3 // 2 - 1)
+    assert seen.might_contain("alice", seen.probe(42), T0 + HOUR_MS)
+    assert seen.might_contain("alice", seen.probe(43), T0 + HOUR_MS * 3 // 2 - 1)
     # the first filter is dropped 1.5 windows after it started; 44 lives in the second one
-    assert not seen.might_contain("alice", 42, T0 + HOUR_MS * 3 // 2)
-    assert seen.might_contain("alice", 44, T0 + HOUR_MS * 3 // 2)
-    assert not seen.might_contain("bob", 42, T0)
+    assert not seen.might_contain("alice", seen.probe(42), T0 + HOUR_MS * 3 // 2)
+    assert seen.might_contain("alice", seen.probe(44), T0 + HOUR_MS * 3 // 2)
+    assert not seen.might_contain("bob", seen.probe(42), T0)
 
 
 def test_users_without_live_filters_are_removed() -> None:
     seen = TimeControlledBloomFilter(window_ms=1000, expected_items=10, false_positive_rate=0.01)
-    seen.add("alice", 1, T0)
-    seen.add("bob", 1, T0 + 1000)
+    seen.add("alice", seen.probe(1), T0)
+    seen.add("bob", seen.probe(1), T0 + 1000)
     seen.expire(T0 + 1500)
     assert seen.users() == 1 and seen.filters("alice") == 0
     seen.expire(T0 + 2500)
