@@ -59,7 +59,14 @@ def throughput_mb_s(bootstrap: str, records: int, record_bytes: int = 1024) -> f
     if producer.flush(120) != 0:
         raise RuntimeError("producer did not deliver everything")
     elapsed = time.perf_counter() - started
+    delete_topic(bootstrap, topic)
     return records * record_bytes / elapsed / 1e6
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Tansu keeps everything in memory and slows as it fills; every run starts from the same state."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
 
 
 def produce_frame(topic: str, value_bytes: int, acks: int, correlation_id: int = 1) -> bytes:

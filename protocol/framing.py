@@ -46,6 +46,19 @@ class FrameSplitter:
             del self._pending[:complete]
         return chunk, ends
 
+    def partial_frame(self) -> tuple[memoryview, int] | None:
+        """The buffered start of an incomplete frame (size prefix included) and its full length."""
+        if len(self._pending) < SIZE_PREFIX_BYTES:
+            return None
+        (size,) = _SIZE.unpack_from(self._pending, 0)
+        return memoryview(self._pending), SIZE_PREFIX_BYTES + size
+
+    def take_partial_frame(self) -> bytes:
+        """Hand over the buffered start of the incomplete frame; its rest bypasses the splitter."""
+        taken = bytes(self._pending)
+        self._pending.clear()
+        return taken
+
     def _frame_ends(self, buf: bytes | bytearray) -> list[int]:
         ends: list[int] = []
         pos = 0

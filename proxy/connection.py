@@ -33,6 +33,9 @@ from proxy.metrics import ProxyMetrics
 log = logging.getLogger(__name__)
 
 _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
+CUT_THROUGH_AFTER_BYTES = 64 * 1024
+"""A request frame still incomplete after this many bytes is forwarded as it arrives: holding a
+megabyte-sized produce request until its last byte adds a loopback transfer to every request."""
 
 
 class InFlight(NamedTuple):
@@ -97,6 +100,8 @@ class ClientConnection(asyncio.Protocol):
         self._connect_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
+        self._cut_through_remaining = 0
+        """Bytes of a request frame still to come that go upstream without buffering."""
 
     # ---- client transport callbacks -------------------------------------------------------
 
@@ -125,10 +130,16 @@ class ClientConnection(asyncio.Protocol):
                 self.close("sent more than a frame before the upstream connection opened", warn=True)
             return
         self._metrics.bytes_in += len(data)
+        if self._cut_through_remaining:
+            data = self._cut_through(data)
+            if not data:
+                return
         try:
             chunk, ends = self._requests.feed(data)
             if ends:
                 self._route_requests(chunk, ends)
+            if self._requests.buffered_bytes >= CUT_THROUGH_AFTER_BYTES:
+                self._start_cut_through()
         except ProtocolError as error:
             self._context.metrics.closed_for_bad_input += 1
             self.close(f"bad request frame: {error}", warn=True)
@@ -137,10 +148,9 @@ class ClientConnection(asyncio.Protocol):
             self.close("internal error handling requests", warn=True)
 
     def eof_received(self) -> bool | None:
-        if self._requests.buffered_bytes or self._before_upstream:
+        if self._requests.buffered_bytes or self._before_upstream or self._cut_through_remaining:
             self._context.metrics.closed_for_bad_input += 1
-            self.close(f"truncated frame: client closed {self._requests.buffered_bytes} bytes into a frame",
-                       warn=True)
+            self.close("truncated frame: client closed in the middle of a frame", warn=True)
         return None
 
     def pause_writing(self) -> None:
@@ -159,21 +169,49 @@ class ClientConnection(asyncio.Protocol):
     def _route_requests(self, chunk: bytes, ends: list[int]) -> None:
         view = memoryview(chunk)
         start = 0
-        requests_by_api = self._metrics.requests_by_api
         for end in ends:
-            api_key, api_version, correlation_id = peek_request(chunk, start + SIZE_PREFIX_BYTES)
-            if api_key not in KNOWN_API_KEYS:
-                raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version,
-                                    offset=start)
-            requests_by_api[api_key] += 1
-            if api_key != PRODUCE_KEY or self._expects_produce_response(
-                    view[start + SIZE_PREFIX_BYTES:end], api_version):
-                self._in_flight.append(InFlight(correlation_id, api_key, api_version))
+            self._route_request(view[start + SIZE_PREFIX_BYTES:end])
             start = end
         assert self._upstream is not None
         self._upstream.write(chunk)
-        if len(self._in_flight) >= self._config.max_in_flight_requests:
-            self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
+
+    def _route_request(self, frame: memoryview) -> None:
+        """Account for one request (its start is enough) before its bytes go upstream."""
+        api_key, api_version, correlation_id = peek_request(frame)
+        if api_key not in KNOWN_API_KEYS:
+            raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
+        self._metrics.requests_by_api[api_key] += 1
+        if api_key != PRODUCE_KEY or self._expects_produce_response(frame, api_version):
+            self._in_flight.append(InFlight(correlation_id, api_key, api_version))
+            if len(self._in_flight) >= self._config.max_in_flight_requests:
+                self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
+
+    def _start_cut_through(self) -> None:
+        partial = self._requests.partial_frame()
+        assert partial is not None
+        prefix, frame_bytes = partial
+        try:
+            self._route_request(prefix[SIZE_PREFIX_BYTES:])
+        except ProtocolError:
+            return  # the header does not fit yet: judge the frame once it is whole
+        finally:
+            prefix.release()
+        taken = self._requests.take_partial_frame()
+        assert self._upstream is not None
+        self._upstream.write(taken)
+        self._cut_through_remaining = frame_bytes - len(taken)
+
+    def _cut_through(self, data: bytes) -> bytes:
+        """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
+        assert self._upstream is not None
+        remaining = self._cut_through_remaining
+        if len(data) <= remaining:
+            self._upstream.write(data)
+            self._cut_through_remaining = remaining - len(data)
+            return b""
+        self._upstream.write(memoryview(data)[:remaining])
+        self._cut_through_remaining = 0
+        return data[remaining:]
 
     @staticmethod
     def _expects_produce_response(frame: memoryview, api_version: int) -> bool:

@@ -52,3 +52,17 @@ def test_partial_frame_is_kept_until_complete() -> None:
     assert splitter.buffered_bytes == 5
     chunk, ends = splitter.feed(data[5:])
     assert (chunk, ends) == (data, [len(data)])
+
+
+def test_partial_frame_can_be_handed_over() -> None:
+    splitter = FrameSplitter(1 << 20, 8)
+    data = frame(b"h" * 1000)
+    assert splitter.partial_frame() is None
+    splitter.feed(data[:300])
+    partial = splitter.partial_frame()
+    assert partial is not None
+    prefix, total = partial
+    assert (bytes(prefix), total) == (data[:300], len(data))
+    prefix.release()
+    assert splitter.take_partial_frame() == data[:300]
+    assert splitter.buffered_bytes == 0

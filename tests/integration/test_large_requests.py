@@ -1,0 +1,49 @@
+"""Requests larger than one read are forwarded while they arrive, and still answered in order."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from tests.support import ProxyProcess, encode_request, read_frame
+
+pytestmark = pytest.mark.integration
+
+
+def produce_request(topic: str, values: list[bytes], correlation_id: int) -> bytes:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=64 << 20)
+    for value in values:
+        builder.append(int(time.time() * 1000), None, value)
+    builder.close()
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
+    return encode_request(0, 7, correlation_id=correlation_id, transactional_id=None, acks=-1, timeout_ms=30_000,
+                          topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])])
+
+
+def test_a_large_produce_sent_slowly_then_a_small_request_both_answered(proxy: ProxyProcess, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    values = [bytes([i % 251]) * 100_000 for i in range(30)]  # a 3 MB request
+    large = produce_request(topic, values, correlation_id=1)
+    small = encode_request(18, 0, correlation_id=2)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        for start in range(0, len(large) - 1000, 300_000):
+            sock.sendall(large[start:start + 300_000])
+            time.sleep(0.02)
+        sock.sendall(large[start + 300_000:] + small)
+        first, second = read_frame(sock), read_frame(sock)
+    assert struct.unpack_from(">i", first)[0] == 1
+    assert struct.unpack_from(">i", second)[0] == 2
+    consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5_000, fetch_max_bytes=8 << 20, max_partition_fetch_bytes=8 << 20)
+    received = [record.value for record in consumer]
+    consumer.close()
+    assert received == values
