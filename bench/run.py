@@ -110,6 +110,8 @@ def latency_percentiles(targets: dict[str, str], rounds: int, requests_per_round
     for round_index in range(rounds):
         for name in names[round_index % len(names):] + names[:round_index % len(names)]:
             pooled[name].extend(latency_samples_us(targets[name], topics[name], requests_per_round))
+    for name, topic in topics.items():
+        delete_topic(targets[name], topic)
     figures = {}
     for name, samples in pooled.items():
         samples.sort()
@@ -173,7 +175,9 @@ def request_rate(bootstrap: str, connections: int, depth: int, seconds: float) -
         elapsed = time.perf_counter() - started
         return sum(protocol.responses for protocol, _ in clients) / elapsed
 
-    return uvloop.run(run())
+    rate = uvloop.run(run())
+    delete_topic(bootstrap, topic)
+    return rate
 
 
 def idle_connections_rss_mb(proxy: ProxyProcess, connections: int) -> dict[str, float]:
