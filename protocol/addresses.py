@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from protocol.apis import response_class
-from protocol.errors import ProtocolError
+from protocol.codecs import decode_response, encode_response
 
 
 class BrokerAddress(NamedTuple):
@@ -88,20 +87,6 @@ _REWRITERS: dict[int, Callable[[Any, Advertise], bool]] = {
 }
 
 
-def decode_response(api_key: int, api_version: int, body: bytes | memoryview) -> Any:
-    cls = response_class(api_key)
-    if api_version > cls.max_version:
-        raise ProtocolError("response version newer than the proxy can parse", api_key=api_key,
-                            api_version=api_version, offset=0)
-    try:
-        return cls.decode(body, version=api_version)
-    except ProtocolError:
-        raise
-    except Exception as error:  # kafka-python raises struct/index/value errors on bad input
-        raise ProtocolError(f"undecodable response: {error!r}", api_key=api_key,
-                            api_version=api_version, offset=0) from error
-
-
 def rewrite_broker_addresses(api_key: int, api_version: int, body: bytes | memoryview,
                              advertise: Advertise) -> bytes | None:
     """The response body with every broker address replaced, or None when it names no broker.
@@ -112,9 +97,4 @@ def rewrite_broker_addresses(api_key: int, api_version: int, body: bytes | memor
     message = decode_response(api_key, api_version, body)
     if not _REWRITERS[api_key](message, advertise):
         return None
-    return bytes(message.encode())
-
-
-def brokers_in_metadata(body: bytes | memoryview, api_version: int) -> list[BrokerAddress]:
-    message = decode_response(METADATA_KEY, api_version, body)
-    return [BrokerAddress(b.node_id, b.host, b.port) for b in message.brokers]
+    return encode_response(api_key, api_version, message)

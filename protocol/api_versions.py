@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from protocol.addresses import decode_response
+from protocol.codecs import decode_response, encode_response
 
 API_VERSIONS_KEY = 18
 
@@ -25,4 +25,4 @@ def cap_api_versions(body: bytes | memoryview, api_version: int,
             changed = True
     if not changed:
         return None
-    return bytes(message.encode())
+    return encode_response(API_VERSIONS_KEY, message.version, message)

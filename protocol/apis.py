@@ -13,6 +13,8 @@ import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake/SaslAuthentic
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
+import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
+
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
 
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from protocol.addresses import ADDRESS_BEARING_APIS, Advertise, BrokerAddress
 from protocol.api_versions import API_VERSIONS_KEY
-from protocol.apis import request_class, response_class
+from protocol.codecs import max_version
 from protocol.errors import ProtocolError
 from protocol.produce import PRODUCE_KEY
 from proxy.config import HostPort, ProxyConfig
@@ -28,8 +28,7 @@ _DECODED_APIS = ADDRESS_BEARING_APIS | {API_VERSIONS_KEY, PRODUCE_KEY}
 
 
 def _version_ceilings() -> dict[int, int]:
-    return {api_key: min(request_class(api_key).max_version, response_class(api_key).max_version)
-            for api_key in _DECODED_APIS}
+    return {api_key: max_version(api_key) for api_key in _DECODED_APIS}
 
 
 class ProxyServer:

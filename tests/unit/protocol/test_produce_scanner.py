@@ -1,0 +1,147 @@
+"""The zero-copy Produce scanner agrees with kafka-python's full decoder on every version."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from protocol.errors import ProtocolError
+from protocol.header import parse_request_header
+from protocol.produce import BATCH_HEADER_BYTES, scan_produce
+
+VERSIONS = range(3, 14)
+
+
+@st.composite
+def record_batches(draw: st.DrawFn) -> bytes | None:
+    if draw(st.integers(0, 5)) == 0:
+        return None
+    idempotent = draw(st.booleans())
+    transactional = idempotent and draw(st.booleans())
+    builder = MemoryRecordsBuilder(
+        magic=2, compression_type=0, batch_size=1 << 20, transactional=transactional,
+        producer_id=draw(st.integers(0, 2**63 - 1)) if idempotent else -1,
+        producer_epoch=draw(st.integers(0, 32767)) if idempotent else -1,
+        base_sequence=draw(st.integers(0, 2**31 - 1)) if idempotent else -1)
+    for value in draw(st.lists(st.binary(max_size=64), min_size=1, max_size=5)):
+        builder.append(1_700_000_000_000, None, value)
+    builder.close()
+    batch = bytearray(builder.buffer())
+    # the scanner reads attributes, it does not decompress: any compression/control bits will do
+    attributes = struct.unpack_from(">h", batch, 21)[0]
+    attributes = (attributes & ~0x07) | draw(st.integers(0, 4))
+    if draw(st.integers(0, 9)) == 0:
+        attributes |= 0x20
+    struct.pack_into(">h", batch, 21, attributes)
+    return bytes(batch)
+
+
+@st.composite
+def produce_requests(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.sampled_from(VERSIONS))
+    topics = []
+    for _ in range(draw(st.integers(0, 4))):
+        partitions = [ProduceRequest.TopicProduceData.PartitionProduceData(index=draw(st.integers(0, 1000)),
+                                                                           records=draw(record_batches()))
+                      for _ in range(draw(st.integers(0, 4)))]
+        if version >= 13:
+            topics.append(ProduceRequest.TopicProduceData(topic_id=uuid.UUID(bytes=draw(st.binary(min_size=16,
+                                                                                                max_size=16))),
+                                                          partition_data=partitions))
+        else:
+            topics.append(ProduceRequest.TopicProduceData(name=draw(st.text(min_size=1, max_size=20)),
+                                                          partition_data=partitions))
+    request = ProduceRequest[version](transactional_id=draw(st.none() | st.text(max_size=10)),
+                                      acks=draw(st.sampled_from([-1, 0, 1])), timeout_ms=draw(st.integers(0, 60000)),
+                                      topic_data=topics)
+    request.with_header(correlation_id=9, client_id=draw(st.text(max_size=10)))
+    return version, bytes(request.encode(header=True))
+
+
+@settings(max_examples=400)
+@given(produce_requests())
+def test_scanner_agrees_with_kafka_python(generated: tuple[int, bytes]) -> None:
+    version, frame = generated
+    header = parse_request_header(frame, flexible=version >= 9)
+    scan = scan_produce(memoryview(frame), header)
+    decoded = ProduceRequest.decode(frame[header.length:], version=version)
+    assert (scan.transactional_id, scan.acks, scan.timeout_ms) == (
+        decoded.transactional_id, decoded.acks, decoded.timeout_ms)
+    assert len(scan.topics) == len(decoded.topic_data)
+    for topic, expected in zip(scan.topics, decoded.topic_data, strict=True):
+        if version >= 13:
+            # kafka-python decodes Kafka's ZERO_UUID as None
+            expected_id = bytes(16) if expected.topic_id is None else expected.topic_id.bytes
+            assert topic.topic_id == expected_id and topic.name is None
+        else:
+            assert topic.name == expected.name and topic.topic_id is None
+        for partition, expected_partition in zip(topic.partitions, expected.partition_data, strict=True):
+            assert partition.partition == expected_partition.index
+            if expected_partition.records is None:
+                assert partition.batch is None
+                continue
+            batch = partition.batch
+            assert batch is not None
+            assert frame[batch.start:batch.end] == bytes(expected_partition.records)
+            reference = DefaultRecordBatch(bytes(expected_partition.records))
+            assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
+                reference.producer_id, reference.producer_epoch, reference.base_sequence)
+            assert batch.compression == reference.compression_type
+            assert batch.transactional == reference.is_transactional
+            assert batch.control == reference.is_control_batch
+            assert (batch.magic, batch.records_count) == (reference.magic, reference.records_count)
+
+
+def encoded(version: int, records: bytes | None) -> tuple[bytes, object]:
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
+    request = ProduceRequest[version](transactional_id=None, acks=1, timeout_ms=1,
+                                      topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=[partition])])
+    request.with_header(correlation_id=1, client_id="c")
+    frame = bytes(request.encode(header=True))
+    return frame, parse_request_header(frame, flexible=version >= 9)
+
+
+def one_batch() -> bytes:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    builder.append(1, None, b"v")
+    builder.close()
+    return bytes(builder.buffer())
+
+
+@pytest.mark.parametrize("version", [7, 11])
+def test_two_batches_in_one_partition_are_rejected(version: int) -> None:
+    frame, header = encoded(version, one_batch() * 2)
+    with pytest.raises(ProtocolError, match="exactly one batch per partition"):
+        scan_produce(frame, header)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", [7, 11])
+def test_old_magic_is_rejected(version: int) -> None:
+    batch = bytearray(one_batch())
+    batch[16] = 1
+    frame, header = encoded(version, bytes(batch))
+    with pytest.raises(ProtocolError, match=r"magic 1.*api_key=0, version=\d+, offset=\d+"):
+        scan_produce(frame, header)  # type: ignore[arg-type]
+
+
+def test_records_shorter_than_a_batch_header_are_rejected() -> None:
+    frame, header = encoded(7, b"\x00" * (BATCH_HEADER_BYTES - 1))
+    with pytest.raises(ProtocolError, match="shorter than a batch header"):
+        scan_produce(frame, header)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", [7, 11])
+def test_every_truncation_is_a_protocol_error(version: int) -> None:
+    frame, header = encoded(version, one_batch())
+    for end in range(header.length, len(frame)):  # type: ignore[attr-defined]
+        with pytest.raises(ProtocolError, match="api_key=0"):
+            scan_produce(frame[:end], header)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="trailing bytes"):
+        scan_produce(frame + b"\x00", header)  # type: ignore[arg-type]

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.apis import request_class, response_class
+from protocol.codecs import decode_request, decode_response, encode_request
+from protocol.errors import ProtocolError
+from protocol.header import parse_request_header
+from protocol.produce import scan_produce
+from protocol.responses import (
+    THROTTLED,
+    TopicError,
+    merged_topic_response,
+    produce_error_response,
+    request_topic_names,
+    request_without_topics,
+)
+from protocol.throttle import raise_throttle, throttle_offset
+from tests.unit.protocol.schema_strategies import message_strategy
+
+PRODUCE = 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), version=st.integers(3, 13), throttle_ms=st.integers(0, 2**31 - 1))
+def test_produce_throttle_is_patched_in_place_to_the_maximum(data: st.DataObject, version: int,
+                                                             throttle_ms: int) -> None:
+    cls = response_class(PRODUCE)
+    message = data.draw(message_strategy(cls, version))
+    body = bytes(message.encode(version=version))
+    patched = raise_throttle(PRODUCE, version, body, throttle_ms)
+    expected = max(message.throttle_time_ms, throttle_ms)
+    if patched is None:
+        assert message.throttle_time_ms >= throttle_ms
+        return
+    assert len(patched) == len(body)
+    decoded = cls.decode(patched, version=version)
+    assert decoded.throttle_time_ms == expected
+    decoded.throttle_time_ms = message.throttle_time_ms
+    assert decoded == cls.decode(body, version=version)
+
+
+@pytest.mark.parametrize(("api_key", "versions"), [(19, range(2, 8)), (20, range(1, 7)), (37, range(0, 4)),
+                                                   (22, range(0, 7)), (67, range(0, 1))])
+def test_leading_throttle_field_of_admin_responses(api_key: int, versions: range) -> None:
+    for version in versions:
+        body = bytes(response_class(api_key)[version](throttle_time_ms=5).encode())
+        assert throttle_offset(api_key, version, body) == 0
+        patched = raise_throttle(api_key, version, body, 700)
+        assert patched is not None and decode_response(api_key, version, patched).throttle_time_ms == 700
+        assert raise_throttle(api_key, version, body, 3) is None
+
+
+def test_versions_without_a_throttle_field() -> None:
+    assert throttle_offset(19, 1, b"") is None
+    assert throttle_offset(20, 0, b"") is None
+
+
+def test_truncated_produce_response_is_a_protocol_error() -> None:
+    body = bytes(response_class(PRODUCE)[7](responses=[], throttle_time_ms=1).encode())
+    with pytest.raises(ProtocolError, match="api_key=0, version=7"):
+        throttle_offset(PRODUCE, 7, body[:-2])
+
+
+def produce_frame(version: int) -> bytes:
+    cls = request_class(PRODUCE)
+    partitions = [cls.TopicProduceData.PartitionProduceData(index=i, records=None) for i in (0, 3)]
+    topic = (cls.TopicProduceData(topic_id=uuid.uuid4(), partition_data=partitions) if version >= 13
+             else cls.TopicProduceData(name="orders", partition_data=partitions))
+    request = cls[version](transactional_id=None, acks=-1, timeout_ms=100, topic_data=[topic])
+    request.with_header(correlation_id=1, client_id="c")
+    return bytes(request.encode(header=True))
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_produce_error_response_answers_every_partition(version: int) -> None:
+    frame = produce_frame(version)
+    scan = scan_produce(frame, parse_request_header(frame, flexible=version >= 9))
+    body = produce_error_response(scan, version, 89, 1234)
+    response = decode_response(PRODUCE, version, body)
+    assert response.throttle_time_ms == 1234
+    [topic] = response.responses
+    assert [(p.index, p.error_code) for p in topic.partition_responses] == [(0, 89), (3, 89)]
+    if version >= 13:
+        assert topic.topic_id.bytes == scan.topics[0].topic_id
+    else:
+        assert topic.name == "orders"
+
+
+@pytest.mark.parametrize("version", range(2, 8))
+def test_create_topics_merge_keeps_request_order(version: int) -> None:
+    cls = request_class(19)
+    request = cls[version](topics=[cls.CreatableTopic(name=name, num_partitions=10, replication_factor=1,
+                                                      assignments=[], configs=[]) for name in "abcd"],
+                           timeout_ms=1000, validate_only=False)
+    names = request_topic_names(19, version, request)
+    forwarded = request_without_topics(19, version, request, {"b", "d"})
+    assert request_topic_names(19, version, decode_request(19, version, encode_request(19, version, forwarded))) == [
+        "a", "c"]
+    result = response_class(19).CreatableTopicResult
+    upstream = response_class(19)[version](throttle_time_ms=50, topics=[
+        result(name="c", error_code=0, error_message=None), result(name="a", error_code=36, error_message="exists")])
+    body = merged_topic_response(19, version, names, upstream, {"b": THROTTLED, "d": THROTTLED}, 4000)
+    merged = decode_response(19, version, body)
+    assert [(t.name, t.error_code) for t in merged.topics] == [("a", 36), ("b", 89), ("c", 0), ("d", 89)]
+    assert merged.throttle_time_ms == 4000
+    if version >= 1:
+        assert merged.topics[1].error_message == "The throttling quota has been exceeded."
+
+
+@pytest.mark.parametrize("version", range(0, 7))
+def test_delete_topics_all_refused_is_answered_without_upstream(version: int) -> None:
+    cls = request_class(20)
+    if version >= 6:
+        request = cls[version](topics=[cls.DeleteTopicState(name=n, topic_id=None) for n in ("x", "y")],
+                               timeout_ms=1)
+    else:
+        request = cls[version](topic_names=["x", "y"], timeout_ms=1)
+    names = request_topic_names(20, version, request)
+    body = merged_topic_response(20, version, names, None, dict.fromkeys(names, THROTTLED), 2000)
+    merged = decode_response(20, version, body)
+    assert [(r.name, r.error_code) for r in merged.responses] == [("x", 89), ("y", 89)]
+    if version >= 1:
+        assert merged.throttle_time_ms == 2000
+
+
+def test_create_partitions_merge_and_missing_upstream_result() -> None:
+    body = merged_topic_response(37, 3, ["p", "q"], response_class(37)[3](throttle_time_ms=0, results=[]),
+                                 {"p": TopicError(89, None)}, 10)
+    merged = decode_response(37, 3, body)
+    assert [(r.name, r.error_code) for r in merged.results] == [("p", 89), ("q", -1)]
