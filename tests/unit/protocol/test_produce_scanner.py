@@ -101,8 +101,8 @@ def test_scanner_agrees_with_kafka_python(generated: tuple[int, bytes]) -> None:
 
 def encoded(version: int, records: bytes | None) -> tuple[bytes, object]:
     partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
-    request = ProduceRequest[version](transactional_id=None, acks=1, timeout_ms=1,
-                                      topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=[partition])])
+    topic = ProduceRequest.TopicProduceData(name="t", partition_data=[partition])
+    request = ProduceRequest[version](transactional_id=None, acks=1, timeout_ms=1, topic_data=[topic])
     request.with_header(correlation_id=1, client_id="c")
     frame = bytes(request.encode(header=True))
     return frame, parse_request_header(frame, flexible=version >= 9)
