@@ -102,6 +102,11 @@ def response_correlation_id(frame: bytes | memoryview, offset: int = 0) -> int:
     return int(_INT32.unpack_from(frame, offset)[0])
 
 
+def response_header_for(api_key: int, request_flexible: bool, correlation_id: int) -> bytes:
+    """The header a broker puts on the response to a request (ApiVersions: always v0)."""
+    return encode_response_header(correlation_id, request_flexible and api_key != API_VERSIONS_KEY)
+
+
 def encode_response_header(correlation_id: int, flexible: bool) -> bytes:
     """Response header v0, or v1 with an empty tagged-field section (ApiVersions is always v0)."""
     header = _INT32.pack(correlation_id)

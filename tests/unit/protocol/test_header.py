@@ -4,7 +4,13 @@ import pytest
 
 from protocol.apis import is_flexible_request, request_class
 from protocol.errors import ProtocolError
-from protocol.header import encode_response_header, parse_request_header, peek_request, response_header_length
+from protocol.header import (
+    encode_response_header,
+    parse_request_header,
+    peek_request,
+    response_header_for,
+    response_header_length,
+)
 from protocol.produce import produce_acks
 
 
@@ -58,3 +64,9 @@ def test_truncated_client_id_is_a_protocol_error() -> None:
 def test_response_header_round_trip(flexible: bool) -> None:
     header = encode_response_header(77, flexible)
     assert response_header_length(header + b"body", flexible) == len(header)
+
+
+def test_api_versions_responses_always_use_header_v0() -> None:
+    assert response_header_for(18, request_flexible=True, correlation_id=5) == b"\x00\x00\x00\x05"
+    assert response_header_for(3, request_flexible=True, correlation_id=5) == b"\x00\x00\x00\x05\x00"
+    assert response_header_for(3, request_flexible=False, correlation_id=5) == b"\x00\x00\x00\x05"
