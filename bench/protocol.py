@@ -7,7 +7,6 @@ Target (issue: protocol layer): the zero-copy scanner <= 20 us per 1 MiB request
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 
@@ -15,6 +14,7 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from bench.report import write_results
 from protocol.header import parse_request_header
 from protocol.produce import scan_produce
 
@@ -67,10 +67,7 @@ def main() -> int:
         decode = fastest_us(full_decode, loops=200)
         results[f"v{version}_{partitions}_partitions"] = {
             "bytes": len(frame), "scan_us": scan, "kafka_python_decode_us": decode, "speedup": decode / scan}
-    with open(args.out, "w") as file:
-        json.dump(results, file, indent=2)
-        file.write("\n")
-    print(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return 0
 
 

@@ -7,10 +7,10 @@ record <= 5 us. Each figure is the fastest of several timed loops on this machin
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 
+from bench.report import write_results
 from quotas.config import DEFAULT, PidQuotaMode, QuotaConfig, QuotaEntity, QuotaSettings, QuotaType
 from quotas.managers import ClientQuotaManager, ProducerIdQuotaManager
 
@@ -64,6 +64,7 @@ def pid_check_us(calls: int, new_pids: bool) -> float:
     per_call_us(loop, calls)
     return min(elapsed) / calls * 1e6
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=100_000)
@@ -74,10 +75,7 @@ def main() -> int:
         "pid_check_known_us": pid_check_us(args.calls, new_pids=False),
         "pid_check_and_record_new_us": pid_check_us(args.calls, new_pids=True),
     }
-    with open(args.out, "w") as file:
-        json.dump(results, file, indent=2)
-        file.write("\n")
-    print(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return 0
 
 

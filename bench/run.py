@@ -29,6 +29,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from bench.report import write_results
 from proxy.embedded_broker import EmbeddedBroker, free_port, tansu_binary, wait_for_port
 from tests.support import ProxyProcess, encode_request, read_frame
 
@@ -276,8 +277,7 @@ def main() -> int:
         "c_rate_tansu_proxy_vs_direct": c["tansu_proxy"] / c["direct"],
         "d_rss_mb_with_1000_idle": results["d_idle_connections"]["rss_with_idle_mb"],
     }
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results["ratios"], indent=2))
+    write_results(args.out, results)
     return 0
 
 
