@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple, Protocol, cast
 
-from protocol.addresses import Advertise, carries_addresses, rewrite_broker_addresses
+from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
 from protocol.api_versions import API_VERSIONS_KEY, cap_api_versions
 from protocol.apis import KNOWN_API_KEYS, is_flexible_request
 from protocol.errors import ProtocolError
@@ -51,7 +51,7 @@ class ProxyContext(Protocol):
     metrics: ProxyMetrics
     api_version_ceilings: Mapping[int, int]
 
-    def advertise(self) -> Advertise: ...
+    def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]: ...
     def connection_opened(self, connection: ClientConnection) -> None: ...
     def connection_closed(self, connection: ClientConnection) -> None: ...
 
@@ -280,7 +280,7 @@ class ClientConnection(asyncio.Protocol):
         elif carries_addresses(api_key, api_version):
             header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
             body = rewrite_broker_addresses(api_key, api_version, frame[header_length:],
-                                            self._context.advertise())
+                                            self._context.advertise_broker)
         else:
             return None
         if body is None:

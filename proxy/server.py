@@ -10,13 +10,13 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
-from protocol.addresses import ADDRESS_BEARING_APIS, Advertise, BrokerAddress
+from protocol.addresses import ADDRESS_BEARING_APIS, BrokerAddress
 from protocol.api_versions import API_VERSIONS_KEY
 from protocol.codecs import max_version
 from protocol.errors import ProtocolError
 from protocol.produce import PRODUCE_KEY
 from proxy.config import HostPort, ProxyConfig
-from proxy.connection import ClientConnection
+from proxy.connection import ClientConnection, UpstreamResolver
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.upstream_client import fetch_brokers
 
@@ -42,12 +42,8 @@ class ProxyServer:
         self._connections: set[ClientConnection] = set()
         self._bootstrap_turn = itertools.count()
         self._refresh: asyncio.Task[None] | None = None
-        self._advertise: Advertise = self._advertise_broker
 
     # ---- ProxyContext ---------------------------------------------------------------------------
-
-    def advertise(self) -> Advertise:
-        return self._advertise
 
     def connection_opened(self, connection: ClientConnection) -> None:
         self._connections.add(connection)
@@ -61,7 +57,7 @@ class ProxyServer:
 
     # ---- brokers and listeners ----------------------------------------------------------------
 
-    def _advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]:
+    def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]:
         """Record where node ``broker.node_id`` lives upstream; answer where the proxy serves it.
 
         A node seen for the first time gets its listening socket bound here, synchronously, so
@@ -86,13 +82,13 @@ class ProxyServer:
                  self._upstream_brokers[node_id])
         return asyncio.get_running_loop().create_task(self._serve(sock, name, self._broker_resolver(node_id)))
 
-    async def _serve(self, sock: socket.socket, name: str, resolver) -> asyncio.Server:  # type: ignore[no-untyped-def]
+    async def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> asyncio.Server:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: ClientConnection(self, resolver, name), sock=sock)
         self._servers.append(server)
         return server
 
-    def _broker_resolver(self, node_id: int):  # type: ignore[no-untyped-def]
+    def _broker_resolver(self, node_id: int) -> UpstreamResolver:
         async def resolve() -> HostPort:
             if node_id not in self._upstream_brokers:
                 await self.refresh_brokers()
@@ -121,7 +117,7 @@ class ProxyServer:
                         ",".join(map(str, self.config.upstream)), error or type(error).__name__)
             return
         for broker in brokers:
-            self._advertise_broker(broker)
+            self.advertise_broker(broker)
         await self._listeners_started()
 
     async def _listeners_started(self) -> None:

@@ -80,3 +80,31 @@ def test_aiokafka_round_trip(proxy: ProxyProcess, topic: str) -> None:
         return received
 
     assert asyncio.run(round_trip()) == expected_messages()
+
+
+def test_describe_cluster_and_group_coordinator_name_only_the_proxy(proxy: ProxyProcess, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    cluster = admin.describe_cluster(request_timeout=20).result(timeout=30)
+    assert {(node.host, node.port) for node in cluster.nodes} == {
+        ("127.0.0.1", proxy.broker_port_base + node.id) for node in cluster.nodes}
+    assert cluster.controller is None or cluster.controller.port == proxy.broker_port_base + cluster.controller.id
+
+    producer = Producer({"bootstrap.servers": proxy.bootstrap})
+    producer.produce(topic, b"for the group")
+    assert producer.flush(30) == 0
+    group = f"cg-{topic}"
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 60
+    message = None
+    while message is None and time.monotonic() < deadline:
+        candidate = consumer.poll(0.5)
+        if candidate is not None and candidate.error() is None:
+            message = candidate
+    assert message is not None and message.value() == b"for the group"
+    consumer.commit(message, asynchronous=False)  # goes to the coordinator found through the proxy
+    consumer.close()
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    assert (described.coordinator.host, described.coordinator.port) == (
+        "127.0.0.1", proxy.broker_port_base + described.coordinator.id)
