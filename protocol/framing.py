@@ -46,12 +46,13 @@ class FrameSplitter:
             del self._pending[:complete]
         return chunk, ends
 
-    def partial_frame(self) -> tuple[memoryview, int] | None:
-        """The buffered start of an incomplete frame (size prefix included) and its full length."""
+    def partial_frame(self, prefix_bytes: int) -> tuple[bytes, int] | None:
+        """A copy of up to ``prefix_bytes`` of the incomplete frame (size prefix included) and the
+        frame's full length; a copy, so no view pins the buffer while it keeps growing."""
         if len(self._pending) < SIZE_PREFIX_BYTES:
             return None
         (size,) = _SIZE.unpack_from(self._pending, 0)
-        return memoryview(self._pending), SIZE_PREFIX_BYTES + size
+        return bytes(self._pending[:prefix_bytes]), SIZE_PREFIX_BYTES + size
 
     def take_partial_frame(self) -> bytes:
         """Hand over the buffered start of the incomplete frame; its rest bypasses the splitter."""

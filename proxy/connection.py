@@ -187,15 +187,13 @@ class ClientConnection(asyncio.Protocol):
                 self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
 
     def _start_cut_through(self) -> None:
-        partial = self._requests.partial_frame()
+        partial = self._requests.partial_frame(CUT_THROUGH_AFTER_BYTES)
         assert partial is not None
         prefix, frame_bytes = partial
         try:
-            self._route_request(prefix[SIZE_PREFIX_BYTES:])
+            self._route_request(memoryview(prefix)[SIZE_PREFIX_BYTES:])
         except ProtocolError:
             return  # the header does not fit yet: judge the frame once it is whole
-        finally:
-            prefix.release()
         taken = self._requests.take_partial_frame()
         assert self._upstream is not None
         self._upstream.write(taken)
