@@ -320,14 +320,6 @@ class ClientConnection(asyncio.Protocol):
 
     # ---- lifetime ------------------------------------------------------------------------------
 
-    @property
-    def peer(self) -> str:
-        return self._peer
-
-    @property
-    def idle(self) -> bool:
-        return not self._in_flight
-
     def drain(self) -> None:
         """Stop taking requests; close once every forwarded request has its answer."""
         self._draining = True

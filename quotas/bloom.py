@@ -50,9 +50,6 @@ class BloomFilter:
     # Kirsch-Mitzenmacher: position i = (h1 + i * h2) mod m from the two 64-bit halves of one
     # MurmurHash3 x64-128, both reduced mod m first so the loops stay in small ints. A probe is
     # that (h1, h2) pair: filters of one shape share it, so hashing happens once per lookup.
-    def probe(self, item: int) -> Probe:
-        return probe(item, self.bit_count)
-
     def add(self, item: int) -> None:
         self.add_probe(probe(item, self.bit_count))
 
@@ -99,10 +96,6 @@ class TimeControlledBloomFilter:
         self._bit_count = BloomFilter.for_capacity(expected_items, false_positive_rate).bit_count
         # user -> [(started_ms, filter)], oldest first; users ordered by their newest filter's start
         self._by_user: OrderedDict[str, list[tuple[int, BloomFilter]]] = OrderedDict()
-
-    @property
-    def window_ms(self) -> int:
-        return self._window_ms
 
     def users(self) -> int:
         return len(self._by_user)

@@ -132,9 +132,6 @@ class QuotaConfig:
         # Bounded: millions of distinct client ids must not grow memory without limit.
         self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
 
-    def has_quotas(self, quota_type: QuotaType) -> bool:
-        return bool(self._by_type[quota_type])
-
     def resolve(self, quota_type: QuotaType, user: str, client_id: str) -> ResolvedQuota | None:
         """The quota applying to (user, client_id), or None when it is unlimited."""
         return self._cached_resolve(quota_type, user, client_id)
@@ -162,9 +159,6 @@ class QuotaConfig:
             if found is not None:
                 return ResolvedQuota(key, found[1], found[0])
         return None
-
-    def with_entries(self, entries: Mapping[QuotaEntity, Mapping[QuotaType, float]]) -> QuotaConfig:
-        return QuotaConfig(self.settings, entries)
 
 
 def _validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:

@@ -234,12 +234,10 @@ class ProducerIdQuotaManager(_BucketManager):
     quota_type = QuotaType.PRODUCER_IDS_RATE
 
     def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS,
-                 expected_pids_per_filter: int = 10_000, false_positive_rate: float = 0.01,
-                 seen_elsewhere: Callable[[str, int], bool] | None = None) -> None:
+                 expected_pids_per_filter: int = 10_000, false_positive_rate: float = 0.01) -> None:
         super().__init__(config, idle_expiry_ms)
         self._expected_pids = expected_pids_per_filter
         self._false_positive_rate = false_positive_rate
-        self._seen_elsewhere = seen_elsewhere
         self.seen = self._new_filters(config)
 
     def _new_filters(self, config: QuotaConfig) -> TimeControlledBloomFilter:
@@ -267,8 +265,7 @@ class ProducerIdQuotaManager(_BucketManager):
             if pid < 0 or pid in unseen:
                 continue
             pid_probe = seen.probe(pid)
-            if not seen.might_contain(user, pid_probe, now_ms) and not (
-                    self._seen_elsewhere is not None and self._seen_elsewhere(user, pid)):
+            if not seen.might_contain(user, pid_probe, now_ms):
                 unseen[pid] = pid_probe
         if not unseen:
             return PidDecision(True, 0, quota.key)
