@@ -12,6 +12,7 @@ import uvloop
 
 from proxy.config import ConfigError, ProxyConfig, build_parser, load_config
 from proxy.server import ProxyServer
+from quotas.config import QuotaConfigError
 
 # ready/stopping/stopped are part of the CLI contract: logged whatever --log-level says
 log = logging.getLogger("proxy.lifecycle")
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_file_limit()
     try:
         uvloop.run(serve(config))
+    except QuotaConfigError as error:
+        log.error("cannot start: %s", error)
+        return 2
     except OSError as error:
         log.error("cannot start: %s", error)
         return 1

@@ -20,17 +20,22 @@ from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameSplitter
 from protocol.header import (
     REQUEST_PREFIX_BYTES,
-    parse_request_header,
     peek_request,
     response_correlation_id,
     response_header_length,
 )
-from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, PRODUCE_KEY, produce_acks
+from protocol.produce import PRODUCE_KEY
+from protocol.throttle import raise_throttle
 from proxy.config import HostPort, ProxyConfig
 from proxy.flow import PauseReason, ReadGate
 from proxy.metrics import ProxyMetrics
+from proxy.produce_handler import ProduceHandler
+from proxy.quota_service import now_ms
 
 log = logging.getLogger(__name__)
+
+ANONYMOUS = "ANONYMOUS"
+"""The principal of every connection until SASL is terminated at the proxy."""
 
 _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
 CUT_THROUGH_AFTER_BYTES = 64 * 1024
@@ -42,6 +47,10 @@ class InFlight(NamedTuple):
     correlation_id: int
     api_key: int
     api_version: int
+    throttle_ms: int = 0
+    """The proxy's throttle for this request: raised into the response, then the client is muted."""
+    local_response: bytes | None = None
+    """The proxy's own answer (a whole frame), sent in turn instead of an upstream response."""
 
 
 class ProxyContext(Protocol):
@@ -50,6 +59,7 @@ class ProxyContext(Protocol):
     config: ProxyConfig
     metrics: ProxyMetrics
     api_version_ceilings: Mapping[int, int]
+    produce_handler: ProduceHandler
 
     def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]: ...
     def connection_opened(self, connection: ClientConnection) -> None: ...
@@ -100,6 +110,9 @@ class ClientConnection(asyncio.Protocol):
         self._connect_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
+        self._user = ANONYMOUS
+        self._mute_timer: asyncio.TimerHandle | None = None
+        self._muted_until = 0.0
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
 
@@ -169,29 +182,56 @@ class ClientConnection(asyncio.Protocol):
     def _route_requests(self, chunk: bytes, ends: list[int]) -> None:
         view = memoryview(chunk)
         start = 0
-        for end in ends:
-            self._route_request(view[start + SIZE_PREFIX_BYTES:end])
-            start = end
+        forward_from = 0
         assert self._upstream is not None
-        self._upstream.write(chunk)
+        for end in ends:
+            if not self._route_request(view[start + SIZE_PREFIX_BYTES:end], end - start - SIZE_PREFIX_BYTES):
+                if forward_from < start:
+                    self._upstream.write(view[forward_from:start])
+                forward_from = end
+            start = end
+        if forward_from == 0:
+            self._upstream.write(chunk)
+        elif forward_from < len(chunk):
+            self._upstream.write(view[forward_from:])
+        self._send_local_responses_in_turn()
 
-    def _route_request(self, frame: memoryview) -> None:
-        """Account for one request (its start is enough) before its bytes go upstream."""
+    def _route_request(self, frame: memoryview, request_bytes: int) -> bool:
+        """Account for one request before its bytes go upstream; False when it must not go.
+
+        ``frame`` may be only the start of a request being cut through; ``request_bytes`` is
+        the whole request's size.
+        """
         api_key, api_version, correlation_id = peek_request(frame)
         if api_key not in KNOWN_API_KEYS:
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
-        if api_key != PRODUCE_KEY or self._expects_produce_response(frame, api_version):
-            self._in_flight.append(InFlight(correlation_id, api_key, api_version))
-            if len(self._in_flight) >= self._config.max_in_flight_requests:
-                self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
+        if api_key == PRODUCE_KEY:
+            outcome = self._context.produce_handler.handle(frame, request_bytes, self._user, now_ms())
+            if outcome.expects_response:
+                self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
+                                              outcome.local_response))
+            elif outcome.throttle_ms:
+                self._mute(outcome.throttle_ms)  # acks=0: no response, but still muted
+            return outcome.forward
+        self._await_response(InFlight(correlation_id, api_key, api_version))
+        return True
+
+    def _await_response(self, request: InFlight) -> None:
+        self._in_flight.append(request)
+        if len(self._in_flight) >= self._config.max_in_flight_requests:
+            self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
 
     def _start_cut_through(self) -> None:
         partial = self._requests.partial_frame(CUT_THROUGH_AFTER_BYTES)
         assert partial is not None
         prefix, frame_bytes = partial
+        frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
+        if (len(frame) >= 2 and peek_request(frame).api_key == PRODUCE_KEY
+                and self._context.produce_handler.needs_whole_frame(self._user)):
+            return
         try:
-            self._route_request(memoryview(prefix)[SIZE_PREFIX_BYTES:])
+            self._route_request(frame, frame_bytes - SIZE_PREFIX_BYTES)
         except ProtocolError:
             return  # the header does not fit yet: judge the frame once it is whole
         taken = self._requests.take_partial_frame()
@@ -211,11 +251,6 @@ class ClientConnection(asyncio.Protocol):
         self._cut_through_remaining = 0
         return data[remaining:]
 
-    @staticmethod
-    def _expects_produce_response(frame: memoryview, api_version: int) -> bool:
-        header = parse_request_header(frame, api_version >= FIRST_FLEXIBLE_PRODUCE_VERSION)
-        return produce_acks(frame, header) != 0
-
     # ---- responses -----------------------------------------------------------------------------
 
     def upstream_data_received(self, data: bytes) -> None:
@@ -234,6 +269,9 @@ class ClientConnection(asyncio.Protocol):
             log.exception("unexpected error handling responses for %s", self._peer)
             self.close("internal error handling responses", warn=True)
             return
+        self._after_responses()
+
+    def _after_responses(self) -> None:
         if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
             self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
         if self._draining and not self._in_flight:
@@ -244,10 +282,18 @@ class ClientConnection(asyncio.Protocol):
         pieces: list[bytes | memoryview] = []
         untouched_from = 0
         start = 0
+        mute_ms = 0
         for end in ends:
+            local = self._local_responses_due()
+            if local:
+                if untouched_from < start:
+                    pieces.append(view[untouched_from:start])
+                pieces.extend(local)
+                untouched_from = start
             if not self._in_flight:
                 raise ProtocolError("response without a request", offset=start)
             request = self._in_flight.popleft()
+            mute_ms = max(mute_ms, request.throttle_ms)
             frame_start = start + SIZE_PREFIX_BYTES
             correlation_id = response_correlation_id(chunk, frame_start)
             if correlation_id != request.correlation_id:
@@ -264,10 +310,31 @@ class ClientConnection(asyncio.Protocol):
         assert self._transport is not None
         if not pieces:
             self._transport.write(chunk)
-            return
-        if untouched_from < len(chunk):
-            pieces.append(view[untouched_from:])
-        self._transport.writelines(pieces)
+        else:
+            if untouched_from < len(chunk):
+                pieces.append(view[untouched_from:])
+            self._transport.writelines(pieces)
+        if mute_ms:
+            self._mute(mute_ms)  # after the response is written, as a Kafka broker does
+        self._send_local_responses_in_turn()
+
+    def _local_responses_due(self) -> list[bytes]:
+        """The proxy's own answers at the head of the queue: no earlier request is still out."""
+        due = []
+        while self._in_flight and self._in_flight[0].local_response is not None:
+            request = self._in_flight.popleft()
+            assert request.local_response is not None
+            due.append(request.local_response)
+            if request.throttle_ms:
+                self._mute(request.throttle_ms)
+        return due
+
+    def _send_local_responses_in_turn(self) -> None:
+        due = self._local_responses_due()
+        if due:
+            assert self._transport is not None
+            self._transport.writelines(due)
+            self._after_responses()
 
     def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
         """A whole replacement frame (size prefix included), or None to forward it untouched."""
@@ -275,16 +342,41 @@ class ClientConnection(asyncio.Protocol):
         if api_key == API_VERSIONS_KEY:
             header_length = response_header_length(frame, flexible=False)
             body = cap_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings)
-        elif carries_addresses(api_key, api_version):
-            header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
-            body = rewrite_broker_addresses(api_key, api_version, frame[header_length:],
-                                            self._context.advertise_broker)
         else:
-            return None
+            names_brokers = carries_addresses(api_key, api_version)
+            if not request.throttle_ms and not names_brokers:
+                return None
+            header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
+            body = None
+            if request.throttle_ms:
+                body = raise_throttle(api_key, api_version, frame[header_length:], request.throttle_ms)
+            if names_brokers:
+                body = rewrite_broker_addresses(api_key, api_version, frame[header_length:] if body is None else body,
+                                                self._context.advertise_broker) or body
         if body is None:
             return None
         size = header_length + len(body)
         return b"".join((size.to_bytes(4, "big"), frame[:header_length], body))
+
+    # ---- muting ----------------------------------------------------------------------------------
+
+    def _mute(self, throttle_ms: int) -> None:
+        """Stop reading this client for ``throttle_ms`` (KIP-219); other connections are untouched."""
+        until = self._loop.time() + throttle_ms / 1000
+        if until <= self._muted_until:
+            return
+        if self._mute_timer is None:
+            self._metrics.muted_connections += 1
+        else:
+            self._mute_timer.cancel()
+        self._muted_until = until
+        self.gate.pause(PauseReason.THROTTLED)
+        self._mute_timer = self._loop.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._metrics.muted_connections -= 1
+        self.gate.resume(PauseReason.THROTTLED)
 
     # ---- upstream lifecycle --------------------------------------------------------------------
 
@@ -344,6 +436,10 @@ class ClientConnection(asyncio.Protocol):
                                              self._peer, self._listener, reason)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+            self._mute_timer = None
+            self._metrics.muted_connections -= 1
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self._transport is not None:

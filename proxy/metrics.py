@@ -34,6 +34,7 @@ class ProxyMetrics(Collector):
         self.bytes_out = 0
         self.upstream_connect_failures = 0
         self.closed_for_bad_input = 0
+        self.muted_connections = 0
         self.requests_by_api = [0] * (_MAX_API_KEY + 1)
         """Indexed by api key; keys outside Kafka's known set close the connection first."""
         registry.register(self)
@@ -41,6 +42,8 @@ class ProxyMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("kafka_proxy_client_connections", "Open client connections",
                                 value=self.open_connections)
+        yield GaugeMetricFamily("kafka_proxy_muted_connections", "Client connections muted for a quota throttle",
+                                value=self.muted_connections)
         simple = (
             ("kafka_proxy_client_connections_accepted", "Client connections accepted", self.connections_accepted),
             ("kafka_proxy_bytes_in", "Bytes received from clients", self.bytes_in),

@@ -18,6 +18,8 @@ from protocol.produce import PRODUCE_KEY
 from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, UpstreamResolver
 from proxy.metrics import ProxyMetrics, serve_metrics
+from proxy.produce_handler import ProduceHandler
+from proxy.quota_service import QuotaService
 from proxy.upstream_client import fetch_brokers
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,9 @@ class ProxyServer:
     def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
         self.config = config
         self.metrics = ProxyMetrics(registry or CollectorRegistry())
+        self.quotas = QuotaService(config.quota_file, self.metrics.registry)
+        self.produce_handler = ProduceHandler(self.quotas)
+        self._maintenance: asyncio.Task[None] | None = None
         self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
         self._upstream_brokers: dict[int, HostPort] = {}
         self._broker_servers: dict[int, asyncio.Task[asyncio.Server] | None] = {}
@@ -134,6 +139,7 @@ class ProxyServer:
         log.info("listening for bootstrap on %s (upstream %s)", listen,
                  ",".join(map(str, self.config.upstream)))
         await self.refresh_brokers()
+        self._maintenance = asyncio.get_running_loop().create_task(self.quotas.maintain())
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
             self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
@@ -141,6 +147,8 @@ class ProxyServer:
 
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish within the grace period, then force."""
+        if self._maintenance is not None:
+            self._maintenance.cancel()
         for server in self._servers:
             server.close()
         for connection in list(self._connections):

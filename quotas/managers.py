@@ -15,7 +15,14 @@ from typing import Generic, NamedTuple, TypeVar
 from quotas.bloom import Probe, TimeControlledBloomFilter
 from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaType, ResolvedQuota
 from quotas.rate import SampledRate, java_round, rate_throttle_ms
-from quotas.token_bucket import BucketQuota, PermissiveQuota, StrictQuota, TokenBucket, UnboundedQuota
+from quotas.token_bucket import (
+    BucketQuota,
+    PermissiveQuota,
+    StrictQuota,
+    TokenBucket,
+    UnboundedQuota,
+    bucket_throttle_ms,
+)
 
 IDLE_EXPIRY_MS = 3_600_000
 """Kafka drops quota sensors after an hour without activity."""
@@ -225,10 +232,10 @@ class ControllerMutationQuotaManager(_BucketManager):
 class ProducerIdQuotaManager(_BucketManager):
     """``producer_ids_rate``: charge producer IDs a user has not used in the current window.
 
-    Strict like KIP-599: an unseen PID is admitted (charged one token and remembered) while the
-    user's bucket is >= 0. Over quota, ``reject`` mode refuses the whole request and charges
-    nothing; ``throttle`` mode lets the request through with a throttle time, charging and
-    remembering only the PIDs admitted before the bucket went below zero.
+    Strict like KIP-599: an unseen PID is within quota while the user's bucket is >= 0; it is then
+    charged one token and remembered. Over quota, ``reject`` mode refuses the whole request and
+    charges nothing (the cluster never sees it); ``throttle`` mode forwards it, so it charges and
+    remembers every PID and answers with the throttle time -tokens / rate.
     """
 
     quota_type = QuotaType.PRODUCER_IDS_RATE
@@ -236,6 +243,8 @@ class ProducerIdQuotaManager(_BucketManager):
     def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS,
                  expected_pids_per_filter: int = 10_000, false_positive_rate: float = 0.01) -> None:
         super().__init__(config, idle_expiry_ms)
+        self.admitted_pids = 0
+        """New producer IDs charged so far: what the cluster was allowed to see."""
         self._expected_pids = expected_pids_per_filter
         self._false_positive_rate = false_positive_rate
         self.seen = self._new_filters(config)
@@ -272,22 +281,24 @@ class ProducerIdQuotaManager(_BucketManager):
         state = self._state(quota, now_ms)
         if self.config.settings.producer_id_mode is PidQuotaMode.REJECT:
             return self._all_or_nothing(user, unseen, quota, state, now_ms)
+        # throttle mode forwards the request: the cluster sees every PID, so every PID is charged
+        # and remembered; those that found the bucket already below zero make the throttle
         window = self.config.settings.producer_id_window
-        strategy = StrictQuota(state.bucket, quota.limit, window)
-        admitted: list[int] = []
+        bucket = state.bucket
         over_quota: list[int] = []
         for pid, pid_probe in unseen.items():
-            if strategy.record(1, now_ms):
-                admitted.append(pid)
-                seen.add(user, pid_probe, now_ms)
-                state.rate.record(1, now_ms, window)
-            else:
+            if bucket.measure(quota.limit, window, now_ms) < 0:
                 over_quota.append(pid)
-        throttle_ms = strategy.throttle_ms(now_ms)
-        if throttle_ms:
+            bucket.record(1, quota.limit, window, now_ms)
+            state.rate.record(1, now_ms, window)
+            seen.add(user, pid_probe, now_ms)
+        self.admitted_pids += len(unseen)
+        throttle_ms = 0
+        if over_quota:
+            throttle_ms = bucket_throttle_ms(bucket.measure(quota.limit, window, now_ms), quota.limit)
             state.last_throttle_ms = throttle_ms
             self.throttled += 1
-        return PidDecision(True, throttle_ms, quota.key, tuple(admitted), tuple(over_quota))
+        return PidDecision(True, throttle_ms, quota.key, tuple(unseen), tuple(over_quota))
 
     def _all_or_nothing(self, user: str, unseen: dict[int, Probe], quota: ResolvedQuota, state: BucketState,
                         now_ms: int) -> PidDecision:
@@ -301,6 +312,7 @@ class ProducerIdQuotaManager(_BucketManager):
             state.last_throttle_ms = throttle_ms
             self.rejected += 1
             return PidDecision(False, throttle_ms, quota.key, (), tuple(unseen))
+        self.admitted_pids += len(unseen)
         for pid_probe in unseen.values():
             state.bucket.record(1, quota.limit, window, now_ms)
             state.rate.record(1, now_ms, window)

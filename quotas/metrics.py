@@ -45,6 +45,8 @@ class QuotaMetrics(Collector):
             rejected.add_metric([manager.quota_type.value], manager.rejected)
         yield throttled
         yield rejected
+        yield CounterMetricFamily("kafka_quota_producer_ids_admitted", "New producer IDs charged to a quota",
+                                  value=self._producer_ids.admitted_pids)
 
     def _produce_metrics(self, now_ms: int) -> Iterator[Metric]:
         rate = GaugeMetricFamily("kafka_quota_produce_byte_rate", "Produce bytes/s (Kafka's byte-rate)",

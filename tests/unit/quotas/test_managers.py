@@ -117,15 +117,14 @@ def test_only_unseen_producer_ids_are_charged() -> None:
     assert manager.check("bob", range(100), clock()).new_pids == ()  # bob has no quota: not tracked
 
 
-def test_throttle_mode_forwards_and_throttles_without_remembering_over_quota_ids() -> None:
+def test_throttle_mode_forwards_charges_and_throttles_over_quota_ids() -> None:
     clock = FakeClock()
     manager = pid_manager(PidQuotaMode.THROTTLE)
-    assert manager.check("alice", range(11), clock()).throttle_ms == 0  # 10 tokens, the 11th at 0 -> -1
-    over = manager.check("alice", [100], clock())
-    assert over.admitted and over.over_quota_pids == (100,) and over.throttle_ms == 1000
-    clock.advance(1000)
-    again = manager.check("alice", [100], clock())  # bucket back at 0: admitted now
-    assert again.new_pids == (100,) and again.throttle_ms == 0
+    assert manager.check("alice", range(11), clock()).throttle_ms == 0  # 10 tokens; the 11th leaves -1
+    over = manager.check("alice", [100], clock())  # forwarded, so charged: -2 tokens at 1/s
+    assert over.admitted and over.new_pids == over.over_quota_pids == (100,) and over.throttle_ms == 2000
+    assert manager.check("alice", [100], clock()) == (True, 0, over.key, (), ())  # remembered
+    assert manager.admitted_pids == 12
 
 
 def test_reject_mode_refuses_the_request_and_charges_nothing() -> None:

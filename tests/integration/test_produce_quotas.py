@@ -1,0 +1,134 @@
+"""Produce quotas enforced by the proxy against the real broker (principal ANONYMOUS until SASL)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+
+from tests.support import ProxyProcess
+
+pytestmark = pytest.mark.integration
+MIB = 1024 * 1024
+
+
+def metrics(proxy: ProxyProcess) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def max_throttle_ms(producer: KafkaProducer) -> float:
+    """kafka-python's client-side record of broker throttles (its throttle-time-max sensor)."""
+    values = [value for group in producer.metrics().values() for name, value in group.items()
+              if name == "throttle-time-max"]
+    assert values, "kafka-python exposes no throttle-time-max metric"
+    return max(values)
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+
+
+def produce(bootstrap: str, topic: str, client_id: str, mebibytes: int) -> tuple[float, KafkaProducer]:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks="all", linger_ms=5,
+                             batch_size=64 * 1024, max_request_size=2 * MIB)
+    payload = b"q" * 1024
+    started = time.monotonic()
+    for _ in range(mebibytes * 1024):
+        producer.send(topic, payload)
+    producer.flush(timeout=120)
+    return time.monotonic() - started, producer
+
+
+def count_messages(bootstrap: str, topic: str) -> int:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5_000, fetch_max_bytes=16 * MIB)
+    count = sum(1 for _ in consumer)
+    consumer.close()
+    return count
+
+
+def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "slow"\nproducer_byte_rate = 1048576\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(proxy.bootstrap, topic)
+    fast_topic = f"{topic}-fast"
+    create_topic(proxy.bootstrap, fast_topic)
+
+    def unlimited_client_seconds() -> float:
+        """The unlimited client in its own process, so it never waits for this one's GIL."""
+        script = ("import sys, time; from tests.integration.test_produce_quotas import produce; "
+                  "elapsed, producer = produce(sys.argv[1], sys.argv[2], 'fast', 24); producer.close(); "
+                  "print(elapsed)")
+        done = subprocess.run([sys.executable, "-c", script, proxy.bootstrap, fast_topic], capture_output=True,
+                              text=True, timeout=120, check=True)
+        return float(done.stdout.strip().splitlines()[-1])
+
+    alone = unlimited_client_seconds()
+    fast_result: list[float] = []
+
+    def unlimited() -> None:
+        time.sleep(2)  # while the slow client is well into its quota
+        fast_result.append(unlimited_client_seconds())
+
+    other = threading.Thread(target=unlimited)
+    other.start()
+    elapsed, producer = produce(proxy.bootstrap, topic, "slow", 24)
+    throttle = max_throttle_ms(producer)
+    producer.close()
+    other.join()
+    # Kafka's rate divides by at least 10 windows: ~10 s of quota passes unthrottled, then 1 MiB/s
+    assert 13 <= elapsed <= 29, f"24 MiB at 1 MiB/s took {elapsed:.1f} s"
+    assert throttle > 0
+    # beside the throttled client the unlimited one runs about as fast as alone (the machine is shared)
+    assert fast_result and fast_result[0] <= alone * 1.5 + 2, f"unlimited client: {fast_result} s, alone {alone} s"
+    assert count_messages(proxy.bootstrap, topic) == 24 * 1024
+    values = metrics(proxy)
+    assert values['kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"}'] > 0
+    assert 'kafka_quota_produce_byte_rate{client_id="slow",user=""}' in values
+    assert not any('client_id="fast"' in key for key in values)
+
+
+@pytest.mark.parametrize("mode", ["reject", "throttle"])
+def test_producer_id_quota(own_proxy, tmp_path: Path, topic: str, mode: str) -> None:  # type: ignore[no-untyped-def]
+    # burst = 2 windows x 5 s x 2 PIDs/s = 20 new producer IDs, then 2 per second
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f'[settings]\n"producer.id.quota.window.num" = 2\n'
+                          f'"producer.id.quota.window.size.seconds" = 5\n"producer.id.quota.mode" = "{mode}"\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 2\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(proxy.bootstrap, topic)
+    producers = [KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
+                               retries=1_000, retry_backoff_ms=200, delivery_timeout_ms=120_000,
+                               client_id=f"p{i}") for i in range(30)]
+    started = time.monotonic()
+    futures = [producer.send(topic, f"from {i}".encode()) for i, producer in enumerate(producers)]
+    for producer in producers:
+        producer.flush(timeout=120)
+    elapsed = time.monotonic() - started
+    assert all(future.succeeded() for future in futures), [f.exception for f in futures if f.failed()]
+    throttles = [max_throttle_ms(producer) for producer in producers]
+    for producer in producers:
+        producer.close()
+    values = metrics(proxy)
+    assert values["kafka_quota_producer_ids_admitted_total"] == 30
+    if mode == "reject":
+        # the cluster saw at most the burst at once; the other 10 waited for tokens (2/s)
+        assert values['kafka_quota_rejected_requests_total{quota_type="producer_ids_rate"}'] >= 1
+        assert elapsed >= 4, f"30 new producer IDs admitted in {elapsed:.1f} s"
+    else:
+        assert values['kafka_quota_throttled_requests_total{quota_type="producer_ids_rate"}'] >= 1
+        assert max(throttles) > 0
+    assert count_messages(proxy.bootstrap, topic) == 30
