@@ -5,6 +5,7 @@ Tansu's own Rust proxy, in one run. Writes bench/results.json (``make bench``).
 (b) produce latency p50/p99: one request in flight, acks=1, 100-byte records (raw socket)
 (c) produce request rate: 16 connections pipelining small requests (raw sockets, uvloop)
 (d) proxy resident memory with 1000 idle client connections
+(e) throughput through the proxy with quotas configured but not binding, against no quotas
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ from proxy.embedded_broker import EmbeddedBroker, free_port, tansu_binary, wait_
 from tests.support import ProxyProcess, encode_request, read_frame
 
 PRODUCE = 0
+# Every producer is under a byte-rate and a producer-ID quota that it never reaches, so the whole
+# enforcement path runs (size charged, every batch header scanned, PIDs checked) without throttling.
+NON_BINDING_QUOTAS = """
+[[quota]]
+user = "<default>"
+producer_byte_rate = 100000000000
+producer_ids_rate = 1000
+"""
 
 
 def create_topic(bootstrap: str, partitions: int = 1) -> str:
@@ -247,6 +256,10 @@ def main() -> int:
     }
     with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
         ours = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING").start()
+        non_binding = workdir / "quotas.toml"
+        non_binding.write_text(NON_BINDING_QUOTAS)
+        with_quotas = ProxyProcess(broker.bootstrap, workdir / "proxy-quotas.log", "--log-level", "WARNING",
+                                   "--quota-file", str(non_binding)).start()
         rust = TansuProxy(broker.bootstrap, workdir / "tansu-proxy.log")
         targets = {"direct": broker.bootstrap, "proxy": ours.bootstrap, "tansu_proxy": rust.bootstrap}
         try:
@@ -260,9 +273,13 @@ def main() -> int:
             record("c_requests_per_s", interleaved_medians(
                 targets, args.rounds, lambda b: request_rate(b, 16, 8, args.rate_seconds)))
             results["d_idle_connections"] = idle_connections_rss_mb(ours, args.idle_connections)
+            record("e_quotas_not_binding_mb_s", interleaved_medians(
+                {"proxy": ours.bootstrap, "proxy_with_quotas": with_quotas.bootstrap}, args.rounds,
+                lambda b: throughput_mb_s(b, args.records)))
         finally:
             rust.stop()
             ours.stop()
+            with_quotas.stop()
 
     a = {target: figures["median"] for target, figures in results["a_throughput_mb_s"].items()}
     c = {target: figures["median"] for target, figures in results["c_requests_per_s"].items()}
@@ -276,6 +293,8 @@ def main() -> int:
         "c_rate_proxy_vs_direct": c["proxy"] / c["direct"],
         "c_rate_tansu_proxy_vs_direct": c["tansu_proxy"] / c["direct"],
         "d_rss_mb_with_1000_idle": results["d_idle_connections"]["rss_with_idle_mb"],
+        "e_throughput_with_quotas_vs_proxy": (results["e_quotas_not_binding_mb_s"]["proxy_with_quotas"]["median"]
+                                              / results["e_quotas_not_binding_mb_s"]["proxy"]["median"]),
     }
     write_results(args.out, results)
     return 0
