@@ -115,6 +115,7 @@ class ClientConnection(asyncio.Protocol):
         self._muted_until = 0.0
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
+        self._cut_through_copy: bytearray | None = None
 
     # ---- client transport callbacks -------------------------------------------------------
 
@@ -143,11 +144,11 @@ class ClientConnection(asyncio.Protocol):
                 self.close("sent more than a frame before the upstream connection opened", warn=True)
             return
         self._metrics.bytes_in += len(data)
-        if self._cut_through_remaining:
-            data = self._cut_through(data)
-            if not data:
-                return
         try:
+            if self._cut_through_remaining:
+                data = self._cut_through(data)
+                if not data:
+                    return
             chunk, ends = self._requests.feed(data)
             if ends:
                 self._route_requests(chunk, ends)
@@ -196,7 +197,7 @@ class ClientConnection(asyncio.Protocol):
             self._upstream.write(view[forward_from:])
         self._send_local_responses_in_turn()
 
-    def _route_request(self, frame: memoryview, request_bytes: int) -> bool:
+    def _route_request(self, frame: memoryview, request_bytes: int, whole: bool = True) -> bool:
         """Account for one request before its bytes go upstream; False when it must not go.
 
         ``frame`` may be only the start of a request being cut through; ``request_bytes`` is
@@ -207,7 +208,7 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
         if api_key == PRODUCE_KEY:
-            outcome = self._context.produce_handler.handle(frame, request_bytes, self._user, now_ms())
+            outcome = self._context.produce_handler.handle(frame, request_bytes, self._user, now_ms(), whole)
             if outcome.expects_response:
                 self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
                                               outcome.local_response))
@@ -227,17 +228,20 @@ class ClientConnection(asyncio.Protocol):
         assert partial is not None
         prefix, frame_bytes = partial
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
-        if (len(frame) >= 2 and peek_request(frame).api_key == PRODUCE_KEY
-                and self._context.produce_handler.needs_whole_frame(self._user)):
+        handler = self._context.produce_handler
+        produce = len(frame) >= 2 and peek_request(frame).api_key == PRODUCE_KEY
+        if produce and handler.needs_whole_frame(self._user):
             return
         try:
-            self._route_request(frame, frame_bytes - SIZE_PREFIX_BYTES)
+            self._route_request(frame, frame_bytes - SIZE_PREFIX_BYTES, whole=False)
         except ProtocolError:
             return  # the header does not fit yet: judge the frame once it is whole
         taken = self._requests.take_partial_frame()
         assert self._upstream is not None
         self._upstream.write(taken)
         self._cut_through_remaining = frame_bytes - len(taken)
+        # a producer-ID quota in throttle mode reads the batches once the request is complete
+        self._cut_through_copy = bytearray(taken) if produce and handler.scans_batches(self._user) else None
 
     def _cut_through(self, data: bytes) -> bytes:
         """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
@@ -246,10 +250,30 @@ class ClientConnection(asyncio.Protocol):
         if len(data) <= remaining:
             self._upstream.write(data)
             self._cut_through_remaining = remaining - len(data)
+            if self._cut_through_copy is not None:
+                self._cut_through_copy += data
+                if not self._cut_through_remaining:
+                    self._check_cut_through_producer_ids()
             return b""
         self._upstream.write(memoryview(data)[:remaining])
         self._cut_through_remaining = 0
+        if self._cut_through_copy is not None:
+            self._cut_through_copy += memoryview(data)[:remaining]
+            self._check_cut_through_producer_ids()
         return data[remaining:]
+
+    def _check_cut_through_producer_ids(self) -> None:
+        assert self._cut_through_copy is not None
+        frame, self._cut_through_copy = bytes(self._cut_through_copy), None
+        throttle_ms = self._context.produce_handler.producer_id_throttle(
+            memoryview(frame)[SIZE_PREFIX_BYTES:], self._user, now_ms())
+        if not throttle_ms:
+            return
+        request = self._in_flight[-1] if self._in_flight else None
+        if request is not None and request.correlation_id == peek_request(frame, SIZE_PREFIX_BYTES).correlation_id:
+            self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
+        else:
+            self._mute(throttle_ms)  # acks=0: no response to carry it
 
     # ---- responses -----------------------------------------------------------------------------
 

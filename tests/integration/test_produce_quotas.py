@@ -132,3 +132,28 @@ def test_producer_id_quota(own_proxy, tmp_path: Path, topic: str, mode: str) -> 
         assert values['kafka_quota_throttled_requests_total{quota_type="producer_ids_rate"}'] >= 1
         assert max(throttles) > 0
     assert count_messages(proxy.bootstrap, topic) == 30
+
+
+def test_producer_ids_of_large_requests_forwarded_as_they_arrive_are_still_checked(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str) -> None:
+    # throttle mode lets a large request through while it arrives (cut-through) and reads its
+    # producer ID once it is complete: burst = 2 x 5 s x 0.1/s = 1 new ID, then one per 10 s
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
+                          '"producer.id.quota.window.size.seconds" = 5\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 0.1\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(proxy.bootstrap, topic)
+    throttles = []
+    for i in range(3):
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
+                                 linger_ms=50, batch_size=1 << 20, max_request_size=2 * MIB)
+        for _ in range(4):
+            producer.send(topic, bytes([i]) * 200_000)  # one ~800 KB request per producer
+        producer.flush(timeout=60)
+        throttles.append(max_throttle_ms(producer))
+        producer.close()
+    values = metrics(proxy)
+    assert values["kafka_quota_producer_ids_admitted_total"] == 3
+    assert throttles[0] == 0 and throttles[2] > 0, throttles
+    assert count_messages(proxy.bootstrap, topic) == 12
