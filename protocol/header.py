@@ -30,7 +30,7 @@ class RequestHeader(NamedTuple):
     flexible: bool
 
 
-def peek_request(frame: bytes | memoryview, offset: int = 0) -> RequestPrefix:
+def peek_request(frame: bytes | bytearray | memoryview, offset: int = 0) -> RequestPrefix:
     """The fixed first eight bytes of a request: enough to route an opaque frame."""
     return RequestPrefix._make(_REQUEST_PREFIX.unpack_from(frame, offset))
 

@@ -264,7 +264,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _check_cut_through_producer_ids(self) -> None:
         assert self._cut_through_copy is not None
-        frame, self._cut_through_copy = bytes(self._cut_through_copy), None
+        frame, self._cut_through_copy = self._cut_through_copy, None  # complete: it grows no more
         throttle_ms = self._context.produce_handler.producer_id_throttle(
             memoryview(frame)[SIZE_PREFIX_BYTES:], self._user, now_ms())
         if not throttle_ms:
