@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
 
 
@@ -22,19 +23,13 @@ class BrokerAddress(NamedTuple):
 Advertise = Callable[[BrokerAddress], tuple[str, int]]
 """Maps an upstream broker to the (host, port) the proxy serves it on."""
 
-METADATA_KEY = 3
-FIND_COORDINATOR_KEY = 10
-DESCRIBE_CLUSTER_KEY = 60
-PRODUCE_KEY = 0
-FETCH_KEY = 1
-
 # api key -> first version whose response carries broker addresses
-_FIRST_VERSION_WITH_ADDRESSES = {
-    METADATA_KEY: 0,
-    FIND_COORDINATOR_KEY: 0,
-    DESCRIBE_CLUSTER_KEY: 0,
-    PRODUCE_KEY: 10,
-    FETCH_KEY: 16,
+_FIRST_VERSION_WITH_ADDRESSES: dict[int, int] = {
+    Api.METADATA: 0,
+    Api.FIND_COORDINATOR: 0,
+    Api.DESCRIBE_CLUSTER: 0,
+    Api.PRODUCE: 10,
+    Api.FETCH: 16,
 }
 ADDRESS_BEARING_APIS = frozenset(_FIRST_VERSION_WITH_ADDRESSES)
 
@@ -79,11 +74,11 @@ def _rewrite_node_endpoints(message: Any, advertise: Advertise) -> bool:
 
 
 _REWRITERS: dict[int, Callable[[Any, Advertise], bool]] = {
-    METADATA_KEY: _rewrite_brokers,
-    FIND_COORDINATOR_KEY: _rewrite_coordinators,
-    DESCRIBE_CLUSTER_KEY: _rewrite_described_cluster,
-    PRODUCE_KEY: _rewrite_node_endpoints,
-    FETCH_KEY: _rewrite_node_endpoints,
+    Api.METADATA: _rewrite_brokers,
+    Api.FIND_COORDINATOR: _rewrite_coordinators,
+    Api.DESCRIBE_CLUSTER: _rewrite_described_cluster,
+    Api.PRODUCE: _rewrite_node_endpoints,
+    Api.FETCH: _rewrite_node_endpoints,
 }
 
 

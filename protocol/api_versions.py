@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
-
-API_VERSIONS_KEY = 18
 
 
 def cap_api_versions(body: bytes | memoryview, api_version: int,
@@ -16,7 +15,7 @@ def cap_api_versions(body: bytes | memoryview, api_version: int,
     A broker answering an ApiVersions version it does not know replies in v0 format with
     UNSUPPORTED_VERSION; that body is decoded and re-encoded as v0 too.
     """
-    message = decode_response(API_VERSIONS_KEY, api_version, body)
+    message = decode_response(Api.API_VERSIONS, api_version, body)
     changed = False
     for api in message.api_keys:
         ceiling = ceilings.get(api.api_key)
@@ -25,4 +24,4 @@ def cap_api_versions(body: bytes | memoryview, api_version: int,
             changed = True
     if not changed:
         return None
-    return encode_response(API_VERSIONS_KEY, message.version, message)
+    return encode_response(Api.API_VERSIONS, message.version, message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from functools import cache
 from typing import Any
 
@@ -16,6 +17,27 @@ from kafka.protocol.api_message import ApiMessage
 import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
 
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
+
+
+class Api(enum.IntEnum):
+    """The api keys this project names in code."""
+
+    PRODUCE = 0
+    FETCH = 1
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_CLUSTER = 60
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 def _primary_classes(root: type) -> list[Any]:

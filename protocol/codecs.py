@@ -6,33 +6,12 @@ and the byte offset reached; a body must be consumed exactly (no overrun, no tra
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from kafka.protocol.schemas.fields.codecs import EncodeBufferPool
 
-from protocol.apis import request_class, response_class
+from protocol.apis import Api, request_class, response_class
 from protocol.errors import ProtocolError
-
-
-class Api(enum.IntEnum):
-    PRODUCE = 0
-    FETCH = 1
-    METADATA = 3
-    FIND_COORDINATOR = 10
-    SASL_HANDSHAKE = 17
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    INIT_PRODUCER_ID = 22
-    DESCRIBE_CONFIGS = 32
-    SASL_AUTHENTICATE = 36
-    CREATE_PARTITIONS = 37
-    DESCRIBE_CLIENT_QUOTAS = 48
-    ALTER_CLIENT_QUOTAS = 49
-    DESCRIBE_CLUSTER = 60
-    ALLOCATE_PRODUCER_IDS = 67
-
 
 CODEC_APIS = frozenset({
     Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS, Api.INIT_PRODUCER_ID,

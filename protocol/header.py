@@ -5,13 +5,13 @@ from __future__ import annotations
 from struct import Struct
 from typing import NamedTuple
 
+from protocol.apis import Api
 from protocol.errors import ProtocolError
 
 _REQUEST_PREFIX = Struct(">hhi")
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
 REQUEST_PREFIX_BYTES = _REQUEST_PREFIX.size
-API_VERSIONS_KEY = 18
 
 
 class RequestPrefix(NamedTuple):
@@ -104,7 +104,7 @@ def response_correlation_id(frame: bytes | memoryview, offset: int = 0) -> int:
 
 def response_header_for(api_key: int, request_flexible: bool, correlation_id: int) -> bytes:
     """The header a broker puts on the response to a request (ApiVersions: always v0)."""
-    return encode_response_header(correlation_id, request_flexible and api_key != API_VERSIONS_KEY)
+    return encode_response_header(correlation_id, request_flexible and api_key != Api.API_VERSIONS)
 
 
 def encode_response_header(correlation_id: int, flexible: bool) -> bytes:

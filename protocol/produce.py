@@ -11,10 +11,10 @@ from struct import Struct
 from struct import error as StructError
 from typing import NamedTuple
 
+from protocol.apis import Api
 from protocol.errors import ProtocolError
 from protocol.header import RequestHeader, read_uvarint, skip_tagged_fields
 
-PRODUCE_KEY = 0
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
 FIRST_TOPIC_ID_PRODUCE_VERSION = 13
 MIN_SCANNED_PRODUCE_VERSION = 3  # from v3 a partition carries exactly one magic-2 batch
@@ -98,7 +98,7 @@ class _Reader:
         self.flexible = version >= FIRST_FLEXIBLE_PRODUCE_VERSION
 
     def fail(self, reason: str, offset: int | None = None) -> ProtocolError:
-        return ProtocolError(reason, api_key=PRODUCE_KEY, api_version=self.version,
+        return ProtocolError(reason, api_key=Api.PRODUCE, api_version=self.version,
                              offset=self.pos if offset is None else offset)
 
     def need(self, size: int, what: str) -> int:
@@ -161,7 +161,7 @@ def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceSca
     """Scan a Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it."""
     version = header.api_version
     if not MIN_SCANNED_PRODUCE_VERSION <= version <= FIRST_TOPIC_ID_PRODUCE_VERSION:
-        raise ProtocolError("Produce version outside the scanned range 3-13", api_key=PRODUCE_KEY,
+        raise ProtocolError("Produce version outside the scanned range 3-13", api_key=Api.PRODUCE,
                             api_version=version, offset=0)
     reader = _Reader(frame, header.length, version)
     try:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from struct import Struct
 
+from protocol.apis import Api
 from protocol.errors import ProtocolError
 from protocol.header import read_uvarint, skip_tagged_fields
 
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
 
-PRODUCE_KEY = 0
 # api key -> first version whose response body starts with throttle_time_ms
-_LEADING_THROTTLE = {19: 2, 20: 1, 37: 0, 22: 0, 67: 0}
+_LEADING_THROTTLE: dict[int, int] = {Api.CREATE_TOPICS: 2, Api.DELETE_TOPICS: 1, Api.CREATE_PARTITIONS: 0,
+                     Api.INIT_PRODUCER_ID: 0, Api.ALLOCATE_PRODUCER_IDS: 0}
 _FIRST_PRODUCE_THROTTLE_VERSION = 1
 
 
@@ -28,7 +29,7 @@ def throttle_offset(api_key: int, api_version: int, body: bytes | memoryview) ->
         if api_version < first:
             return None
         offset = 0
-    elif api_key == PRODUCE_KEY:
+    elif api_key == Api.PRODUCE:
         if api_version < _FIRST_PRODUCE_THROTTLE_VERSION:
             return None
         try:
@@ -66,7 +67,7 @@ class _ProduceResponseWalker:
         self.flexible = version >= 9
 
     def fail(self, reason: str) -> ProtocolError:
-        return ProtocolError(reason, api_key=PRODUCE_KEY, api_version=self.version, offset=self.pos)
+        return ProtocolError(reason, api_key=Api.PRODUCE, api_version=self.version, offset=self.pos)
 
     def skip(self, size: int) -> None:
         self.pos += size

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple, Protocol, cast
 
 from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
-from protocol.api_versions import API_VERSIONS_KEY, cap_api_versions
-from protocol.apis import KNOWN_API_KEYS, is_flexible_request
+from protocol.api_versions import cap_api_versions
+from protocol.apis import KNOWN_API_KEYS, Api, is_flexible_request
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameSplitter
 from protocol.header import (
@@ -24,7 +24,6 @@ from protocol.header import (
     response_correlation_id,
     response_header_length,
 )
-from protocol.produce import PRODUCE_KEY
 from protocol.throttle import raise_throttle
 from proxy.config import HostPort, ProxyConfig
 from proxy.flow import PauseReason, ReadGate
@@ -206,15 +205,16 @@ class ClientConnection(asyncio.Protocol):
         api_key, api_version, correlation_id = peek_request(frame)
         if api_key not in KNOWN_API_KEYS:
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
-        self._metrics.requests_by_api[api_key] += 1
-        if api_key == PRODUCE_KEY:
+        if api_key == Api.PRODUCE:
             outcome = self._context.produce_handler.handle(frame, request_bytes, self._user, now_ms(), whole)
+            self._metrics.requests_by_api[api_key] += 1
             if outcome.expects_response:
                 self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
                                               outcome.local_response))
             elif outcome.throttle_ms:
                 self._mute(outcome.throttle_ms)  # acks=0: no response, but still muted
             return outcome.forward
+        self._metrics.requests_by_api[api_key] += 1
         self._await_response(InFlight(correlation_id, api_key, api_version))
         return True
 
@@ -229,7 +229,7 @@ class ClientConnection(asyncio.Protocol):
         prefix, frame_bytes = partial
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
         handler = self._context.produce_handler
-        produce = len(frame) >= 2 and peek_request(frame).api_key == PRODUCE_KEY
+        produce = len(frame) >= 2 and peek_request(frame).api_key == Api.PRODUCE
         if produce and handler.needs_whole_frame(self._user):
             return
         try:
@@ -246,21 +246,15 @@ class ClientConnection(asyncio.Protocol):
     def _cut_through(self, data: bytes) -> bytes:
         """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
         assert self._upstream is not None
-        remaining = self._cut_through_remaining
-        if len(data) <= remaining:
-            self._upstream.write(data)
-            self._cut_through_remaining = remaining - len(data)
-            if self._cut_through_copy is not None:
-                self._cut_through_copy += data
-                if not self._cut_through_remaining:
-                    self._check_cut_through_producer_ids()
-            return b""
-        self._upstream.write(memoryview(data)[:remaining])
-        self._cut_through_remaining = 0
+        taken = min(len(data), self._cut_through_remaining)
+        part = data if taken == len(data) else memoryview(data)[:taken]
+        self._upstream.write(part)
+        self._cut_through_remaining -= taken
         if self._cut_through_copy is not None:
-            self._cut_through_copy += memoryview(data)[:remaining]
-            self._check_cut_through_producer_ids()
-        return data[remaining:]
+            self._cut_through_copy += part
+            if not self._cut_through_remaining:
+                self._check_cut_through_producer_ids()
+        return data[taken:]
 
     def _check_cut_through_producer_ids(self) -> None:
         assert self._cut_through_copy is not None
@@ -363,7 +357,7 @@ class ClientConnection(asyncio.Protocol):
     def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
         """A whole replacement frame (size prefix included), or None to forward it untouched."""
         api_key, api_version = request.api_key, request.api_version
-        if api_key == API_VERSIONS_KEY:
+        if api_key == Api.API_VERSIONS:
             header_length = response_header_length(frame, flexible=False)
             body = cap_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings)
         else:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from protocol.header import parse_request_header, response_header_for
-from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, PRODUCE_KEY, produce_acks, scan_produce
+from protocol.apis import Api
+from protocol.header import RequestHeader, parse_request_header, peek_request, response_header_for
+from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, produce_acks, scan_produce
 from protocol.responses import THROTTLING_QUOTA_EXCEEDED, produce_error_response
 from proxy.quota_service import QuotaService
 from quotas.config import PidQuotaMode, QuotaType
@@ -39,28 +40,34 @@ class ProduceHandler:
                whole: bool = True) -> ProduceOutcome:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
         is False (cut through: producer IDs are checked later). ``request_bytes`` is the whole
-        request's size (Kafka's ``sizeInBytes``), charged to the byte-rate quota."""
-        version = frame[2] << 8 | frame[3]
-        header = parse_request_header(frame, version >= FIRST_FLEXIBLE_PRODUCE_VERSION)
-        client_id = header.client_id or ""
-        throttle_ms = self._quotas.produce.record(user, client_id, request_bytes, now_ms).throttle_ms
-        if not whole or not self.scans_batches(user):
-            return ProduceOutcome(True, produce_acks(frame, header) != 0, throttle_ms)
-        scan = scan_produce(frame, header)
+        request's size (Kafka's ``sizeInBytes``), charged to the byte-rate quota.
+
+        Everything is parsed before anything is charged, so a request that turns out malformed
+        (or whose start is too short to judge yet) costs no quota.
+        """
+        header = _header(frame)
+        scan = scan_produce(frame, header) if whole and self.scans_batches(user) else None
+        acks = scan.acks if scan is not None else produce_acks(frame, header)
+        throttle_ms = self._quotas.produce.record(user, header.client_id or "", request_bytes, now_ms).throttle_ms
+        if scan is None:
+            return ProduceOutcome(True, acks != 0, throttle_ms)
         decision = self._quotas.producer_ids.check(user, scan.producer_ids(), now_ms)
         throttle_ms = max(throttle_ms, decision.throttle_ms)
         if decision.admitted:
-            return ProduceOutcome(True, scan.acks != 0, throttle_ms)
-        if scan.acks == 0:
+            return ProduceOutcome(True, acks != 0, throttle_ms)
+        if acks == 0:
             return ProduceOutcome(False, False, throttle_ms)
-        body = produce_error_response(scan, version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
-        response_header = response_header_for(PRODUCE_KEY, header.flexible, header.correlation_id)
+        body = produce_error_response(scan, header.api_version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
+        response_header = response_header_for(Api.PRODUCE, header.flexible, header.correlation_id)
         size = len(response_header) + len(body)
         return ProduceOutcome(False, True, throttle_ms, b"".join((size.to_bytes(4, "big"), response_header, body)))
 
     def producer_id_throttle(self, frame: memoryview, user: str, now_ms: int) -> int:
         """Throttle mode, for a request forwarded while it arrived: check its producer IDs now."""
-        version = frame[2] << 8 | frame[3]
-        header = parse_request_header(frame, version >= FIRST_FLEXIBLE_PRODUCE_VERSION)
-        scan = scan_produce(frame, header)
+        scan = scan_produce(frame, _header(frame))
         return self._quotas.producer_ids.check(user, scan.producer_ids(), now_ms).throttle_ms
+
+
+def _header(frame: memoryview) -> RequestHeader:
+    version = peek_request(frame).api_version
+    return parse_request_header(frame, version >= FIRST_FLEXIBLE_PRODUCE_VERSION)

@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 
 from protocol.addresses import ADDRESS_BEARING_APIS, BrokerAddress
-from protocol.api_versions import API_VERSIONS_KEY
+from protocol.apis import Api
 from protocol.codecs import max_version
 from protocol.errors import ProtocolError
-from protocol.produce import PRODUCE_KEY
 from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, UpstreamResolver
 from proxy.metrics import ProxyMetrics, serve_metrics
@@ -26,7 +25,7 @@ log = logging.getLogger(__name__)
 
 _LISTEN_BACKLOG = 1024
 # APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
-_DECODED_APIS = ADDRESS_BEARING_APIS | {API_VERSIONS_KEY, PRODUCE_KEY}
+_DECODED_APIS = ADDRESS_BEARING_APIS | {Api.API_VERSIONS, Api.PRODUCE}
 
 
 def _version_ceilings() -> dict[int, int]:

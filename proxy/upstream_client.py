@@ -8,12 +8,11 @@ import struct
 from typing import Any
 
 from protocol.addresses import BrokerAddress
-from protocol.apis import request_class, response_class
+from protocol.apis import Api, request_class, response_class
 from protocol.errors import ProtocolError
 from protocol.header import response_header_length
 from proxy.config import HostPort
 
-METADATA_KEY = 3
 _METADATA_VERSION = 4  # non-flexible, answered by every broker from Kafka 1.0 to 4.x
 _CLIENT_ID = "kafka-quota-proxy"
 _correlation_ids = itertools.count(1)
@@ -46,7 +45,7 @@ async def fetch_brokers(bootstrap: tuple[HostPort, ...], timeout_s: float,
     last_error: Exception = OSError("no upstream configured")
     for target in bootstrap:
         try:
-            response = await request_once(target, METADATA_KEY, _METADATA_VERSION,
+            response = await request_once(target, Api.METADATA, _METADATA_VERSION,
                                           {"topics": [], "allow_auto_topic_creation": False},
                                           timeout_s, max_frame_bytes)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as error:
