@@ -5,7 +5,7 @@ from __future__ import annotations
 from struct import Struct
 from typing import NamedTuple
 
-from protocol.apis import Api
+from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
 
 _REQUEST_PREFIX = Struct(">hhi")
@@ -89,6 +89,12 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool) -> RequestHe
             raise ProtocolError(error.reason, api_key=api_key, api_version=api_version,
                                 offset=error.offset) from None
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
+
+
+def read_request_header(frame: bytes | memoryview) -> RequestHeader:
+    """Parse the header of a request whose api key and version have a known schema."""
+    api_key, api_version, _ = peek_request(frame)
+    return parse_request_header(frame, is_flexible_request(api_key, api_version))
 
 
 def response_header_length(frame: bytes | memoryview, flexible: bool) -> int:

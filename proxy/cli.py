@@ -1,4 +1,4 @@
-"""``kafka-quota-proxy``: run the proxy until SIGTERM/SIGINT."""
+"""``kafka-quota-proxy``: run the proxy until SIGTERM/SIGINT (or run an admin command: ``users``, ``quotas``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import sys
 
 import uvloop
 
+from proxy import admin_cli
 from proxy.config import ConfigError, ProxyConfig, build_parser, load_config
+from proxy.sasl import SaslConfigError
 from proxy.server import ProxyServer
 from quotas.config import QuotaConfigError
 
@@ -41,7 +43,13 @@ def _raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+ADMIN_COMMANDS = ("users", "quotas")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ADMIN_COMMANDS:
+        return admin_cli.main(argv)
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args)
@@ -54,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_file_limit()
     try:
         uvloop.run(serve(config))
-    except QuotaConfigError as error:
+    except (QuotaConfigError, SaslConfigError) as error:
         log.error("cannot start: %s", error)
         return 2
     except OSError as error:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from proxy.sasl import MECHANISMS
+
 MIB = 1024 * 1024
 
 
@@ -32,6 +34,15 @@ class HostPort:
 
 
 @dataclass(frozen=True)
+class UpstreamSasl:
+    """The proxy's own login to the cluster (``[upstream-sasl]`` in the --config file)."""
+
+    mechanism: str
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     upstream: tuple[HostPort, ...]
     listen: HostPort
@@ -47,6 +58,11 @@ class ProxyConfig:
     write_buffer_high_bytes: int = 4 * MIB
     max_in_flight_requests: int = 1000
     shutdown_grace_s: float = 5.0
+    sasl_users: Path | None = None
+    upstream_sasl: UpstreamSasl | None = None
+    default_num_partitions: int = 1
+    """Partitions a CreateTopics with num_partitions = -1 is charged for when the cluster does not
+    say its ``num.partitions`` (DescribeConfigs)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections of the TOML file that other subsystems read (e.g. ``[allocator]``)."""
 
@@ -67,7 +83,10 @@ _SETTINGS = {
     "write_buffer_high_bytes": "write-buffer-high-bytes",
     "max_in_flight_requests": "max-in-flight-requests",
     "shutdown_grace_s": "shutdown-grace-seconds",
+    "sasl_users": "sasl-users",
+    "default_num_partitions": "default-num-partitions",
 }
+_UPSTREAM_SASL_SECTION = "upstream-sasl"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -94,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop reading one side while the other side has this much unsent (default 4 MiB)")
     add("--max-in-flight-requests", type=int, help="per connection (default 1000)")
     add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
+    add("--sasl-users", help="TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512 "
+        "(without it every connection is user ANONYMOUS)")
+    add("--default-num-partitions", type=int,
+        help="partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell (default 1)")
     return parser
 
 
@@ -163,8 +186,10 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
     tunables = {
         name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
         for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s",
-                     "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s")
+                     "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s",
+                     "default_num_partitions")
     }
+    sasl_users = settings.get("sasl_users")
     return ProxyConfig(
         upstream=upstream,
         listen=listen,
@@ -174,9 +199,35 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         quota_file=Path(quota_file) if quota_file else None,
         state_dir=Path(settings.get("state_dir", "state")),
         log_level=log_level,
+        sasl_users=Path(sasl_users) if sasl_users else None,
+        upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
         extra=extra,
         **tunables,
     )
+
+
+def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:
+    if section is None:
+        return None
+    where = f"[{_UPSTREAM_SASL_SECTION}]"
+    unknown = set(section) - {"mechanism", "username", "password", "password-file"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    mechanism = section.get("mechanism")
+    if mechanism not in MECHANISMS:
+        raise ConfigError(f"{where} mechanism: one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    username = section.get("username")
+    if not isinstance(username, str) or not username:
+        raise ConfigError(f"{where} username: required")
+    if ("password" in section) == ("password-file" in section):
+        raise ConfigError(f"{where}: set exactly one of password, password-file")
+    password = section.get("password")
+    if password is None:
+        try:
+            password = Path(section["password-file"]).read_text().rstrip("\n")
+        except OSError as error:
+            raise ConfigError(f"{where} password-file: cannot read: {error.strerror}") from error
+    return UpstreamSasl(str(mechanism), username, str(password))
 
 
 def _default_advertised_host(listen_host: str) -> str:

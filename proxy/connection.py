@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple, Protocol, cast
 
 from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
-from protocol.api_versions import cap_api_versions
+from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import KNOWN_API_KEYS, Api, is_flexible_request
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameSplitter
@@ -28,8 +28,11 @@ from protocol.throttle import raise_throttle
 from proxy.config import HostPort, ProxyConfig
 from proxy.flow import PauseReason, ReadGate
 from proxy.metrics import ProxyMetrics
+from proxy.outcome import FORWARD, Caller, Decided, Outcome, ResponseFinisher
 from proxy.produce_handler import ProduceHandler
 from proxy.quota_service import now_ms
+from proxy.sasl import SaslServer
+from proxy.upstream_client import UPSTREAM_ERRORS, open_upstream
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ ANONYMOUS = "ANONYMOUS"
 """The principal of every connection until SASL is terminated at the proxy."""
 
 _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
+_SASL_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
 CUT_THROUGH_AFTER_BYTES = 64 * 1024
 """A request frame still incomplete after this many bytes is forwarded as it arrives: holding a
 megabyte-sized produce request until its last byte adds a loopback transfer to every request."""
@@ -50,6 +54,10 @@ class InFlight(NamedTuple):
     """The proxy's throttle for this request: raised into the response, then the client is muted."""
     local_response: bytes | None = None
     """The proxy's own answer (a whole frame), sent in turn instead of an upstream response."""
+    finish: ResponseFinisher | None = None
+    close_after_response: bool = False
+    read_at: float = 0.0
+    """Loop time when the request was read, for the latency histogram."""
 
 
 class ProxyContext(Protocol):
@@ -58,7 +66,12 @@ class ProxyContext(Protocol):
     config: ProxyConfig
     metrics: ProxyMetrics
     api_version_ceilings: Mapping[int, int]
+    served_api_versions: Mapping[int, VersionRange]
+    upstream_api_keys: frozenset[int] | None
     produce_handler: ProduceHandler
+    handlers: Mapping[int, RequestHandler]
+
+    def new_sasl_server(self) -> SaslServer | None: ...
 
     def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]: ...
     def connection_opened(self, connection: ClientConnection) -> None: ...
@@ -66,6 +79,8 @@ class ProxyContext(Protocol):
 
 
 UpstreamResolver = Callable[[], Awaitable[HostPort]]
+RequestHandler = Callable[[memoryview, Caller], Decided]
+"""Decides on one whole request (size prefix excluded) of the api key it is registered for."""
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -115,6 +130,11 @@ class ClientConnection(asyncio.Protocol):
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
         self._cut_through_copy: bytearray | None = None
+        self._held: bytearray | None = None
+        """Whole request frames waiting behind a request whose handler asks the cluster first."""
+        self._settling: asyncio.Task[None] | None = None
+        self._sasl: SaslServer | None = context.new_sasl_server()
+        self._close_after_write = False
 
     # ---- client transport callbacks -------------------------------------------------------
 
@@ -149,9 +169,12 @@ class ClientConnection(asyncio.Protocol):
                 if not data:
                     return
             chunk, ends = self._requests.feed(data)
+            if self._held is not None:
+                self._held += chunk  # behind a request waiting for the cluster
+                return
             if ends:
                 self._route_requests(chunk, ends)
-            if self._requests.buffered_bytes >= CUT_THROUGH_AFTER_BYTES:
+            if self._requests.buffered_bytes >= CUT_THROUGH_AFTER_BYTES and self._held is None:
                 self._start_cut_through()
         except ProtocolError as error:
             self._context.metrics.closed_for_bad_input += 1
@@ -179,44 +202,98 @@ class ClientConnection(asyncio.Protocol):
 
     # ---- requests ------------------------------------------------------------------------------
 
-    def _route_requests(self, chunk: bytes, ends: list[int]) -> None:
+    def _route_requests(self, chunk: bytes | bytearray, ends: list[int]) -> None:
         view = memoryview(chunk)
         start = 0
         forward_from = 0
-        assert self._upstream is not None
+        upstream = self._upstream
+        assert upstream is not None
         for end in ends:
-            if not self._route_request(view[start + SIZE_PREFIX_BYTES:end], end - start - SIZE_PREFIX_BYTES):
+            frame = view[start + SIZE_PREFIX_BYTES:end]
+            decided = self._decide(frame, end - start - SIZE_PREFIX_BYTES)
+            if not isinstance(decided, Outcome):
                 if forward_from < start:
-                    self._upstream.write(view[forward_from:start])
+                    upstream.write(view[forward_from:start])
+                self._hold(decided, bytes(view[start:end]), view[end:])
+                return
+            if not self._carry_out(decided, frame):
+                if forward_from < start:
+                    upstream.write(view[forward_from:start])
+                if decided.forward and decided.replacement is not None:
+                    upstream.write(decided.replacement)
                 forward_from = end
             start = end
         if forward_from == 0:
-            self._upstream.write(chunk)
+            upstream.write(chunk)
         elif forward_from < len(chunk):
-            self._upstream.write(view[forward_from:])
+            upstream.write(view[forward_from:])
         self._send_local_responses_in_turn()
 
-    def _route_request(self, frame: memoryview, request_bytes: int, whole: bool = True) -> bool:
-        """Account for one request before its bytes go upstream; False when it must not go.
+    def _decide(self, frame: memoryview, request_bytes: int, whole: bool = True) -> Decided:
+        """What to do with one request, decided before its bytes go upstream.
 
         ``frame`` may be only the start of a request being cut through; ``request_bytes`` is
         the whole request's size.
         """
-        api_key, api_version, correlation_id = peek_request(frame)
+        api_key, api_version, _ = peek_request(frame)
         if api_key not in KNOWN_API_KEYS:
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
-        if api_key == Api.PRODUCE:
-            outcome = self._context.produce_handler.handle(frame, request_bytes, self._user, now_ms(), whole)
-            self._metrics.requests_by_api[api_key] += 1
-            if outcome.expects_response:
-                self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
-                                              outcome.local_response))
-            elif outcome.throttle_ms:
-                self._mute(outcome.throttle_ms)  # acks=0: no response, but still muted
-            return outcome.forward
         self._metrics.requests_by_api[api_key] += 1
-        self._await_response(InFlight(correlation_id, api_key, api_version))
-        return True
+        if self._sasl is not None and (not self._sasl.done or api_key in _SASL_APIS):
+            return self._sasl.handle(frame)
+        caller = Caller(self._user, now_ms())
+        if api_key == Api.PRODUCE:
+            return self._context.produce_handler.handle(frame, request_bytes, caller, whole)
+        handler = self._context.handlers.get(api_key)
+        if handler is None:
+            return FORWARD
+        return handler(frame, caller)
+
+    def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
+        """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
+        if self._sasl is not None and self._sasl.user is not None:
+            self._user = self._sasl.user
+        if outcome.expects_response:
+            api_key, api_version, correlation_id = peek_request(frame)
+            self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
+                                          outcome.local_response, outcome.finish, outcome.close_after_response,
+                                          self._loop.time()))
+        elif outcome.throttle_ms:
+            self._mute(outcome.throttle_ms)  # acks=0: no response, but still muted
+        return outcome.forward and outcome.replacement is None
+
+    def _hold(self, decided: Awaitable[Outcome], frame: bytes, after: memoryview) -> None:
+        """Wait for a handler that asks the cluster first; later requests wait behind it, in order."""
+        self._held = bytearray(after)
+        self.gate.pause(PauseReason.AWAITING_CLUSTER)
+        self._settling = self._loop.create_task(self._settle(decided, frame))
+
+    async def _settle(self, decided: Awaitable[Outcome], frame: bytes) -> None:
+        try:
+            outcome = await decided
+        except Exception as error:
+            log.warning("cannot decide on a request from %s: %s", self._peer, error)
+            self.close("could not decide on a request", warn=True)
+            return
+        if self._closed:
+            return
+        self._settling = None
+        upstream = self._upstream
+        assert upstream is not None
+        try:
+            if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
+                upstream.write(frame)
+            elif outcome.forward and outcome.replacement is not None:
+                upstream.write(outcome.replacement)
+            held, self._held = self._held, None
+            self.gate.resume(PauseReason.AWAITING_CLUSTER)
+            if held:
+                self._route_requests(held, _frame_ends(held))
+            else:
+                self._send_local_responses_in_turn()
+        except ProtocolError as error:
+            self._context.metrics.closed_for_bad_input += 1
+            self.close(f"bad request frame: {error}", warn=True)
 
     def _await_response(self, request: InFlight) -> None:
         self._in_flight.append(request)
@@ -224,6 +301,8 @@ class ClientConnection(asyncio.Protocol):
             self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
 
     def _start_cut_through(self) -> None:
+        if self._sasl is not None and not self._sasl.done:
+            return
         partial = self._requests.partial_frame(CUT_THROUGH_AFTER_BYTES)
         assert partial is not None
         prefix, frame_bytes = partial
@@ -232,10 +311,14 @@ class ClientConnection(asyncio.Protocol):
         produce = len(frame) >= 2 and peek_request(frame).api_key == Api.PRODUCE
         if produce and handler.needs_whole_frame(self._user):
             return
+        if not produce and peek_request(frame).api_key in self._context.handlers:
+            return  # handlers other than Produce judge whole requests
         try:
-            self._route_request(frame, frame_bytes - SIZE_PREFIX_BYTES, whole=False)
+            outcome = self._decide(frame, frame_bytes - SIZE_PREFIX_BYTES, whole=False)
         except ProtocolError:
             return  # the header does not fit yet: judge the frame once it is whole
+        assert isinstance(outcome, Outcome)
+        self._carry_out(outcome, frame)
         taken = self._requests.take_partial_frame()
         assert self._upstream is not None
         self._upstream.write(taken)
@@ -260,7 +343,7 @@ class ClientConnection(asyncio.Protocol):
         assert self._cut_through_copy is not None
         frame, self._cut_through_copy = self._cut_through_copy, None  # complete: it grows no more
         throttle_ms = self._context.produce_handler.producer_id_throttle(
-            memoryview(frame)[SIZE_PREFIX_BYTES:], self._user, now_ms())
+            memoryview(frame)[SIZE_PREFIX_BYTES:], Caller(self._user, now_ms()))
         if not throttle_ms:
             return
         request = self._in_flight[-1] if self._in_flight else None
@@ -292,7 +375,7 @@ class ClientConnection(asyncio.Protocol):
     def _after_responses(self) -> None:
         if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
             self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
-        if self._draining and not self._in_flight:
+        if self._draining and not self._in_flight and self._held is None:
             self.close("drained for shutdown")
 
     def _route_responses(self, chunk: bytes, ends: list[int]) -> None:
@@ -301,6 +384,7 @@ class ClientConnection(asyncio.Protocol):
         untouched_from = 0
         start = 0
         mute_ms = 0
+        now = self._loop.time()
         for end in ends:
             local = self._local_responses_due()
             if local:
@@ -311,7 +395,9 @@ class ClientConnection(asyncio.Protocol):
             if not self._in_flight:
                 raise ProtocolError("response without a request", offset=start)
             request = self._in_flight.popleft()
+            self._metrics.observe_latency(request.api_key, now - request.read_at)
             mute_ms = max(mute_ms, request.throttle_ms)
+            self._close_after_write |= request.close_after_response
             frame_start = start + SIZE_PREFIX_BYTES
             correlation_id = response_correlation_id(chunk, frame_start)
             if correlation_id != request.correlation_id:
@@ -335,16 +421,21 @@ class ClientConnection(asyncio.Protocol):
         if mute_ms:
             self._mute(mute_ms)  # after the response is written, as a Kafka broker does
         self._send_local_responses_in_turn()
+        if self._close_after_write:
+            self.close("closed after its last response")
 
     def _local_responses_due(self) -> list[bytes]:
         """The proxy's own answers at the head of the queue: no earlier request is still out."""
         due = []
+        now = self._loop.time()
         while self._in_flight and self._in_flight[0].local_response is not None:
             request = self._in_flight.popleft()
+            self._metrics.observe_latency(request.api_key, now - request.read_at)
             assert request.local_response is not None
             due.append(request.local_response)
             if request.throttle_ms:
                 self._mute(request.throttle_ms)
+            self._close_after_write |= request.close_after_response
         return due
 
     def _send_local_responses_in_turn(self) -> None:
@@ -352,6 +443,9 @@ class ClientConnection(asyncio.Protocol):
         if due:
             assert self._transport is not None
             self._transport.writelines(due)
+            if self._close_after_write:
+                self.close("closed after its last response")
+                return
             self._after_responses()
 
     def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
@@ -359,15 +453,21 @@ class ClientConnection(asyncio.Protocol):
         api_key, api_version = request.api_key, request.api_version
         if api_key == Api.API_VERSIONS:
             header_length = response_header_length(frame, flexible=False)
-            body = cap_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings)
+            body, upstream_api_keys = adapt_api_versions(frame[header_length:], api_version,
+                                                         self._context.api_version_ceilings,
+                                                         self._context.served_api_versions)
+            self._context.upstream_api_keys = upstream_api_keys
         else:
             names_brokers = carries_addresses(api_key, api_version)
-            if not request.throttle_ms and not names_brokers:
+            if not request.throttle_ms and not names_brokers and request.finish is None:
                 return None
             header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
             body = None
+            if request.finish is not None:
+                body = request.finish(frame[header_length:])
             if request.throttle_ms:
-                body = raise_throttle(api_key, api_version, frame[header_length:], request.throttle_ms)
+                body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),
+                                      request.throttle_ms) or body
             if names_brokers:
                 body = rewrite_broker_addresses(api_key, api_version, frame[header_length:] if body is None else body,
                                                 self._context.advertise_broker) or body
@@ -403,9 +503,15 @@ class ClientConnection(asyncio.Protocol):
         try:
             target = await self._resolve_upstream()
             async with asyncio.timeout(self._config.connect_timeout_s):
-                transport, _ = await loop.create_connection(
-                    lambda: UpstreamProtocol(self), target.host, target.port)
-        except (OSError, TimeoutError, LookupError) as error:
+                sasl = self._config.upstream_sasl
+                if sasl is None:
+                    transport, _ = await loop.create_connection(
+                        lambda: UpstreamProtocol(self), target.host, target.port)
+                else:
+                    _, writer = await open_upstream(target, sasl, self._config.max_frame_bytes)
+                    transport = cast(asyncio.Transport, writer.transport)
+                    transport.set_protocol(UpstreamProtocol(self))  # logged in: from now on, bytes only
+        except (*UPSTREAM_ERRORS, LookupError) as error:
             self._context.metrics.upstream_connect_failures += 1
             self.close(f"upstream unreachable for {self._listener}: {error or type(error).__name__}",
                        warn=True)
@@ -435,7 +541,7 @@ class ClientConnection(asyncio.Protocol):
         self._draining = True
         if not self._closed:
             self.gate.pause(PauseReason.DRAINING)
-            if not self._in_flight:
+            if not self._in_flight and self._held is None:
                 self.close("closed for shutdown")
 
     def _check_idle(self) -> None:
@@ -458,8 +564,9 @@ class ClientConnection(asyncio.Protocol):
             self._mute_timer.cancel()
             self._mute_timer = None
             self._metrics.muted_connections -= 1
-        if self._connect_task is not None and not self._connect_task.done():
-            self._connect_task.cancel()
+        for task in (self._connect_task, self._settling):
+            if task is not None and not task.done():
+                task.cancel()
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:
@@ -473,3 +580,13 @@ class ClientConnection(asyncio.Protocol):
             if transport is not None:
                 transport.abort()
         self.close("aborted at shutdown deadline", warn=bool(self._in_flight))
+
+
+def _frame_ends(frames: bytes | bytearray) -> list[int]:
+    """End offsets of the whole frames (size prefix included) that ``frames`` holds back to back."""
+    ends = []
+    position = 0
+    while position < len(frames):
+        position += SIZE_PREFIX_BYTES + int.from_bytes(frames[position:position + SIZE_PREFIX_BYTES], "big")
+        ends.append(position)
+    return ends

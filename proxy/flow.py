@@ -12,6 +12,7 @@ class PauseReason(enum.Enum):
     TOO_MANY_IN_FLIGHT = "too many requests awaiting a response"
     DRAINING = "shutting down"
     THROTTLED = "quota throttle"
+    AWAITING_CLUSTER = "a request waits for cluster metadata"
 
 
 class ReadGate:

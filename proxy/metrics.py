@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import accumulate
 
 from kafka.protocol.api_key import ApiKey
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
 _API_NAMES = {int(key): key.name for key in ApiKey}
 _MAX_API_KEY = max(_API_NAMES)
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Upper bounds of the request latency histogram (seconds, from request read to response sent)."""
 
 
 class ProxyMetrics(Collector):
@@ -37,7 +41,17 @@ class ProxyMetrics(Collector):
         self.muted_connections = 0
         self.requests_by_api = [0] * (_MAX_API_KEY + 1)
         """Indexed by api key; keys outside Kafka's known set close the connection first."""
+        self._latency_counts: dict[int, list[int]] = {}
+        self._latency_sums: dict[int, float] = {}
         registry.register(self)
+
+    def observe_latency(self, api_key: int, seconds: float) -> None:
+        counts = self._latency_counts.get(api_key)
+        if counts is None:
+            counts = self._latency_counts[api_key] = [0] * (len(LATENCY_BUCKETS_S) + 1)
+            self._latency_sums[api_key] = 0.0
+        counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self._latency_sums[api_key] += seconds
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("kafka_proxy_client_connections", "Open client connections",
@@ -60,6 +74,15 @@ class ProxyMetrics(Collector):
             if count:
                 requests.add_metric([_API_NAMES.get(api_key, str(api_key))], count)
         yield requests
+        latency = HistogramMetricFamily("kafka_proxy_request_latency_seconds",
+                                        "From a request's last byte read to its response written, by api",
+                                        labels=["api"])
+        for api_key, counts in sorted(self._latency_counts.items()):
+            cumulative = list(accumulate(counts))
+            buckets = [(str(bound), count) for bound, count in zip(LATENCY_BUCKETS_S, cumulative, strict=False)]
+            buckets.append(("+Inf", cumulative[-1]))
+            latency.add_metric([_API_NAMES.get(api_key, str(api_key))], buckets, self._latency_sums[api_key])
+        yield latency
 
 
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:

@@ -1,26 +1,36 @@
 """The quota engines as the proxy runs them: one configuration, three managers, live reloads.
 
-The quota file is re-read when it changes; a bad file keeps the running configuration and logs
-why. Time for quota decisions is ``now_ms()``, read once per request by the caller.
+The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas,
+which are kept in ``<state-dir>/client-quotas.json`` (so they survive restarts) and win over the
+file for the same entity and quota type; a removal through the API is kept as a tombstone, so
+it also hides the file's value. The quota file is re-read when it changes; a bad file keeps the
+running configuration and logs why. Time for quota decisions is ``now_ms()``, read once per
+request by the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from quotas.config import QuotaConfig, QuotaConfigError, load_quota_file
+from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
 
 log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_S = 1.0
+OVERRIDES_FILE = "client-quotas.json"
+
+Overrides = dict[QuotaEntity, dict[QuotaType, float | None]]
+"""entity -> quota type -> limit, or None where the API removed the quota."""
 
 
 def now_ms() -> int:
@@ -29,10 +39,13 @@ def now_ms() -> int:
 
 
 class QuotaService:
-    def __init__(self, quota_file: Path | None, registry: CollectorRegistry) -> None:
+    def __init__(self, quota_file: Path | None, registry: CollectorRegistry, state_dir: Path | None = None) -> None:
         self._quota_file = quota_file
         self._file_stamp: tuple[int, int] | None = None
-        config = self._load() if quota_file is not None else QuotaConfig()
+        self._overrides_path = None if state_dir is None else state_dir / OVERRIDES_FILE
+        self.overrides: Overrides = self._load_overrides()
+        self._file_config = self._load() if quota_file is not None else QuotaConfig()
+        config = self._effective()
         self.produce = ClientQuotaManager(config)
         self.mutations = ControllerMutationQuotaManager(config)
         self.producer_ids = ProducerIdQuotaManager(config)
@@ -58,6 +71,17 @@ class QuotaService:
         log.info("loaded %d quota entries from %s", len(config.entries), self._quota_file)
         return config
 
+    def _effective(self) -> QuotaConfig:
+        entries = {entity: dict(quotas) for entity, quotas in self._file_config.entries.items()}
+        for entity, quotas in self.overrides.items():
+            merged: dict[QuotaType, float | None] = {**entries.get(entity, {}), **quotas}
+            kept = {quota_type: limit for quota_type, limit in merged.items() if limit is not None}
+            if kept:
+                entries[entity] = kept
+            else:
+                entries.pop(entity, None)
+        return QuotaConfig(self._file_config.settings, entries)
+
     def apply(self, config: QuotaConfig) -> None:
         for manager in (self.produce, self.mutations, self.producer_ids):
             manager.update_config(config)
@@ -70,12 +94,64 @@ class QuotaService:
             return
         self._file_stamp = stamp
         try:
-            config = load_quota_file(self._quota_file)
+            self._file_config = load_quota_file(self._quota_file)
         except QuotaConfigError as error:
             log.error("keeping the running quotas: %s", error)
             return
+        self.apply(self._effective())
+        log.info("reloaded %d quota entries from %s", len(self._file_config.entries), self._quota_file)
+
+    # ---- overrides set through AlterClientQuotas ------------------------------------------------
+
+    def override(self, changes: Mapping[QuotaEntity, Mapping[QuotaType, float | None]]) -> None:
+        """Apply and persist (write, fsync, rename) API changes; raises QuotaConfigError if invalid."""
+        overrides = {entity: dict(quotas) for entity, quotas in self.overrides.items()}
+        for entity, quotas in changes.items():
+            overrides.setdefault(entity, {}).update(quotas)
+        previous, self.overrides = self.overrides, overrides
+        try:
+            config = self._effective()
+        except QuotaConfigError:
+            self.overrides = previous
+            raise
+        self._save_overrides()
         self.apply(config)
-        log.info("reloaded %d quota entries from %s", len(config.entries), self._quota_file)
+
+    def _load_overrides(self) -> Overrides:
+        path = self._overrides_path
+        if path is None or not path.exists():
+            return {}
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            overrides: Overrides = {}
+            for raw in document["entries"]:
+                entity = QuotaEntity(raw.get("user"), raw.get("client-id"))
+                overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
+        log.info("loaded %d client-quota overrides from %s", len(overrides), path)
+        return overrides
+
+    def _save_overrides(self) -> None:
+        path = self._overrides_path
+        if path is None:
+            return
+        entries = []
+        for entity, quotas in self.overrides.items():
+            raw: dict[str, object] = {}
+            if entity.user is not None:
+                raw["user"] = entity.user
+            if entity.client_id is not None:
+                raw["client-id"] = entity.client_id
+            raw["quotas"] = {str(key): value for key, value in quotas.items()}
+            entries.append(raw)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        with temporary.open("w", encoding="utf-8") as file:
+            json.dump({"entries": entries}, file, indent=1)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
 
     async def maintain(self) -> None:
         """Reload the file when it changes and drop expired producer-ID filters (KIP-936 cleanup)."""

@@ -6,40 +6,78 @@ import asyncio
 import itertools
 import logging
 import socket
+import time
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
 from protocol.addresses import ADDRESS_BEARING_APIS, BrokerAddress
+from protocol.api_versions import VersionRange
 from protocol.apis import Api
 from protocol.codecs import max_version
-from protocol.errors import ProtocolError
+from proxy.client_quotas import ClientQuotaHandlers
+from proxy.cluster_info import ClusterInfo
 from proxy.config import HostPort, ProxyConfig
-from proxy.connection import ClientConnection, UpstreamResolver
+from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.produce_handler import ProduceHandler
 from proxy.quota_service import QuotaService
-from proxy.upstream_client import fetch_brokers
+from proxy.sasl import SaslServer, UserStore, load_users
+from proxy.topic_mutations import TopicMutationHandler
+from proxy.upstream_client import UPSTREAM_ERRORS, fetch_brokers
+from proxy.usage_log import UsageLog
 
 log = logging.getLogger(__name__)
 
 _LISTEN_BACKLOG = 1024
 # APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
-_DECODED_APIS = ADDRESS_BEARING_APIS | {Api.API_VERSIONS, Api.PRODUCE}
+_DECODED_APIS = ADDRESS_BEARING_APIS | {
+    Api.API_VERSIONS, Api.PRODUCE, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
+    Api.INIT_PRODUCER_ID, Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS}
+_SASL_VERSIONS: dict[int, VersionRange] = {
+    Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
+USAGE_FLUSH_INTERVAL_S = 1.0
 
 
 def _version_ceilings() -> dict[int, int]:
     return {api_key: max_version(api_key) for api_key in _DECODED_APIS}
 
 
+def _served_versions(sasl: bool) -> dict[int, VersionRange]:
+    """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves."""
+    served: dict[int, VersionRange] = {api_key: VersionRange(0, max_version(api_key))
+              for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS)}
+    if sasl:
+        served.update(_SASL_VERSIONS)
+    return served
+
+
 class ProxyServer:
     def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
         self.config = config
         self.metrics = ProxyMetrics(registry or CollectorRegistry())
-        self.quotas = QuotaService(config.quota_file, self.metrics.registry)
-        self.produce_handler = ProduceHandler(self.quotas)
-        self._maintenance: asyncio.Task[None] | None = None
+        self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir)
+        self.usage = UsageLog(config.state_dir / "usage")
+        self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
+        self.produce_handler = ProduceHandler(self.quotas, self.usage)
+        self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
+        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
+        admin = config.extra.get("admin", {}).get("principals")
+        client_quotas = ClientQuotaHandlers(self.quotas, lambda: self.upstream_api_keys,
+                                            None if admin is None else frozenset(_user_names(admin)))
+        self.handlers: Mapping[int, RequestHandler] = {
+            Api.CREATE_TOPICS: mutations,
+            Api.DELETE_TOPICS: mutations,
+            Api.CREATE_PARTITIONS: mutations,
+            Api.INIT_PRODUCER_ID: self.produce_handler.on_init_producer_id,
+            Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
+            Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
+        }
+        self._maintenance: list[asyncio.Task[None]] = []
         self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
+        self.served_api_versions: Mapping[int, VersionRange] = _served_versions(self.users is not None)
+        self.upstream_api_keys: frozenset[int] | None = None
+        """The api keys the cluster lists, learnt from the first ApiVersions answer passing through."""
         self._upstream_brokers: dict[int, HostPort] = {}
         self._broker_servers: dict[int, asyncio.Task[asyncio.Server] | None] = {}
         self._servers: list[asyncio.Server] = []
@@ -48,6 +86,9 @@ class ProxyServer:
         self._refresh: asyncio.Task[None] | None = None
 
     # ---- ProxyContext ---------------------------------------------------------------------------
+
+    def new_sasl_server(self) -> SaslServer | None:
+        return None if self.users is None else SaslServer(self.users)
 
     def connection_opened(self, connection: ClientConnection) -> None:
         self._connections.add(connection)
@@ -115,8 +156,8 @@ class ProxyServer:
     async def _fetch_brokers(self) -> None:
         try:
             brokers = await fetch_brokers(self.config.upstream, self.config.connect_timeout_s,
-                                          self.config.max_frame_bytes)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as error:
+                                          self.config.max_frame_bytes, self.config.upstream_sasl)
+        except UPSTREAM_ERRORS as error:
             log.warning("cannot read cluster metadata from %s: %s",
                         ",".join(map(str, self.config.upstream)), error or type(error).__name__)
             return
@@ -138,7 +179,9 @@ class ProxyServer:
         log.info("listening for bootstrap on %s (upstream %s)", listen,
                  ",".join(map(str, self.config.upstream)))
         await self.refresh_brokers()
-        self._maintenance = asyncio.get_running_loop().create_task(self.quotas.maintain())
+        self.usage.start()
+        loop = asyncio.get_running_loop()
+        self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
             self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
@@ -146,8 +189,8 @@ class ProxyServer:
 
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish within the grace period, then force."""
-        if self._maintenance is not None:
-            self._maintenance.cancel()
+        for task in self._maintenance:
+            task.cancel()
         for server in self._servers:
             server.close()
         for connection in list(self._connections):
@@ -160,3 +203,16 @@ class ProxyServer:
             connection.abort()
         for server in self._servers:
             await server.wait_closed()
+        self.usage.stop(int(time.time()))
+
+    async def _flush_usage(self) -> None:
+        """Each second, the usage counters go to the writer thread, stamped with that second."""
+        while True:
+            now = time.time()
+            await asyncio.sleep(USAGE_FLUSH_INTERVAL_S - now % USAGE_FLUSH_INTERVAL_S)
+            self.usage.end_second(int(now))
+
+
+def _user_names(principals: list[str]) -> list[str]:
+    """``User:alice`` (Kafka's principal form) or ``alice`` -> ``alice``."""
+    return [principal.removeprefix("User:") for principal in principals]

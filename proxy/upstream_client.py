@@ -1,4 +1,4 @@
-"""The proxy's own requests to the cluster (not on any client's behalf)."""
+"""The proxy's own requests to the cluster (not on any client's behalf), and its upstream login."""
 
 from __future__ import annotations
 
@@ -11,45 +11,100 @@ from protocol.addresses import BrokerAddress
 from protocol.apis import Api, request_class, response_class
 from protocol.errors import ProtocolError
 from protocol.header import response_header_length
-from proxy.config import HostPort
+from proxy.config import HostPort, UpstreamSasl
+from proxy.sasl import PLAIN, AuthenticationFailed, ScramClient, plain_token
 
 _METADATA_VERSION = 4  # non-flexible, answered by every broker from Kafka 1.0 to 4.x
+_SASL_HANDSHAKE_VERSION = 1
+_SASL_AUTHENTICATE_VERSION = 1
 _CLIENT_ID = "kafka-quota-proxy"
 _correlation_ids = itertools.count(1)
 
+UPSTREAM_ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, AuthenticationFailed)
+"""What talking to the cluster may raise: unreachable, slow, closed, garbled or refused."""
 
-async def request_once(target: HostPort, api_key: int, api_version: int, message: Any,
-                       timeout_s: float, max_frame_bytes: int) -> Any:
-    """Open a connection, send one request, return the decoded response."""
+
+class UpstreamError(Exception):
+    """The cluster answered a request of the proxy's own with an error code."""
+
+
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, api_version: int,
+                   message: dict[str, Any], max_frame_bytes: int) -> Any:
+    """Send one request on an open connection and return the decoded response."""
     request = request_class(api_key)[api_version](**message)
     request.with_header(correlation_id=next(_correlation_ids), client_id=_CLIENT_ID)
-    async with asyncio.timeout(timeout_s):
-        reader, writer = await asyncio.open_connection(target.host, target.port)
-        try:
-            writer.write(request.encode(header=True, framed=True))
-            (size,) = struct.unpack(">i", await reader.readexactly(4))
-            if not 4 <= size <= max_frame_bytes:
-                raise ProtocolError(f"response frame size {size} out of range", api_key=api_key,
-                                    api_version=api_version)
-            frame = await reader.readexactly(size)
-        finally:
-            writer.close()
+    writer.write(request.encode(header=True, framed=True))
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    if not 4 <= size <= max_frame_bytes:
+        raise ProtocolError(f"response frame size {size} out of range", api_key=api_key, api_version=api_version)
+    frame = await reader.readexactly(size)
     flexible = request_class(api_key).flexible_version_q(api_version)
     body = memoryview(frame)[response_header_length(frame, flexible):]
     return response_class(api_key).decode(body, version=api_version)
 
 
-async def fetch_brokers(bootstrap: tuple[HostPort, ...], timeout_s: float,
-                        max_frame_bytes: int) -> list[BrokerAddress]:
-    """Ask the bootstrap servers in turn for the cluster's brokers; raise the last error."""
-    last_error: Exception = OSError("no upstream configured")
+async def open_upstream(target: HostPort, sasl: UpstreamSasl | None,
+                        max_frame_bytes: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``target``, logged in with the proxy's credentials when it has some."""
+    reader, writer = await asyncio.open_connection(target.host, target.port)
+    if sasl is not None:
+        try:
+            await _login(reader, writer, sasl, max_frame_bytes)
+        except BaseException:
+            writer.close()
+            raise
+    return reader, writer
+
+
+async def _login(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: UpstreamSasl,
+                 max_frame_bytes: int) -> None:
+    handshake = await exchange(reader, writer, Api.SASL_HANDSHAKE, _SASL_HANDSHAKE_VERSION,
+                               {"mechanism": sasl.mechanism}, max_frame_bytes)
+    if handshake.error_code:
+        raise AuthenticationFailed(f"upstream refused SASL mechanism {sasl.mechanism} (error "
+                                   f"{handshake.error_code}; it offers {', '.join(handshake.mechanisms)})")
+
+    async def send(token: bytes) -> bytes:
+        response = await exchange(reader, writer, Api.SASL_AUTHENTICATE, _SASL_AUTHENTICATE_VERSION,
+                                  {"auth_bytes": token}, max_frame_bytes)
+        if response.error_code:
+            raise AuthenticationFailed(f"upstream SASL login as {sasl.username} failed: "
+                                       f"{response.error_message or response.error_code}")
+        return bytes(response.auth_bytes)
+
+    if sasl.mechanism == PLAIN:
+        await send(plain_token(sasl.username, sasl.password))
+        return
+    client = ScramClient(sasl.mechanism, sasl.username, sasl.password)
+    server_first = await send(client.first_message())
+    client.verify_server(await send(client.final_message(server_first)))
+
+
+async def request_once(target: HostPort, api_key: int, api_version: int, message: dict[str, Any],
+                       timeout_s: float, max_frame_bytes: int, sasl: UpstreamSasl | None = None) -> Any:
+    """Open a connection (logging in if configured), send one request, return the decoded response."""
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await open_upstream(target, sasl, max_frame_bytes)
+        try:
+            return await exchange(reader, writer, api_key, api_version, message, max_frame_bytes)
+        finally:
+            writer.close()
+
+
+async def request_any(bootstrap: tuple[HostPort, ...], api_key: int, api_version: int, message: dict[str, Any],
+                      timeout_s: float, max_frame_bytes: int, sasl: UpstreamSasl | None = None) -> Any:
+    """Ask the bootstrap servers in turn; raise the last error when none answers."""
+    last_error: BaseException = OSError("no upstream configured")
     for target in bootstrap:
         try:
-            response = await request_once(target, Api.METADATA, _METADATA_VERSION,
-                                          {"topics": [], "allow_auto_topic_creation": False},
-                                          timeout_s, max_frame_bytes)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as error:
+            return await request_once(target, api_key, api_version, message, timeout_s, max_frame_bytes, sasl)
+        except UPSTREAM_ERRORS as error:
             last_error = error
-            continue
-        return [BrokerAddress(b.node_id, b.host, b.port) for b in response.brokers]
     raise last_error
+
+
+async def fetch_brokers(bootstrap: tuple[HostPort, ...], timeout_s: float, max_frame_bytes: int,
+                        sasl: UpstreamSasl | None = None) -> list[BrokerAddress]:
+    response = await request_any(bootstrap, Api.METADATA, _METADATA_VERSION,
+                                 {"topics": [], "allow_auto_topic_creation": False}, timeout_s, max_frame_bytes, sasl)
+    return [BrokerAddress(b.node_id, b.host, b.port) for b in response.brokers]

@@ -127,7 +127,7 @@ class QuotaConfig:
             t: {} for t in QuotaType}
         for entity, quotas in self.entries.items():
             for quota_type, limit in quotas.items():
-                _validate_quota(entity, quota_type, limit)
+                validate_quota(entity, quota_type, limit)
                 self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit))
         # Bounded: millions of distinct client ids must not grow memory without limit.
         self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
@@ -161,7 +161,7 @@ class QuotaConfig:
         return None
 
 
-def _validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
+def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
     if quota_type in _USER_ONLY_TYPES and (entity.user is None or entity.client_id is not None):
         raise QuotaConfigError(f"{quota_type} applies to users only, not to {entity.describe()}")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
@@ -235,7 +235,7 @@ def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEnti
                 raise QuotaConfigError(
                     f"{label}: unknown key {key!r} (quota types: {', '.join(QuotaType)})") from None
             try:
-                _validate_quota(entity, quota_type, value)
+                validate_quota(entity, quota_type, value)
             except QuotaConfigError as error:
                 raise QuotaConfigError(f"{label}: {error}") from None
             quotas[quota_type] = float(value)

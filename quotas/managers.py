@@ -70,6 +70,10 @@ class EntityTable(Generic[State]):
                 return
             del entries[key]
 
+    def get(self, key: QuotaKey) -> State | None:
+        """The entity's state, without touching its idle time."""
+        return self._entries.get(key)
+
     def items(self) -> list[tuple[QuotaKey, State]]:
         return list(self._entries.items())
 
@@ -263,6 +267,20 @@ class ProducerIdQuotaManager(_BucketManager):
         """Drop filters and users past their time (KIP-936's cache cleanup; call it periodically)."""
         self.seen.expire(now_ms)
         self.entities.expire(now_ms)
+
+    def pending_throttle_ms(self, user: str, now_ms: int) -> int:
+        """How long ``user`` should wait before a new producer ID fits its bucket (0: it fits now).
+
+        Charges nothing and creates no state: an InitProducerId asks this before its PID is used.
+        """
+        quota = self.config.resolve(self.quota_type, user, "")
+        if quota is None:
+            return 0
+        state = self.entities.get(quota.key)
+        if state is None:
+            return 0
+        tokens = state.bucket.measure(quota.limit, self.config.settings.producer_id_window, now_ms)
+        return 0 if tokens >= 0 else bucket_throttle_ms(tokens, quota.limit)
 
     def check(self, user: str, pids: Iterable[int], now_ms: int) -> PidDecision:
         quota = self.config.resolve(self.quota_type, user, "")

@@ -36,8 +36,9 @@ class ProxyProcess:
         self.broker_port_base = free_broker_port_base()
         self.metrics_port = free_port()
         self.log_path = log_path
+        self.state_dir = log_path.parent / f"{log_path.stem}-state"
         self.args = [*proxy_command(), "--upstream", upstream, "--listen", self.bootstrap,
-                     "--broker-port-base", str(self.broker_port_base),
+                     "--broker-port-base", str(self.broker_port_base), "--state-dir", str(self.state_dir),
                      "--metrics-listen", f"{LOOPBACK}:{self.metrics_port}", *extra_args]
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -101,3 +102,17 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
             return b""
         data += chunk
     return bytes(data)
+
+
+def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
+         **fields: object) -> object:
+    """Send one request on ``sock`` and return its decoded response (AssertionError if closed)."""
+    from protocol.apis import is_flexible_request
+    from protocol.codecs import decode_response
+    from protocol.header import response_header_length
+
+    sock.sendall(encode_request(api_key, api_version, correlation_id, client_id, **fields))
+    frame = read_frame(sock)
+    assert frame, "the proxy closed the connection"
+    flexible = is_flexible_request(api_key, api_version) and api_key != 18
+    return decode_response(api_key, api_version, memoryview(frame)[response_header_length(frame, flexible):])

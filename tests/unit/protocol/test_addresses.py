@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
-from protocol.api_versions import cap_api_versions
+from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import response_class
 from protocol.errors import ProtocolError
 
@@ -106,17 +106,30 @@ def test_api_versions_capped_to_what_the_proxy_parses(version: int) -> None:
             cls.ApiVersion(api_key=1, min_version=4, max_version=17),
             cls.ApiVersion(api_key=50, min_version=0, max_version=7)]
     body = encode(18, version, error_code=0, api_keys=apis)
-    capped = cap_api_versions(body, version, {0: 13, 1: 18})
+    capped = adapt_api_versions(body, version, {0: 13, 1: 18}).body
     assert capped is not None
     assert [(a.api_key, a.max_version) for a in decode(18, version, capped).api_keys] == [(0, 13), (1, 17), (50, 7)]
-    assert cap_api_versions(body, version, {1: 18}) is None
+    assert adapt_api_versions(body, version, {1: 18}).body is None
 
 
 def test_api_versions_error_answer_is_v0() -> None:
     cls = response_class(18)
     body = encode(18, 0, error_code=35, api_keys=[cls.ApiVersion(api_key=0, min_version=0, max_version=99)])
-    capped = cap_api_versions(body, 3, {0: 13})
+    capped = adapt_api_versions(body, 3, {0: 13}).body
     assert capped is not None
     message = decode(18, 0, capped)
     assert message.error_code == 35
     assert [(a.api_key, a.max_version) for a in message.api_keys] == [(0, 13)]
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_api_versions_list_the_apis_the_proxy_serves(version: int) -> None:
+    cls = response_class(18)
+    apis = [cls.ApiVersion(api_key=0, min_version=0, max_version=11),
+            cls.ApiVersion(api_key=17, min_version=0, max_version=0)]
+    body = encode(18, version, error_code=0, api_keys=apis)
+    adapted = adapt_api_versions(body, version, {}, {49: VersionRange(0, 1), 17: VersionRange(1, 1)})
+    assert adapted.upstream_api_keys == {0, 17}
+    assert adapted.body is not None
+    listed = [(a.api_key, a.min_version, a.max_version) for a in decode(18, version, adapted.body).api_keys]
+    assert listed == [(0, 0, 11), (17, 1, 1), (49, 0, 1)]

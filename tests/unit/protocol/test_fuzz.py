@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.addresses import BrokerAddress, rewrite_broker_addresses
-from protocol.api_versions import cap_api_versions
+from protocol.api_versions import adapt_api_versions
 from protocol.apis import request_class, response_class
 from protocol.codecs import CODEC_APIS, decode_request, decode_response, max_version
 from protocol.errors import ProtocolError
@@ -75,7 +75,7 @@ def test_mutated_messages_in_every_decoder(case: tuple[int, int, str, bytes]) ->
     if api_key in (0, 3, 10, 60):
         only_protocol_errors(lambda: rewrite_broker_addresses(api_key, version, body, _advertise))
     if api_key == 18:
-        only_protocol_errors(lambda: cap_api_versions(body, version, {0: 3}))
+        only_protocol_errors(lambda: adapt_api_versions(body, version, {0: 3}).body)
     if api_key != 0:
         only_protocol_errors(lambda: decode_response(api_key, version, body))
 

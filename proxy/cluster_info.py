@@ -1,0 +1,101 @@
+"""What the mutation quota needs to know about the cluster: partition counts and ``num.partitions``.
+
+Partition counts come from Metadata requests of the proxy's own, for the topics a request names
+when they are not cached (or their entry is older than ``TOPIC_TTL_S``, so a topic deleted and
+recreated elsewhere is not charged with its old size for long). The cluster's ``num.partitions``
+comes from DescribeConfigs on a broker and is cached; when the cluster does not answer it, the
+configured default is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from protocol.apis import Api
+from proxy.config import ProxyConfig
+from proxy.upstream_client import UPSTREAM_ERRORS, request_any
+
+log = logging.getLogger(__name__)
+
+TOPIC_TTL_S = 30.0
+NUM_PARTITIONS_TTL_S = 600.0
+_METADATA_VERSION = 4
+_DESCRIBE_CONFIGS_VERSION = 1
+_BROKER_RESOURCE = 4
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_MAX_CACHED_TOPICS = 100_000
+
+
+class ClusterInfo:
+    def __init__(self, config: ProxyConfig, broker_ids: Callable[[], Iterable[int]]) -> None:
+        self._config = config
+        self._broker_ids = broker_ids
+        self._partitions: dict[str, tuple[int, float]] = {}
+        """topic -> (partition count, when learned); 0 for a topic the cluster does not have."""
+        self._num_partitions: tuple[int, float] | None = None
+
+    def cached_partitions(self, topic: str) -> int | None:
+        entry = self._partitions.get(topic)
+        if entry is None or time.monotonic() - entry[1] > TOPIC_TTL_S:
+            return None
+        return entry[0]
+
+    def forget(self, topics: Iterable[str]) -> None:
+        """The request naming ``topics`` changes them: ask the cluster again next time."""
+        for topic in topics:
+            self._partitions.pop(topic, None)
+
+    async def partitions(self, topics: list[str]) -> dict[str, int]:
+        """Partition counts of ``topics`` (0 for topics the cluster does not have)."""
+        missing = [topic for topic in topics if self.cached_partitions(topic) is None]
+        if missing:
+            await self._fetch(missing)
+        return {topic: self._partitions.get(topic, (0, 0.0))[0] for topic in topics}
+
+    async def _fetch(self, topics: list[str]) -> None:
+        response = await request_any(self._config.upstream, Api.METADATA, _METADATA_VERSION,
+                                     {"topics": [{"name": topic} for topic in topics],
+                                      "allow_auto_topic_creation": False},
+                                     self._config.connect_timeout_s, self._config.max_frame_bytes,
+                                     self._config.upstream_sasl)
+        if len(self._partitions) + len(topics) > _MAX_CACHED_TOPICS:
+            self._partitions.clear()
+        learned = time.monotonic()
+        for topic in response.topics:
+            count = 0 if topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION else len(topic.partitions)
+            self._partitions[topic.name] = (count, learned)
+
+    async def default_partitions(self) -> int:
+        """The cluster's ``num.partitions``, or the configured default when it does not say."""
+        cached = self._num_partitions
+        if cached is not None and time.monotonic() - cached[1] < NUM_PARTITIONS_TTL_S:
+            return cached[0]
+        value = await self._describe_num_partitions()
+        if value is None:
+            value = self._config.default_num_partitions
+            log.info("the cluster did not report num.partitions; charging %d partition(s) for num_partitions=-1",
+                     value)
+        self._num_partitions = (value, time.monotonic())
+        return value
+
+    async def _describe_num_partitions(self) -> int | None:
+        broker_ids = list(self._broker_ids())
+        if not broker_ids:
+            return None
+        resource = {"resource_type": _BROKER_RESOURCE, "resource_name": str(broker_ids[0]),
+                    "configuration_keys": ["num.partitions"]}
+        try:
+            response = await request_any(self._config.upstream, Api.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION,
+                                         {"resources": [resource], "include_synonyms": False},
+                                         self._config.connect_timeout_s, self._config.max_frame_bytes,
+                                         self._config.upstream_sasl)
+        except UPSTREAM_ERRORS as error:
+            log.warning("DescribeConfigs for num.partitions failed: %s", error or type(error).__name__)
+            return None
+        for result in response.results:
+            for entry in result.configs if not result.error_code else ():
+                if entry.name == "num.partitions" and entry.value is not None and entry.value.isdigit():
+                    return int(entry.value)
+        return None

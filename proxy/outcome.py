@@ -1,0 +1,58 @@
+"""What a per-API handler decides about one request; the connection carries it out.
+
+A handler sees the request and the caller (``Caller``) and returns an ``Outcome`` (or an awaitable
+of one, when it must ask the cluster first). It never touches sockets: the connection forwards,
+answers in request order, raises the throttle into the response, mutes, or closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+from protocol.header import RequestHeader, response_header_for
+
+ResponseFinisher = Callable[[memoryview], bytes]
+"""Turns the upstream response body (header excluded) into the body the client gets."""
+
+
+class Caller(NamedTuple):
+    user: str
+    """The connection's principal (``ANONYMOUS`` without SASL); the client id is in the header."""
+    now_ms: int
+    """Quota time, read once for the request."""
+
+
+class Outcome(NamedTuple):
+    forward: bool = True
+    expects_response: bool = True
+    throttle_ms: int = 0
+    """Raised into the response (max with upstream's); the client is muted after it is sent."""
+    local_response: bytes | None = None
+    """A whole frame (size prefix included) sent in turn instead of an upstream response."""
+    replacement: bytes | None = None
+    """A whole request frame (size prefix included) forwarded instead of the client's."""
+    finish: ResponseFinisher | None = None
+    close_after_response: bool = False
+
+
+FORWARD = Outcome()
+
+Decided = Outcome | Awaitable[Outcome]
+
+
+def frame(header_and_body: bytes) -> bytes:
+    return len(header_and_body).to_bytes(4, "big") + header_and_body
+
+
+def local_answer(header: RequestHeader, body: bytes, throttle_ms: int = 0,
+                 close_after_response: bool = False) -> Outcome:
+    """Answer ``header``'s request with ``body`` without forwarding it."""
+    response_header = response_header_for(header.api_key, header.flexible, header.correlation_id)
+    return Outcome(forward=False, throttle_ms=throttle_ms, local_response=frame(response_header + body),
+                   close_after_response=close_after_response)
+
+
+def replacement_request(frame_without_prefix: memoryview, header: RequestHeader, body: bytes) -> bytes:
+    """The client's request header (correlation id, client id) in front of a new body."""
+    return frame(bytes(frame_without_prefix[:header.length]) + body)

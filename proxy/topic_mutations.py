@@ -1,0 +1,116 @@
+"""CreateTopics, DeleteTopics and CreatePartitions under the controller mutation quota (SPEC §4).
+
+Strict versions (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) admit topics one by
+one in request order; refused topics are cut from the forwarded request and answered by the
+proxy with THROTTLING_QUOTA_EXCEEDED, merged back into the cluster's answer in request order
+(nothing is forwarded when every topic is refused). Older versions are admitted whole and only
+throttled. ``validate_only`` requests are not charged (KIP-599). Partition counts the request
+does not carry come from the cluster (``ClusterInfo``), which may mean waiting for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis import Api
+from protocol.codecs import decode_request, decode_response, encode_request
+from protocol.header import RequestHeader, read_request_header
+from protocol.responses import (
+    THROTTLED,
+    TopicError,
+    merged_topic_response,
+    request_topic_names,
+    request_without_topics,
+)
+from proxy.cluster_info import ClusterInfo
+from proxy.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.quota_service import QuotaService, now_ms
+from proxy.usage_log import UsageLog
+from quotas.config import QuotaType
+
+STRICT_SINCE_VERSION = {Api.CREATE_TOPICS: 6, Api.DELETE_TOPICS: 5, Api.CREATE_PARTITIONS: 3}
+"""Kafka's ``strictSinceVersion`` per API (KafkaApis)."""
+
+_USE_CLUSTER_DEFAULT = -1
+
+
+class TopicMutationHandler:
+    def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog) -> None:
+        self._quotas = quotas
+        self._cluster = cluster
+        self._usage = usage
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        client_id = header.client_id or ""
+        if self._quotas.config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is None:
+            return FORWARD
+        api_key, version = Api(header.api_key), header.api_version
+        request = decode_request(api_key, version, frame[header.length:])
+        names = request_topic_names(api_key, version, request)
+        if getattr(request, "validate_only", False):
+            return FORWARD
+        counts = self._known_counts(api_key, request)
+        if counts is None:
+            return self._after_asking_cluster(frame, header, request, names, caller.user)
+        return self._admit(frame, header, request, names, counts, caller.user, caller.now_ms)
+
+    def _known_counts(self, api_key: Api, request: Any) -> list[int] | None:
+        """Partition mutations per topic, or None when the cluster must be asked first."""
+        if api_key == Api.CREATE_TOPICS:
+            counts = [_created_partitions(topic) for topic in request.topics]
+            if _USE_CLUSTER_DEFAULT in counts:
+                return None
+            return counts
+        return None  # DeleteTopics and CreatePartitions need the topics' current partition counts
+
+    async def _after_asking_cluster(self, frame: memoryview, header: RequestHeader, request: Any,
+                                    names: list[str], user: str) -> Outcome:
+        frame = memoryview(bytes(frame))  # the connection's buffer moves on while we wait
+        api_key = Api(header.api_key)
+        if api_key == Api.CREATE_TOPICS:
+            default = await self._cluster.default_partitions()
+            counts = [default if (count := _created_partitions(topic)) == _USE_CLUSTER_DEFAULT else count
+                      for topic in request.topics]
+        else:
+            existing = await self._cluster.partitions([name for name in names if name])
+            if api_key == Api.DELETE_TOPICS:
+                # a topic named only by id (v6) is charged 0: SPEC §4 "0 if unknown"
+                counts = [existing.get(name, 0) if name else 0 for name in names]
+            else:
+                counts = [max(0, topic.count - existing.get(topic.name, 0)) for topic in request.topics]
+        return self._admit(frame, header, request, names, counts, user, now_ms())
+
+    def _admit(self, frame: memoryview, header: RequestHeader, request: Any, names: list[str], counts: list[int],
+               user: str, now: int) -> Outcome:
+        api_key, version = Api(header.api_key), header.api_version
+        client_id = header.client_id or ""
+        strict = version >= STRICT_SINCE_VERSION[api_key]
+        decision = self._quotas.mutations.admit_topics(user, client_id, counts, strict, now)
+        self._cluster.forget(name for name in names if name)  # the cluster's counts change now
+        refused: dict[str, TopicError] = {
+            name: THROTTLED for name, admitted in zip(names, decision.topics_admitted, strict=True) if not admitted}
+        charged = sum(count for count, admitted in zip(counts, decision.topics_admitted, strict=True) if admitted)
+        self._usage.mutations(user, client_id, charged, decision.throttle_ms, len(refused))
+        if not refused:
+            return Outcome(throttle_ms=decision.throttle_ms)
+        throttle_ms = decision.throttle_ms
+        if len(refused) == len(names):
+            body = merged_topic_response(api_key, version, names, None, refused, throttle_ms)
+            return local_answer(header, body, throttle_ms)
+        forwarded = request_without_topics(api_key, version, request, set(refused))
+
+        def merge(upstream_body: memoryview) -> bytes:
+            upstream = decode_response(api_key, version, upstream_body)
+            return merged_topic_response(api_key, version, names, upstream, refused, throttle_ms)
+
+        return Outcome(throttle_ms=throttle_ms, finish=merge,
+                       replacement=replacement_request(frame, header, encode_request(api_key, version, forwarded)))
+
+
+def _created_partitions(topic: Any) -> int:
+    """CreateTopics: the partitions a topic creates; -1 means the cluster's num.partitions."""
+    if topic.assignments:
+        return len(topic.assignments)
+    return int(topic.num_partitions)
+

@@ -1,0 +1,117 @@
+"""The usage log: one JSON line per (user, client id) for each second with traffic.
+
+Requests add to in-memory counters (a dict lookup and a few integer additions); once a second
+the counters are swapped out and handed to a writer thread, which appends them to the hour's
+file ``usage-YYYY-MM-DDTHH.jsonl`` under ``<state-dir>/usage/``. The event loop never waits for
+the disk: if the writer falls behind, seconds queue up in memory (bounded, oldest dropped with
+a count). This log is the input of the PySpark pipeline (``pipeline/``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+log = logging.getLogger(__name__)
+
+USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections")
+"""The counters of one line, besides ``time`` (epoch seconds), ``user`` and ``client_id``."""
+
+_BYTES, _PRODUCE_REQUESTS, _NEW_PIDS, _MUTATIONS, _THROTTLE_MS, _REJECTIONS = range(len(USAGE_FIELDS))
+_MAX_QUEUED_SECONDS = 3600
+
+
+class UsageSecond(NamedTuple):
+    epoch_s: int
+    counters: dict[tuple[str, str], list[int]]
+
+
+def usage_file_name(epoch_s: int) -> str:
+    return time.strftime("usage-%Y-%m-%dT%H.jsonl", time.gmtime(epoch_s))
+
+
+class UsageLog:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._counters: dict[tuple[str, str], list[int]] = {}
+        self._queue: queue.Queue[UsageSecond | None] = queue.Queue(_MAX_QUEUED_SECONDS)
+        self.dropped_seconds = 0
+        self.lines_written = 0
+        self.write_errors = 0
+        self._writer: threading.Thread | None = None
+
+    def _entry(self, user: str, client_id: str) -> list[int]:
+        key = (user, client_id)
+        entry = self._counters.get(key)
+        if entry is None:
+            entry = self._counters[key] = [0] * len(USAGE_FIELDS)
+        return entry
+
+    def produce(self, user: str, client_id: str, size_bytes: int, new_pids: int, throttle_ms: int,
+                rejected: bool) -> None:
+        entry = self._entry(user, client_id)
+        entry[_BYTES] += size_bytes
+        entry[_PRODUCE_REQUESTS] += 1
+        entry[_NEW_PIDS] += new_pids
+        entry[_THROTTLE_MS] += throttle_ms
+        entry[_REJECTIONS] += rejected
+
+    def producer_ids(self, user: str, client_id: str, new_pids: int, throttle_ms: int) -> None:
+        """Producer IDs of a request already counted by ``produce`` (checked once it was complete)."""
+        entry = self._entry(user, client_id)
+        entry[_NEW_PIDS] += new_pids
+        entry[_THROTTLE_MS] += throttle_ms
+
+    def mutations(self, user: str, client_id: str, count: int, throttle_ms: int, rejected_topics: int) -> None:
+        entry = self._entry(user, client_id)
+        entry[_MUTATIONS] += count
+        entry[_THROTTLE_MS] += throttle_ms
+        entry[_REJECTIONS] += rejected_topics
+
+    def throttled(self, user: str, client_id: str, throttle_ms: int) -> None:
+        self._entry(user, client_id)[_THROTTLE_MS] += throttle_ms
+
+    # ---- the writer ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._writer = threading.Thread(target=self._write_loop, name="usage-log-writer", daemon=True)
+        self._writer.start()
+
+    def end_second(self, epoch_s: int) -> None:
+        """Hand the counters gathered so far to the writer, stamped ``epoch_s``."""
+        if not self._counters:
+            return
+        second, self._counters = UsageSecond(epoch_s, self._counters), {}
+        try:
+            self._queue.put_nowait(second)
+        except queue.Full:
+            self.dropped_seconds += 1
+            log.warning("usage log writer is behind; dropped the second %d", epoch_s)
+
+    def stop(self, epoch_s: int) -> None:
+        """Write what is left and wait for the writer (at shutdown)."""
+        self.end_second(epoch_s)
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join(timeout=10)
+            self._writer = None
+
+    def _write_loop(self) -> None:
+        while (second := self._queue.get()) is not None:
+            path = self.directory / usage_file_name(second.epoch_s)
+            lines = [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id,
+                                 **dict(zip(USAGE_FIELDS, counters, strict=True))}, separators=(",", ":"))
+                     for (user, client_id), counters in second.counters.items()]
+            try:
+                with path.open("a", encoding="utf-8") as file:
+                    file.write("\n".join(lines) + "\n")
+                self.lines_written += len(lines)
+            except OSError as error:
+                self.write_errors += 1
+                log.error("cannot write the usage log %s: %s", path, error)
