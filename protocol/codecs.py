@@ -70,11 +70,24 @@ def encode_response(api_key: int, version: int, message: Any) -> bytes:
     return _encode(response_class(api_key), api_key, version, message)
 
 
+def build(cls: Any, fields: dict[str, Any], version: int | None = None) -> Any:
+    """A kafka-python message (or nested struct) from plain dicts and lists, nested structs included."""
+    values = {}
+    for name, value in fields.items():
+        field = cls.fields.get(name)
+        if field is not None and field.is_struct_array() and value is not None:
+            value = [build(field.data_class, item) if isinstance(item, dict) else item for item in value]
+        elif field is not None and field.is_struct() and isinstance(value, dict):
+            value = build(field.data_class, value)
+        values[name] = value
+    return cls(**values) if version is None else cls(version=version, **values)
+
+
 def _encode(cls: Any, api_key: int, version: int, message: Any) -> bytes:
     # kafka-python's ``encode(version=...)`` fails on decoded objects (no ``_header``), so this
     # drives its compiled encoder directly, as its own ``encode`` does.
     if isinstance(message, dict):
-        message = cls(version=version, **message)
+        message = build(cls, message, version)
     flexible = cls.flexible_version_q(version)
     try:
         encode_into = cls._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)

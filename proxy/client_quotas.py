@@ -86,10 +86,12 @@ class ClientQuotaHandlers:
         results: list[tuple[int, str | None]] = []
         changes: dict[QuotaEntity, dict[QuotaType, float | None]] = {}
         forwarded_entries = []
+        foreign: set[EntityKey] = set()
         for entry in request.entries:
             theirs = [op for op in entry.ops if op.key not in _PROXY_KEYS]
             if theirs:
                 forwarded_entries.append(_entry_with_ops(entry, theirs))
+                foreign.add(entity_key(entry.entity))
             ours = [op for op in entry.ops if op.key in _PROXY_KEYS]
             results.append(self._check_entry(entity_key(entry.entity), ours, caller.user, changes))
         if changes and not request.validate_only:
@@ -101,8 +103,7 @@ class ClientQuotaHandlers:
         if not forwarded_entries:
             return local_answer(header, _alter_response(version, request.entries, results, {}, 0))
         if not self._upstream_serves(Api.ALTER_CLIENT_QUOTAS):
-            unsupported = {entity_key(entry.entity): (UNSUPPORTED_VERSION, "the cluster does not serve "
-                                                      "AlterClientQuotas") for entry in request.entries}
+            unsupported = dict.fromkeys(foreign, (UNSUPPORTED_VERSION, "the cluster does not serve AlterClientQuotas"))
             return local_answer(header, _alter_response(version, request.entries, results, unsupported, 0))
 
         def merge(upstream_body: memoryview) -> bytes:

@@ -9,6 +9,7 @@ from typing import Any
 
 from protocol.addresses import BrokerAddress
 from protocol.apis import Api, request_class, response_class
+from protocol.codecs import build
 from protocol.errors import ProtocolError
 from protocol.header import response_header_length
 from proxy.config import HostPort, UpstreamSasl
@@ -31,7 +32,7 @@ class UpstreamError(Exception):
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, api_version: int,
                    message: dict[str, Any], max_frame_bytes: int) -> Any:
     """Send one request on an open connection and return the decoded response."""
-    request = request_class(api_key)[api_version](**message)
+    request = build(request_class(api_key)[api_version], message)
     request.with_header(correlation_id=next(_correlation_ids), client_id=_CLIENT_ID)
     writer.write(request.encode(header=True, framed=True))
     (size,) = struct.unpack(">i", await reader.readexactly(4))

@@ -80,8 +80,9 @@ class ProxyProcess:
 def encode_request(api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
                    **fields: object) -> bytes:
     from protocol.apis import request_class
+    from protocol.codecs import build
 
-    request = request_class(api_key)[api_version](**fields)
+    request = build(request_class(api_key)[api_version], dict(fields))
     request.with_header(correlation_id=correlation_id, client_id=client_id)
     return bytes(request.encode(header=True, framed=True))
 
