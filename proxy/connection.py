@@ -135,6 +135,7 @@ class ClientConnection(asyncio.Protocol):
         self._settling: asyncio.Task[None] | None = None
         self._sasl: SaslServer | None = context.new_sasl_server()
         self._close_after_write = False
+        self._login_writer: asyncio.StreamWriter | None = None
 
     # ---- client transport callbacks -------------------------------------------------------
 
@@ -509,6 +510,7 @@ class ClientConnection(asyncio.Protocol):
                         lambda: UpstreamProtocol(self), target.host, target.port)
                 else:
                     _, writer = await open_upstream(target, sasl, self._config.max_frame_bytes)
+                    self._login_writer = writer  # a collected StreamWriter closes its transport
                     transport = cast(asyncio.Transport, writer.transport)
                     transport.set_protocol(UpstreamProtocol(self))  # logged in: from now on, bytes only
         except (*UPSTREAM_ERRORS, LookupError) as error:

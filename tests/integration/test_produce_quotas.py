@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -49,6 +50,18 @@ def produce(bootstrap: str, topic: str, client_id: str, mebibytes: int) -> tuple
         producer.send(topic, payload)
     producer.flush(timeout=120)
     return time.monotonic() - started, producer
+
+
+def usage_totals(proxy: ProxyProcess) -> dict[str, int]:
+    """The usage log's counters summed over every line, once the last second has been written."""
+    time.sleep(2.5)  # the log is written once a second
+    totals: dict[str, int] = {}
+    for path in (proxy.state_dir / "usage").glob("usage-*.jsonl"):
+        for line in path.read_text().splitlines():
+            for key, value in json.loads(line).items():
+                if key not in ("time", "user", "client_id"):
+                    totals[key] = totals.get(key, 0) + value
+    return totals
 
 
 def count_messages(bootstrap: str, topic: str) -> int:
@@ -124,7 +137,11 @@ def test_producer_id_quota(own_proxy, tmp_path: Path, topic: str, mode: str) -> 
         producer.close()
     values = metrics(proxy)
     assert values["kafka_quota_producer_ids_admitted_total"] == 30
+    usage = usage_totals(proxy)
+    assert usage["new_pids"] == 30
+    assert usage["produce_requests"] >= 30
     if mode == "reject":
+        assert usage["rejections"] >= 1
         # the cluster saw at most the burst at once; the other 10 waited for tokens (2/s)
         assert values['kafka_quota_rejected_requests_total{quota_type="producer_ids_rate"}'] >= 1
         assert elapsed >= 4, f"30 new producer IDs admitted in {elapsed:.1f} s"

@@ -1,0 +1,99 @@
+"""SASL terminated at the proxy, with real kafka-python clients; the proxy's own upstream login."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+
+from protocol.apis import Api
+from tests.integration.test_produce_quotas import metrics
+from tests.support import ProxyProcess, call, proxy_command, read_frame
+
+pytestmark = pytest.mark.integration
+SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = 33
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol, with = signs"}
+
+
+def add_user(users_file: Path, name: str, mechanism: str) -> None:
+    done = subprocess.run([*proxy_command(), "users", "add", name, "--mechanism", mechanism,
+                           "--users-file", str(users_file)], input=PASSWORDS[name] + "\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def sasl_proxy(own_proxy, tmp_path: Path) -> ProxyProcess:  # type: ignore[no-untyped-def]
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "alice", "SCRAM-SHA-512")
+    add_user(users_file, "bob", "PLAIN")
+    add_user(users_file, "carol", "SCRAM-SHA-256")
+    text = users_file.read_text()
+    assert all(password not in text for password in PASSWORDS.values())
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 100000000\n')
+    return own_proxy("--sasl-users", str(users_file), "--quota-file", str(quota_file))  # type: ignore[no-any-return]
+
+
+def sasl_settings(mechanism: str, user: str, password: str) -> dict[str, object]:
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": password}
+
+
+@pytest.mark.parametrize(("mechanism", "user"), [("SCRAM-SHA-512", "alice"), ("PLAIN", "bob"),
+                                                 ("SCRAM-SHA-256", "carol")])
+def test_login_then_produce_and_consume_as_that_user(sasl_proxy: ProxyProcess, topic: str, mechanism: str,
+                                                     user: str) -> None:
+    settings = sasl_settings(mechanism, user, PASSWORDS[user])
+    producer = KafkaProducer(bootstrap_servers=sasl_proxy.bootstrap, acks="all", client_id="app", **settings)
+    producer.send(topic, b"hello").get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=sasl_proxy.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5_000, **settings)
+    assert [record.value for record in consumer] == [b"hello"]
+    consumer.close()
+    # the <default> user quota gives each authenticated user a bucket of its own (Kafka's level 6)
+    assert f'kafka_quota_produce_byte_rate{{client_id="",user="{user}"}}' in metrics(sasl_proxy)
+
+
+def test_wrong_password_is_refused(sasl_proxy: ProxyProcess) -> None:
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers=sasl_proxy.bootstrap, request_timeout_ms=5_000, max_block_ms=5_000,
+                      **sasl_settings("SCRAM-SHA-512", "alice", "not-her-password"))
+    with socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) as sock:
+        handshake = call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert handshake.error_code == 0  # type: ignore[attr-defined]
+        answer = call(sock, Api.SASL_AUTHENTICATE, 2, auth_bytes=b"\x00bob\x00wrong")
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED  # type: ignore[attr-defined]
+        assert read_frame(sock) == b""  # and the connection is closed
+
+
+def test_unknown_mechanism_and_requests_before_login_close_the_connection(sasl_proxy: ProxyProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) as sock:
+        handshake = call(sock, Api.SASL_HANDSHAKE, 1, mechanism="GSSAPI")
+        assert handshake.error_code == UNSUPPORTED_SASL_MECHANISM  # type: ignore[attr-defined]
+        assert handshake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]  # type: ignore[attr-defined]
+        assert read_frame(sock) == b""
+    with socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) as sock:
+        call(sock, Api.API_VERSIONS, 0)  # allowed before login
+        with pytest.raises(AssertionError, match="closed"):
+            call(sock, Api.METADATA, 4, topics=[], allow_auto_topic_creation=False)
+    assert "request before SASL authentication completed" in sasl_proxy.log()
+
+
+def test_proxy_logs_in_upstream_with_its_own_credentials(sasl_proxy: ProxyProcess, own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        topic: str) -> None:
+    # a second proxy in front of the SASL proxy: its clients need no credentials, it logs in as alice
+    config = tmp_path / "front.toml"
+    config.write_text(f'[upstream-sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "alice"\n'
+                      f'password = "{PASSWORDS["alice"]}"\n')
+    front = own_proxy("--config", str(config), upstream=sasl_proxy.bootstrap)
+    producer = KafkaProducer(bootstrap_servers=front.bootstrap, acks="all", client_id="via-front")
+    producer.send(topic, b"through two proxies").get(timeout=30)
+    producer.close()
+    assert 'kafka_quota_produce_byte_rate{client_id="",user="alice"}' in metrics(sasl_proxy)
