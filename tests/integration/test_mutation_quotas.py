@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from protocol.apis import Api
-from tests.support import ProxyProcess, call
+from tests.support import ProxyProcess, call, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
 THROTTLING_QUOTA_EXCEEDED = 89
@@ -93,3 +93,16 @@ def test_validate_only_is_not_charged(own_proxy, tmp_path: Path, topic: str) -> 
                             validate_only=True, topics=[creatable(f"{topic}-{attempt}", 50)])
             assert response.throttle_time_ms == 0  # type: ignore[attr-defined]
             assert response.topics[0].error_code != THROTTLING_QUOTA_EXCEEDED  # type: ignore[attr-defined]
+
+
+def test_requests_behind_one_waiting_for_the_cluster_are_answered_in_order(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                          topic: str) -> None:
+    proxy = limited_proxy(own_proxy, tmp_path, "deleter")
+    with connect(proxy) as sock:
+        # DeleteTopics waits for the topic's partition count; the requests pipelined behind it wait too
+        pipelined = encode_request(Api.DELETE_TOPICS, 6, correlation_id=1, client_id="deleter", timeout_ms=30_000,
+                                   topics=[{"name": topic, "topic_id": None}])
+        pipelined += b"".join(encode_request(Api.API_VERSIONS, 0, correlation_id=i) for i in range(2, 12))
+        sock.sendall(pipelined)
+        correlation_ids = [int.from_bytes(read_frame(sock)[:4], "big") for _ in range(11)]
+        assert correlation_ids == list(range(1, 12))

@@ -169,3 +169,16 @@ def test_metrics_follow_live_entities() -> None:
     clock.advance(60_000)
     produce.entities.expire(clock())
     assert "kafka_quota_produce_byte_rate{" not in generate_latest(registry).decode()
+
+
+def test_pending_producer_id_throttle_is_the_time_until_the_bucket_is_back_at_zero() -> None:
+    clock = FakeClock()
+    window = Window(2, 5)  # burst 2 x 5 s x 1/s = 10
+    manager = ProducerIdQuotaManager(config({QuotaEntity("alice"): {PIDS: 1}}, producer_id_window=window))
+    assert manager.pending_throttle_ms("alice", clock()) == 0  # no state yet: nothing is created
+    assert len(manager.entities) == 0
+    manager.check("alice", range(13), clock())  # 10 - 13 = -3 tokens (throttle mode charges all)
+    assert manager.pending_throttle_ms("alice", clock()) == 3000
+    assert manager.pending_throttle_ms("alice", clock.advance(1000)) == 2000
+    assert manager.pending_throttle_ms("bob", clock()) == 0
+    assert manager.pending_throttle_ms("alice", clock.advance(2000)) == 0
