@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +15,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from tests.support import ProxyProcess
+from protocol.apis import Api
+from tests.support import ProxyProcess, call
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -174,3 +176,23 @@ def test_producer_ids_of_large_requests_forwarded_as_they_arrive_are_still_check
     assert values["kafka_quota_producer_ids_admitted_total"] == 3
     assert throttles[0] == 0 and throttles[2] > 0, throttles
     assert count_messages(proxy.bootstrap, topic) == 12
+
+
+def test_init_producer_id_carries_the_pending_producer_id_throttle(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                   topic: str) -> None:
+    # burst = 2 windows x 5 s x 0.1/s = 1: the second new producer ID leaves the bucket at -1 (10 s)
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
+                          '"producer.id.quota.window.size.seconds" = 5\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 0.1\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(proxy.bootstrap, topic)
+    for _ in range(2):
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all")
+        producer.send(topic, b"x").get(timeout=30)
+        producer.close()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        response = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
+                        producer_id=-1, producer_epoch=-1)
+    assert response.error_code == 0  # type: ignore[attr-defined]
+    assert 5_000 < response.throttle_time_ms <= 10_000  # type: ignore[attr-defined]
