@@ -20,6 +20,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from proxy.watched_file import WatchedFile
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
@@ -40,8 +41,7 @@ def now_ms() -> int:
 
 class QuotaService:
     def __init__(self, quota_file: Path | None, registry: CollectorRegistry, state_dir: Path | None = None) -> None:
-        self._quota_file = quota_file
-        self._file_stamp: tuple[int, int] | None = None
+        self._quota_file = None if quota_file is None else WatchedFile(quota_file)
         self._overrides_path = None if state_dir is None else state_dir / OVERRIDES_FILE
         self.overrides: Overrides = self._load_overrides()
         self._file_config = self._load() if quota_file is not None else QuotaConfig()
@@ -55,20 +55,11 @@ class QuotaService:
     def config(self) -> QuotaConfig:
         return self.produce.config
 
-    def _stamp(self) -> tuple[int, int] | None:
-        assert self._quota_file is not None
-        try:
-            stat = os.stat(self._quota_file)
-        except OSError:
-            return None
-        return stat.st_mtime_ns, stat.st_size
-
     def _load(self) -> QuotaConfig:
         """Initial load: a bad or missing file is fatal (raises QuotaConfigError)."""
         assert self._quota_file is not None
-        self._file_stamp = self._stamp()
-        config = load_quota_file(self._quota_file)
-        log.info("loaded %d quota entries from %s", len(config.entries), self._quota_file)
+        config = load_quota_file(self._quota_file.path)
+        log.info("loaded %d quota entries from %s", len(config.entries), self._quota_file.path)
         return config
 
     def _effective(self) -> QuotaConfig:
@@ -87,19 +78,15 @@ class QuotaService:
             manager.update_config(config)
 
     def reload_if_changed(self) -> None:
-        if self._quota_file is None:
+        if self._quota_file is None or not self._quota_file.changed():
             return
-        stamp = self._stamp()
-        if stamp == self._file_stamp:
-            return
-        self._file_stamp = stamp
         try:
-            self._file_config = load_quota_file(self._quota_file)
+            self._file_config = load_quota_file(self._quota_file.path)
         except QuotaConfigError as error:
             log.error("keeping the running quotas: %s", error)
             return
         self.apply(self._effective())
-        log.info("reloaded %d quota entries from %s", len(self._file_config.entries), self._quota_file)
+        log.info("reloaded %d quota entries from %s", len(self._file_config.entries), self._quota_file.path)
 
     # ---- overrides set through AlterClientQuotas ------------------------------------------------
 

@@ -21,11 +21,12 @@ from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.produce_handler import ProduceHandler
-from proxy.quota_service import QuotaService
-from proxy.sasl import SaslServer, UserStore, load_users
+from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService
+from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
 from proxy.topic_mutations import TopicMutationHandler
 from proxy.upstream_client import UPSTREAM_ERRORS, fetch_brokers
 from proxy.usage_log import UsageLog
+from proxy.watched_file import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class ProxyServer:
         self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir)
         self.usage = UsageLog(config.state_dir / "usage")
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
+        self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
         self.produce_handler = ProduceHandler(self.quotas, self.usage)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
@@ -182,6 +184,8 @@ class ProxyServer:
         self.usage.start()
         loop = asyncio.get_running_loop()
         self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
+        if self._users_file is not None:
+            self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
             self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
@@ -204,6 +208,19 @@ class ProxyServer:
         for server in self._servers:
             await server.wait_closed()
         self.usage.stop(int(time.time()))
+
+    async def _reload_users(self, users_file: WatchedFile) -> None:
+        """A changed users file applies to the next login; a bad one keeps the users loaded before."""
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+            if not users_file.changed():
+                continue
+            try:
+                self.users = load_users(users_file.path)
+            except SaslConfigError as error:
+                log.error("keeping the loaded users: %s", error)
+                continue
+            log.info("reloaded %d users from %s", len(self.users.users), users_file.path)
 
     async def _flush_usage(self) -> None:
         """Each second, the usage counters go to the writer thread, stamped with that second."""

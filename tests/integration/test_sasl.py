@@ -20,9 +20,9 @@ UNSUPPORTED_SASL_MECHANISM = 33
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol, with = signs"}
 
 
-def add_user(users_file: Path, name: str, mechanism: str) -> None:
+def add_user(users_file: Path, name: str, mechanism: str, password: str | None = None) -> None:
     done = subprocess.run([*proxy_command(), "users", "add", name, "--mechanism", mechanism,
-                           "--users-file", str(users_file)], input=PASSWORDS[name] + "\n",
+                           "--users-file", str(users_file)], input=(password or PASSWORDS[name]) + "\n",
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
@@ -97,3 +97,11 @@ def test_proxy_logs_in_upstream_with_its_own_credentials(sasl_proxy: ProxyProces
     producer.send(topic, b"through two proxies").get(timeout=30)
     producer.close()
     assert 'kafka_quota_produce_byte_rate{client_id="",user="alice"}' in metrics(sasl_proxy)
+
+
+def test_users_added_while_running_can_log_in(sasl_proxy: ProxyProcess, tmp_path: Path) -> None:
+    add_user(tmp_path / "users.toml", "dave", "SCRAM-SHA-512", "dave-secret")
+    sasl_proxy.wait_for_log("reloaded 4 users")
+    producer = KafkaProducer(bootstrap_servers=sasl_proxy.bootstrap,
+                             **sasl_settings("SCRAM-SHA-512", "dave", "dave-secret"))
+    producer.close()
