@@ -14,6 +14,7 @@ from struct import Struct
 import mmh3
 
 _INT64 = Struct(">q")
+_SIDECAR_HEADER = Struct(">ii")
 
 Probe = tuple[int, int]
 
@@ -75,6 +76,27 @@ class BloomFilter:
             if position >= m:
                 position -= m
         return True
+
+    def to_bytes(self) -> bytes:
+        """The ledger's ``.bloom`` sidecar layout (SPEC §6): int32 bit count, int32 hash count, then
+        the bit map as big-endian int64 words, bit i being bit i % 64 of word i // 64."""
+        padded = bytes(self._bits) + bytes(-len(self._bits) % 8)
+        words = b"".join(padded[i:i + 8][::-1] for i in range(0, len(padded), 8))
+        return _SIDECAR_HEADER.pack(self.bit_count, self.hash_count) + words
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BloomFilter:
+        """Raises ValueError when ``data`` is not a whole filter in ``to_bytes`` layout."""
+        if len(data) < _SIDECAR_HEADER.size:
+            raise ValueError("Bloom filter data shorter than its header")
+        bit_count, hash_count = _SIDECAR_HEADER.unpack_from(data)
+        bloom = cls(bit_count, hash_count)
+        words = data[_SIDECAR_HEADER.size:]
+        if len(words) != (len(bloom._bits) + 7) // 8 * 8:
+            raise ValueError(f"Bloom filter of {bit_count} bits has {len(words)} bytes of words")
+        padded = b"".join(words[i:i + 8][::-1] for i in range(0, len(words), 8))
+        bloom._bits[:] = padded[:len(bloom._bits)]
+        return bloom
 
     def approximate_count(self) -> float:
         """Estimated items added: -m/k ln(1 - X/m) for X bits set (Swamidass & Baldi)."""

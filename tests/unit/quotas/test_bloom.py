@@ -69,3 +69,20 @@ def test_users_without_live_filters_are_removed() -> None:
     assert seen.users() == 1 and seen.filters("alice") == 0
     seen.expire(T0 + 2500)
     assert seen.users() == 0
+
+
+def test_sidecar_bytes_round_trip_in_int64_words() -> None:
+    bloom = BloomFilter.for_capacity(1000, 0.01)
+    for item in range(0, 5000, 7):
+        bloom.add(item)
+    data = bloom.to_bytes()
+    assert int.from_bytes(data[:4], "big") == bloom.bit_count and int.from_bytes(data[4:8], "big") == bloom.hash_count
+    assert (len(data) - 8) % 8 == 0
+    loaded = BloomFilter.from_bytes(data)
+    assert all(item in loaded for item in range(0, 5000, 7))
+    assert loaded.to_bytes() == data
+    first = BloomFilter(64, 1)
+    first.add_probe((0, 0))  # bit 0 is the lowest bit of the first word
+    assert first.to_bytes()[8:] == (1).to_bytes(8, "big")
+    with pytest.raises(ValueError):
+        BloomFilter.from_bytes(data[:-1])

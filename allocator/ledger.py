@@ -1,0 +1,343 @@
+"""The PID ledger: every producer ID the proxy issued or saw, on disk, with bounded memory.
+
+Layout under its directory (SPEC §6, seed design "PID ledger"):
+- ``active-<seq>.log``: the append-only segment, one CRC-checked record per update (an update of
+  a known PID appends a newer version). Written with ``os.write`` on each update, so it survives
+  the process being killed; ``flush`` makes it durable (fsync) by sealing it.
+- ``snapshot-<seq>.pids``: an immutable sealed segment, sorted by PID: header, a sorted index of
+  (pid, offset) read by binary search with ``pread``, then the records, each with its CRC.
+- ``snapshot-<seq>.bloom``: its Bloom filter (int32 bit count, int32 hash count, int64 words).
+
+Memory holds the snapshots' filters (newest first), the active segment's filter and PID ->
+offset map (bounded: the segment is sealed at the filter shape's capacity), and a bounded
+write-through LRU cache. ``read`` tries the cache, the active segment, then each snapshot whose
+filter matches, newest first. ``flush`` seals the active segment: the snapshot and its filter are
+written, fsynced and renamed into place and enter the index before the active segment is
+dropped, so a known PID is never unreadable. Recovery after a kill: temporary files are removed,
+an active segment already sealed is dropped, otherwise its records are read up to the first torn
+or corrupt one and the file is truncated there.
+
+The Bloom filter implementation is injected (``FilterFactory``): the proxy passes the quota
+engines' MurmurHash3 filter, whose byte layout is the sidecar format.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+log = logging.getLogger(__name__)
+
+_RECORD_HEAD = struct.Struct(">qhqqHH")  # pid, epoch, first seen ms, last seen ms, user len, client len
+_CRC = struct.Struct(">I")
+_SNAPSHOT_HEAD = struct.Struct(">4sIqI")  # magic, record count, data offset, CRC of head + index
+_INDEX_ENTRY = struct.Struct(">qI")  # pid, offset of its record in the data section
+_MAGIC = b"PIDS"
+_SNAPSHOT = re.compile(r"snapshot-(\d{10})\.pids")
+_ACTIVE = re.compile(r"active-(\d{10})\.log")
+
+
+class PidRecord(NamedTuple):
+    pid: int
+    user: str
+    client_id: str
+    epoch: int
+    first_seen_ms: int
+    last_seen_ms: int
+
+
+class Filter(Protocol):
+    def add(self, item: int) -> None: ...
+    def __contains__(self, item: int) -> bool: ...
+    def to_bytes(self) -> bytes: ...
+
+
+class FilterFactory(Protocol):
+    def new(self) -> Filter: ...
+    def load(self, data: bytes) -> Filter: ...
+
+
+class LedgerCorrupt(Exception):
+    pass
+
+
+def encode_record(record: PidRecord) -> bytes:
+    user, client = record.user.encode(), record.client_id.encode()
+    body = _RECORD_HEAD.pack(record.pid, record.epoch, record.first_seen_ms, record.last_seen_ms,
+                             len(user), len(client)) + user + client
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def decode_record(data: bytes | memoryview, offset: int) -> tuple[PidRecord, int] | None:
+    """The record at ``offset`` and the offset after it, or None when torn or corrupt."""
+    if offset + _RECORD_HEAD.size > len(data):
+        return None
+    pid, epoch, first, last, user_length, client_length = _RECORD_HEAD.unpack_from(data, offset)
+    end = offset + _RECORD_HEAD.size + user_length + client_length
+    if end + _CRC.size > len(data) or zlib.crc32(data[offset:end]) != _CRC.unpack_from(data, end)[0]:
+        return None
+    strings = bytes(data[offset + _RECORD_HEAD.size:end])
+    try:
+        user, client = strings[:user_length].decode(), strings[user_length:].decode()
+    except UnicodeDecodeError:
+        return None
+    return PidRecord(pid, user, client, epoch, first, last), end + _CRC.size
+
+
+def _fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+class Snapshot:
+    """One sealed segment: its filter in memory, everything else read from the file on demand."""
+
+    def __init__(self, sequence: int, path: Path, bloom: Filter) -> None:
+        self.sequence = sequence
+        self.path = path
+        self.filter = bloom
+        self._fd = os.open(path, os.O_RDONLY)
+        head = os.pread(self._fd, _SNAPSHOT_HEAD.size, 0)
+        if len(head) != _SNAPSHOT_HEAD.size:
+            raise LedgerCorrupt(f"{path}: truncated header")
+        magic, self.count, self._data_offset, crc = _SNAPSHOT_HEAD.unpack(head)
+        index = os.pread(self._fd, self.count * _INDEX_ENTRY.size, _SNAPSHOT_HEAD.size)
+        if magic != _MAGIC or zlib.crc32(head[:-_CRC.size] + index) != crc:
+            raise LedgerCorrupt(f"{path}: bad header or index checksum")
+
+    @staticmethod
+    def encode(records: list[PidRecord]) -> bytes:
+        records = sorted(records, key=lambda record: record.pid)
+        data = [encode_record(record) for record in records]
+        offsets = []
+        position = 0
+        for encoded in data:
+            offsets.append(position)
+            position += len(encoded)
+        index = b"".join(_INDEX_ENTRY.pack(record.pid, offset) for record, offset in zip(records, offsets, strict=True))
+        data_offset = _SNAPSHOT_HEAD.size + len(index)
+        head = _SNAPSHOT_HEAD.pack(_MAGIC, len(records), data_offset, 0)[:-_CRC.size]
+        return head + _CRC.pack(zlib.crc32(head + index)) + index + b"".join(data)
+
+    def find(self, pid: int) -> PidRecord | None:
+        low, high = 0, self.count - 1
+        while low <= high:
+            middle = (low + high) // 2
+            entry = os.pread(self._fd, _INDEX_ENTRY.size, _SNAPSHOT_HEAD.size + middle * _INDEX_ENTRY.size)
+            found, offset = _INDEX_ENTRY.unpack(entry)
+            if found < pid:
+                low = middle + 1
+            elif found > pid:
+                high = middle - 1
+            else:
+                return self._record_at(self._data_offset + offset)
+        return None
+
+    def _record_at(self, position: int) -> PidRecord:
+        head = os.pread(self._fd, _RECORD_HEAD.size, position)
+        *_, user_length, client_length = _RECORD_HEAD.unpack(head)
+        data = head + os.pread(self._fd, user_length + client_length + _CRC.size, position + _RECORD_HEAD.size)
+        decoded = decode_record(data, 0)
+        if decoded is None:
+            raise LedgerCorrupt(f"{self.path}: record at {position} fails its checksum")
+        return decoded[0]
+
+    def records(self) -> Iterator[PidRecord]:
+        data = Path(self.path).read_bytes()
+        position = self._data_offset
+        for _ in range(self.count):
+            decoded = decode_record(data, position)
+            if decoded is None:
+                raise LedgerCorrupt(f"{self.path}: record at {position} fails its checksum")
+            record, position = decoded
+            yield record
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class PidLedger:
+    def __init__(self, directory: Path, filters: FilterFactory, segment_capacity: int = 100_000,
+                 cache_size: int = 100_000) -> None:
+        self.directory = directory
+        self._filters = filters
+        self._segment_capacity = segment_capacity
+        self._cache: OrderedDict[int, PidRecord] = OrderedDict()
+        self._cache_size = cache_size
+        self.snapshots: list[Snapshot] = []
+        """Newest first."""
+        self.torn_bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self._active_sequence = self._recover_snapshots() + 1
+        self._active_offsets: dict[int, int] = {}
+        self._active_filter = filters.new()
+        self._active_path = self._active_file(self._active_sequence)
+        self._recover_active()
+        self._active_fd = self._open_active()
+        self._active_size = os.fstat(self._active_fd).st_size
+
+    # ---- recovery ------------------------------------------------------------------------------
+
+    def _open_active(self) -> int:
+        return os.open(self._active_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _active_file(self, sequence: int) -> Path:
+        return self.directory / f"active-{sequence:010d}.log"
+
+    def _recover_snapshots(self) -> int:
+        for leftover in self.directory.glob("*.tmp"):
+            leftover.unlink()
+        newest = 0
+        for path in sorted(self.directory.iterdir()):
+            match = _SNAPSHOT.fullmatch(path.name)
+            if match is None:
+                continue
+            sequence = int(match.group(1))
+            newest = max(newest, sequence)
+            try:
+                self.snapshots.insert(0, self._open_snapshot(sequence, path))
+            except (LedgerCorrupt, OSError) as error:
+                # keep going without it: its PIDs may count as new once more, nothing else is lost
+                log.error("setting aside an unreadable ledger snapshot: %s", error)
+                path.rename(path.with_suffix(".corrupt"))
+        actives = sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _ACTIVE.fullmatch(p.name)))
+        for sequence in actives:
+            if sequence <= newest:  # sealed before the crash: its snapshot holds it
+                self._active_file(sequence).unlink()
+        return max([newest, *(s - 1 for s in actives if s > newest)])
+
+    def _open_snapshot(self, sequence: int, path: Path) -> Snapshot:
+        sidecar = path.with_suffix(".bloom")
+        try:
+            bloom = self._filters.load(sidecar.read_bytes())
+        except (OSError, ValueError) as error:
+            log.warning("%s: rebuilding the Bloom filter (%s)", sidecar, error)
+            bloom = self._filters.new()
+            for record in Snapshot(sequence, path, self._filters.new()).records():
+                bloom.add(record.pid)
+            _write_durably(sidecar, bloom.to_bytes())
+        return Snapshot(sequence, path, bloom)
+
+    def _recover_active(self) -> None:
+        path = self._active_path
+        if not path.exists():
+            return
+        data = path.read_bytes()
+        position = 0
+        while (decoded := decode_record(data, position)) is not None:
+            record, end = decoded
+            self._remember_active(record.pid, position)
+            position = end
+        self.torn_bytes = len(data) - position
+        if self.torn_bytes:
+            log.warning("%s: dropping %d bytes after the last valid record", path, self.torn_bytes)
+            with open(path, "r+b") as file:
+                file.truncate(position)
+                os.fsync(file.fileno())
+
+    def _remember_active(self, pid: int, offset: int) -> None:
+        if pid not in self._active_offsets:
+            self._active_filter.add(pid)
+        self._active_offsets[pid] = offset
+
+    # ---- reading and writing -----------------------------------------------------------------
+
+    def read(self, pid: int) -> PidRecord | None:
+        record = self._cache.get(pid)
+        if record is not None:
+            self._cache.move_to_end(pid)
+            return record
+        offset = self._active_offsets.get(pid)
+        if offset is not None:
+            record = self._read_active(offset)
+        else:
+            for snapshot in self.snapshots:
+                if pid in snapshot.filter:
+                    record = snapshot.find(pid)
+                    if record is not None:
+                        break
+        if record is not None:
+            self._cache_put(record)
+        return record
+
+    def _read_active(self, offset: int) -> PidRecord:
+        head = os.pread(self._active_fd, _RECORD_HEAD.size, offset)
+        *_, user_length, client_length = _RECORD_HEAD.unpack(head)
+        data = head + os.pread(self._active_fd, user_length + client_length + _CRC.size, offset + _RECORD_HEAD.size)
+        decoded = decode_record(data, 0)
+        if decoded is None:
+            raise LedgerCorrupt(f"{self._active_path}: record at {offset} fails its checksum")
+        return decoded[0]
+
+    def update(self, record: PidRecord) -> None:
+        """Write through: the cache and the active segment (sealed once it reaches capacity)."""
+        encoded = encode_record(record)
+        offset = self._active_size
+        written = os.write(self._active_fd, encoded)
+        if written != len(encoded):
+            raise OSError(f"{self._active_path}: short write ({written} of {len(encoded)} bytes)")
+        self._active_size += written
+        self._remember_active(record.pid, offset)
+        self._cache_put(record)
+        if len(self._active_offsets) >= self._segment_capacity:
+            self.flush()
+
+    def _cache_put(self, record: PidRecord) -> None:
+        self._cache[record.pid] = record
+        self._cache.move_to_end(record.pid)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def flush(self) -> None:
+        """Seal the active segment into a snapshot (nothing to do when it is empty)."""
+        if not self._active_offsets:
+            return
+        sequence = self._active_sequence
+        data = self._active_path.read_bytes()
+        records = {}
+        position = 0
+        while (decoded := decode_record(data, position)) is not None:
+            records[decoded[0].pid] = decoded[0]  # the newest version of each PID wins
+            position = decoded[1]
+        path = self.directory / f"snapshot-{sequence:010d}.pids"
+        _write_durably(path.with_suffix(".bloom"), self._active_filter.to_bytes())
+        _write_durably(path, Snapshot.encode(list(records.values())))
+        _fsync_directory(self.directory)
+        self.snapshots.insert(0, Snapshot(sequence, path, self._active_filter))
+        old_fd, old_path = self._active_fd, self._active_path
+        self._active_sequence = sequence + 1
+        self._active_path = self._active_file(self._active_sequence)
+        self._active_fd = self._open_active()
+        self._active_size = 0
+        self._active_offsets = {}
+        self._active_filter = self._filters.new()
+        os.close(old_fd)
+        old_path.unlink()
+
+    @property
+    def active_records(self) -> int:
+        return len(self._active_offsets)
+
+    def close(self) -> None:
+        os.close(self._active_fd)
+        for snapshot in self.snapshots:
+            snapshot.close()

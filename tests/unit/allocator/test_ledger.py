@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allocator.ledger import PidLedger, PidRecord, encode_record
+from quotas.bloom import BloomFilter
+
+
+class Filters:
+    def __init__(self, capacity: int = 1000) -> None:
+        self.capacity = capacity
+
+    def new(self) -> BloomFilter:
+        return BloomFilter.for_capacity(self.capacity, 0.01)
+
+    def load(self, data: bytes) -> BloomFilter:
+        return BloomFilter.from_bytes(data)
+
+
+def record(pid: int, last_seen_ms: int = 2000, user: str = "alice") -> PidRecord:
+    return PidRecord(pid, user, f"client-{pid % 7}", pid % 3, 1000, last_seen_ms)
+
+
+def test_read_after_update_and_after_flush(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(), cache_size=10)
+    for pid in range(100):
+        ledger.update(record(pid))
+    ledger.update(record(5, last_seen_ms=9000))  # a newer version of a known PID
+    assert ledger.read(5) == record(5, 9000)
+    ledger.flush()
+    assert ledger.active_records == 0 and len(ledger.snapshots) == 1
+    reopened = PidLedger(tmp_path, Filters(), cache_size=10)  # nothing cached: read from the snapshot
+    assert [reopened.read(pid) for pid in (0, 5, 99)] == [record(0), record(5, 9000), record(99)]
+    assert reopened.read(100) is None
+    ledger.close()
+    reopened.close()
+
+
+def test_lookups_across_100_snapshot_files(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(capacity=50), segment_capacity=50, cache_size=1)
+    for pid in range(5000):
+        ledger.update(record(pid * 7919, user=f"u{pid % 5}"))  # sealed every 50 PIDs
+    assert len(ledger.snapshots) == 100
+    ledger.close()
+    reopened = PidLedger(tmp_path, Filters(capacity=50), segment_capacity=50, cache_size=1)
+    assert len(reopened.snapshots) == 100
+    for pid in range(0, 5000, 37):
+        assert reopened.read(pid * 7919) == record(pid * 7919, user=f"u{pid % 5}")
+    assert all(reopened.read(pid * 7919 + 1) is None for pid in range(0, 5000, 37))
+    reopened.close()
+
+
+def test_recovery_drops_a_torn_tail_and_an_active_segment_already_sealed(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters())
+    for pid in range(10):
+        ledger.update(record(pid))
+    ledger.close()  # no flush: the records are only in the active segment
+    active = next(tmp_path.glob("active-*.log"))
+    torn = b"\x00\x00\x00\x00\x00\x00\x00\x0b partial"  # a record cut short by the kill
+    with active.open("ab") as file:
+        file.write(torn)
+    recovered = PidLedger(tmp_path, Filters())
+    assert recovered.torn_bytes == len(torn)
+    assert [recovered.read(pid) for pid in range(10)] == [record(pid) for pid in range(10)]
+    recovered.update(record(10))
+    recovered.flush()
+    recovered.close()
+    # a crash after segment 1 was sealed into its snapshot but before the segment was removed
+    (tmp_path / "active-0000000001.log").write_bytes(encode_record(record(99)))
+    again = PidLedger(tmp_path, Filters())
+    assert not (tmp_path / "active-0000000001.log").exists()
+    assert again.read(10) == record(10) and again.read(99) is None and again.active_records == 0
+    again.close()
+
+
+def test_missing_sidecar_is_rebuilt_and_a_corrupt_snapshot_set_aside(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(capacity=10), segment_capacity=10)
+    for pid in range(20):
+        ledger.update(record(pid))
+    ledger.close()
+    first, second = sorted(tmp_path.glob("snapshot-*.pids"))
+    first.with_suffix(".bloom").unlink()
+    data = bytearray(second.read_bytes())
+    data[30] ^= 0xFF  # inside the index: the header checksum fails
+    second.write_bytes(bytes(data))
+    recovered = PidLedger(tmp_path, Filters(capacity=10), segment_capacity=10)
+    assert first.with_suffix(".bloom").exists()
+    assert second.with_suffix(".corrupt").exists()
+    assert [recovered.read(pid) is not None for pid in (0, 9, 10)] == [True, True, False]
+    recovered.close()
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from allocator.ledger import PidLedger, PidRecord, encode_record
+from tests.unit.allocator.test_ledger import Filters, record
+ledger = PidLedger(Path(sys.argv[1]), Filters(capacity=300), segment_capacity=300)
+pid = 0
+while True:
+    ledger.update(record(pid))
+    pid += 1
+    if pid % 50 == 0:
+        print(pid, flush=True)
+"""
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_every_acknowledged_update_survives_kill_9(tmp_path: Path, attempt: int) -> None:
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[3])
+    assert writer.stdout is not None
+    acknowledged = 0
+    for line in writer.stdout:
+        acknowledged = int(line)
+        if acknowledged >= 400 + 250 * attempt:  # kills land before, at and after seals
+            break
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    writer.stdout.close()
+    recovered = PidLedger(tmp_path, Filters(capacity=300), segment_capacity=300)
+    assert all(recovered.read(pid) == record(pid) for pid in range(acknowledged))
+    recovered.close()
