@@ -44,20 +44,20 @@ def _rewrite(entry: Any, node_id: int, advertise: Advertise) -> None:
 
 
 def _rewrite_brokers(message: Any, advertise: Advertise) -> bool:
-    for broker in message.brokers:
+    for broker in message.brokers or ():
         _rewrite(broker, broker.node_id, advertise)
     return True
 
 
 def _rewrite_described_cluster(message: Any, advertise: Advertise) -> bool:
-    for broker in message.brokers:
+    for broker in message.brokers or ():
         _rewrite(broker, broker.broker_id, advertise)
     return True
 
 
 def _rewrite_coordinators(message: Any, advertise: Advertise) -> bool:
     if message.version >= 4:
-        live = [c for c in message.coordinators if c.node_id >= 0]
+        live = [c for c in message.coordinators or () if c.node_id >= 0]  # a broken broker may send null
         for coordinator in live:
             _rewrite(coordinator, coordinator.node_id, advertise)
         return bool(live)

@@ -1,4 +1,4 @@
-"""Produce and InitProducerId requests under the byte-rate and producer-ID quotas (SPEC §2, §3, §5).
+"""Produce requests under the byte-rate and producer-ID quotas (SPEC §2, §3, §5).
 
 The handler decides; the connection acts: forward or answer locally, then throttle and mute.
 """
@@ -9,19 +9,36 @@ from protocol.header import RequestHeader, parse_request_header, peek_request
 from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, produce_acks, scan_produce
 from protocol.responses import THROTTLING_QUOTA_EXCEEDED, produce_error_response
 from proxy.outcome import Caller, Outcome, local_answer
+from proxy.producer_ids import LedgerRecorder
 from proxy.quota_service import QuotaService
 from proxy.usage_log import UsageLog
 from quotas.config import PidQuotaMode, QuotaType
+from quotas.managers import PidDecision
 
 
 class ProduceHandler:
-    def __init__(self, quotas: QuotaService, usage: UsageLog) -> None:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder | None = None,
+                 scan_all: bool = False) -> None:
+        """``scan_all``: read every request's batches so the ledger sees every producer ID."""
         self._quotas = quotas
         self._usage = usage
+        self._ledger = ledger
+        self._scan_all = scan_all
 
     def scans_batches(self, user: str) -> bool:
-        """A producer-ID quota applies: the request's batch headers must be read."""
-        return self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
+        """A producer-ID quota applies (or every PID is recorded): the batch headers must be read."""
+        return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
+
+    def _check_producer_ids(self, pids: set[int], user: str, client_id: str, now_ms: int) -> PidDecision:
+        """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see."""
+        ledger = self._ledger
+        if ledger is None:
+            return self._quotas.producer_ids.check(user, pids, now_ms)
+        window_ms = round(self._quotas.config.settings.producer_id_window.length_s * 1000)
+        decision = self._quotas.producer_ids.check(user, pids, now_ms, ledger.seen_within(window_ms))
+        if decision.admitted and pids:
+            ledger.seen(pids, user, client_id)
+        return decision
 
     def needs_whole_frame(self, user: str) -> bool:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
@@ -45,7 +62,7 @@ class ProduceHandler:
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
             return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
-        decision = self._quotas.producer_ids.check(user, scan.producer_ids(), now_ms)
+        decision = self._check_producer_ids(scan.producer_ids(), user, client_id, now_ms)
         throttle_ms = max(throttle_ms, decision.throttle_ms)
         self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
         if decision.admitted:
@@ -55,18 +72,13 @@ class ProduceHandler:
         body = produce_error_response(scan, header.api_version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
         return local_answer(header, body, throttle_ms)
 
-    def on_init_producer_id(self, frame: memoryview, caller: Caller) -> Outcome:
-        """Forwarded; while the user's producer-ID bucket is below zero, the answer carries the time
-        until it is back at zero, so the producer backs off before its new PID meets the quota."""
-        throttle_ms = self._quotas.producer_ids.pending_throttle_ms(caller.user, caller.now_ms)
-        return Outcome(throttle_ms=throttle_ms)
-
     def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int:
         """Throttle mode, for a request forwarded while it arrived: check its producer IDs now."""
         header = _header(frame)
         scan = scan_produce(frame, header)
-        decision = self._quotas.producer_ids.check(caller.user, scan.producer_ids(), caller.now_ms)
-        self._usage.producer_ids(caller.user, header.client_id or "", len(decision.new_pids), decision.throttle_ms)
+        client_id = header.client_id or ""
+        decision = self._check_producer_ids(scan.producer_ids(), caller.user, client_id, caller.now_ms)
+        self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
         return decision.throttle_ms
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
+from allocator.block_log import BlockLog
 from protocol.addresses import ADDRESS_BEARING_APIS, BrokerAddress
 from protocol.api_versions import VersionRange
 from protocol.apis import Api
@@ -21,6 +22,17 @@ from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.produce_handler import ProduceHandler
+from proxy.producer_ids import (
+    AllocateProducerIdsHandler,
+    AllocatorSettings,
+    InitProducerIdHandler,
+    LedgerRecorder,
+    ProducerIdSource,
+    default_broker_id,
+    embedded_fetcher,
+    open_ledger,
+    remote_fetcher,
+)
 from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService
 from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
 from proxy.topic_mutations import TopicMutationHandler
@@ -34,10 +46,11 @@ _LISTEN_BACKLOG = 1024
 # APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
 _DECODED_APIS = ADDRESS_BEARING_APIS | {
     Api.API_VERSIONS, Api.PRODUCE, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
-    Api.INIT_PRODUCER_ID, Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS}
+    Api.INIT_PRODUCER_ID, Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS}
 _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
 USAGE_FLUSH_INTERVAL_S = 1.0
+BLOCK_LOG_FILE = "producer-id-blocks.log"
 
 
 def _version_ceilings() -> dict[int, int]:
@@ -47,7 +60,7 @@ def _version_ceilings() -> dict[int, int]:
 def _served_versions(sasl: bool) -> dict[int, VersionRange]:
     """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves."""
     served: dict[int, VersionRange] = {api_key: VersionRange(0, max_version(api_key))
-              for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS)}
+              for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS)}
     if sasl:
         served.update(_SASL_VERSIONS)
     return served
@@ -61,7 +74,11 @@ class ProxyServer:
         self.usage = UsageLog(config.state_dir / "usage")
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
-        self.produce_handler = ProduceHandler(self.quotas, self.usage)
+        self.allocator_settings = settings = AllocatorSettings.from_config(config)
+        self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
+        self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings))
+        self.pid_source = self._producer_id_source(settings)
+        self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
         admin = config.extra.get("admin", {}).get("principals")
@@ -71,7 +88,8 @@ class ProxyServer:
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,
-            Api.INIT_PRODUCER_ID: self.produce_handler.on_init_producer_id,
+            Api.INIT_PRODUCER_ID: InitProducerIdHandler(self.quotas, self.pid_source, self.ledger),
+            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.blocks, settings),
             Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
         }
@@ -88,6 +106,15 @@ class ProxyServer:
         self._refresh: asyncio.Task[None] | None = None
 
     # ---- ProxyContext ---------------------------------------------------------------------------
+
+    def _producer_id_source(self, settings: AllocatorSettings) -> ProducerIdSource | None:
+        if settings.pid_source != "allocator":
+            return None
+        broker_id = default_broker_id(self.config) if settings.broker_id is None else settings.broker_id
+        epoch = int(time.time() * 1000)  # a restarted proxy is a newer epoch of the same broker id
+        if settings.bootstrap is None:
+            return ProducerIdSource(embedded_fetcher(self.blocks, broker_id, epoch))
+        return ProducerIdSource(remote_fetcher(self.config, settings.bootstrap, broker_id, epoch))
 
     def new_sasl_server(self) -> SaslServer | None:
         return None if self.users is None else SaslServer(self.users)
@@ -186,6 +213,7 @@ class ProxyServer:
         self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
+        self._maintenance.append(loop.create_task(self._seal_ledger()))
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
             self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
@@ -208,6 +236,16 @@ class ProxyServer:
         for server in self._servers:
             await server.wait_closed()
         self.usage.stop(int(time.time()))
+        if self.pid_source is not None:
+            self.pid_source.stop()
+        self.ledger.ledger.close()
+        self.blocks.close()
+
+    async def _seal_ledger(self) -> None:
+        """Seal the ledger's active segment on a timer too, so it is fsynced at least that often."""
+        while True:
+            await asyncio.sleep(self.allocator_settings.ledger_seal_interval_s)
+            self.ledger.ledger.flush()
 
     async def _reload_users(self, users_file: WatchedFile) -> None:
         """A changed users file applies to the next login; a bad one keeps the users loaded before."""

@@ -282,7 +282,10 @@ class ProducerIdQuotaManager(_BucketManager):
         tokens = state.bucket.measure(quota.limit, self.config.settings.producer_id_window, now_ms)
         return 0 if tokens >= 0 else bucket_throttle_ms(tokens, quota.limit)
 
-    def check(self, user: str, pids: Iterable[int], now_ms: int) -> PidDecision:
+    def check(self, user: str, pids: Iterable[int], now_ms: int,
+              seen_before: Callable[[int], bool] | None = None) -> PidDecision:
+        """``seen_before`` answers for PIDs the filters do not know (e.g. from before a restart):
+        a PID it knows is remembered again without being charged."""
         quota = self.config.resolve(self.quota_type, user, "")
         if quota is None:
             return _NO_PID_QUOTA
@@ -292,8 +295,12 @@ class ProducerIdQuotaManager(_BucketManager):
             if pid < 0 or pid in unseen:
                 continue
             pid_probe = seen.probe(pid)
-            if not seen.might_contain(user, pid_probe, now_ms):
-                unseen[pid] = pid_probe
+            if seen.might_contain(user, pid_probe, now_ms):
+                continue
+            if seen_before is not None and seen_before(pid):
+                seen.add(user, pid_probe, now_ms)
+                continue
+            unseen[pid] = pid_probe
         if not unseen:
             return PidDecision(True, 0, quota.key)
         state = self._state(quota, now_ms)
