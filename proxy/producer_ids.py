@@ -197,6 +197,10 @@ class ProducerIdSource:
         self._retry_at = 0.0
         self.fetch_failures = 0
 
+    def start(self) -> None:
+        """Ask for the first block now, so the first InitProducerId need not wait for it."""
+        self._start_fetch()
+
     def next_id(self) -> int | None:
         """The next producer ID, or None while the block it needs is still pending."""
         current = self._current

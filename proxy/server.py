@@ -214,6 +214,8 @@ class ProxyServer:
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
         self._maintenance.append(loop.create_task(self._seal_ledger()))
+        if self.pid_source is not None:
+            self.pid_source.start()
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
             self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
