@@ -154,12 +154,10 @@ def test_no_block_overlaps_after_50_kill_9s(tmp_path: Path) -> None:
         writer = subprocess.Popen([sys.executable, "-c", _ALLOCATING_LOOP, str(path)], stdout=subprocess.PIPE,
                                   text=True, cwd=root)
         assert writer.stdout is not None
-        lines = 0
-        for line in writer.stdout:
+        for lines, line in enumerate(writer.stdout, start=1):
             first, last = map(int, line.split())
             assert all(last < start or first > end for start, end in answered), f"overlap in run {attempt}"
             answered.append((first, last))
-            lines += 1
             if lines >= 1 + attempt % 7:
                 break
         time.sleep((attempt % 5) / 1000)  # kills land at different points of a write
