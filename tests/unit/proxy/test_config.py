@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ConfigError, HostPort, build_parser, load_config
+from proxy.producer_ids import AllocatorSettings
 
 
 def load(*argv: str):  # type: ignore[no-untyped-def]
@@ -51,3 +52,28 @@ def test_bad_files_name_the_problem(tmp_path: Path, content: str, message: str) 
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="missing.toml: cannot read"):
         load("--config", str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ('[allocator]\npid_source = "magic"\n', "pid_source"),
+    ('[allocator]\ncluster_principals = "User:a"\n', "list of strings"),
+    ('[allocator]\nfirst_id = 10\nend_id = 5\n', "first_id"),
+    ('[allocator]\nbootstrap = "nohost"\n', "HOST:PORT"),
+    ('[allocator]\nsurprise = 1\n', "unknown key"),
+    ('[ledger]\ncache_size = 0\n', "positive"),
+])
+def test_bad_allocator_settings_are_refused(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "127.0.0.1:9"\n' + toml)
+    config = load_config(build_parser().parse_args(["--config", str(path)]))
+    with pytest.raises(ConfigError, match=message):
+        AllocatorSettings.from_config(config)
+
+
+def test_allocator_settings_from_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "127.0.0.1:9"\n[allocator]\ncluster_principals = ["User:a"]\n'
+                    'pid_source = "allocator"\nbootstrap = "127.0.0.1:9092"\n[ledger]\nscan_all_produce = true\n')
+    settings = AllocatorSettings.from_config(load_config(build_parser().parse_args(["--config", str(path)])))
+    assert settings.cluster_principals == {"User:a"} and settings.pid_source == "allocator"
+    assert str(settings.bootstrap) == "127.0.0.1:9092" and settings.scan_all_produce
