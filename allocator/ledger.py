@@ -162,17 +162,34 @@ class Snapshot:
         return decoded[0]
 
     def records(self) -> Iterator[PidRecord]:
-        data = Path(self.path).read_bytes()
-        position = self._data_offset
-        for _ in range(self.count):
-            decoded = decode_record(data, position)
-            if decoded is None:
-                raise LedgerCorrupt(f"{self.path}: record at {position} fails its checksum")
-            record, position = decoded
-            yield record
+        return read_ledger_file(self.path)
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def read_ledger_file(path: Path) -> Iterator[PidRecord]:
+    """Every record of one snapshot (``.pids``) or active segment (``.log``; a torn tail ends it).
+
+    For readers outside the proxy (the reporting pipeline); an active segment may hold several
+    versions of a PID, the last one being current.
+    """
+    data = path.read_bytes()
+    if path.suffix != ".pids":
+        position = 0
+        while (decoded := decode_record(data, position)) is not None:
+            record, position = decoded
+            yield record
+        return
+    magic, count, position, _ = _SNAPSHOT_HEAD.unpack_from(data)
+    if magic != _MAGIC:
+        raise LedgerCorrupt(f"{path}: not a ledger snapshot")
+    for _ in range(count):
+        decoded = decode_record(data, position)
+        if decoded is None:
+            raise LedgerCorrupt(f"{path}: record at {position} fails its checksum")
+        record, position = decoded
+        yield record
 
 
 class PidLedger:

@@ -37,6 +37,16 @@ async def serve(config: ProxyConfig) -> None:
     log.info("stopped")
 
 
+def _report(argv: list[str]) -> int:
+    try:
+        from pipeline import job
+    except ImportError as error:
+        print(f"kafka-quota-proxy report needs the spark extra (pip install 'kafka-quota-proxy[spark]'): {error}",
+              file=sys.stderr)
+        return 2
+    return job.main(argv)
+
+
 def _raise_open_file_limit() -> None:
     """Each client costs two sockets (client and upstream); use all the descriptors allowed."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -51,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ADMIN_COMMANDS:
         return admin_cli.main(argv)
+    if argv and argv[0] == "report":
+        return _report(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args)

@@ -1,0 +1,212 @@
+"""Usage log (and PID ledger) -> per-principal reports and recommended quotas, on Spark.
+
+Run as ``kafka-quota-proxy report --usage DIR [--ledger DIR] --out DIR`` (a local Spark session
+by default, ``--master`` to choose) or ``spark-submit pipeline/job.py --usage DIR --out DIR``.
+
+Every usage line is one second with traffic of one (user, client id) (``proxy.usage_log``), so a
+line's counters are that second's rates. Per principal the job computes Spark's exact
+``percentile`` (p50/p95/p99) and the max of the byte rate, new-PID rate and mutation rate over
+its seconds with traffic, the share of those seconds that were throttled, and the rejections;
+per user the new PIDs per hour (top churners, from the usage log and, when given, the PID
+ledger's first-seen times); and a quota file recommending p99 x headroom, rounded up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script (spark-submit pipeline/job.py): import the packages beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
+
+from allocator.ledger import read_ledger_file  # noqa: E402
+from pipeline.html_report import write_report  # noqa: E402
+
+USAGE_SCHEMA = StructType([
+    StructField("time", LongType()),
+    StructField("user", StringType()),
+    StructField("client_id", StringType()),
+    StructField("bytes", LongType()),
+    StructField("produce_requests", LongType()),
+    StructField("new_pids", LongType()),
+    StructField("mutations", LongType()),
+    StructField("throttle_ms", LongType()),
+    StructField("rejections", LongType()),
+    StructField("_corrupt", StringType()),
+])
+"""The usage log's columns (``proxy.usage_log.USAGE_FIELDS``), read without schema inference."""
+COUNTERS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections")
+RATES = {"bytes": "byte_rate", "new_pids": "new_pid_rate", "mutations": "mutation_rate"}
+PERCENTILES = (0.5, 0.95, 0.99)
+LEDGER_SCHEMA = StructType([
+    StructField("pid", LongType()),
+    StructField("user", StringType()),
+    StructField("client_id", StringType()),
+    StructField("first_seen_ms", LongType()),
+    StructField("last_seen_ms", LongType()),
+])
+TOP_CHURNERS = 20
+
+
+@dataclass(frozen=True)
+class Report:
+    summary: list[dict[str, Any]]
+    churners: list[dict[str, Any]]
+    malformed_lines: int
+    lines: int
+
+
+def spark_session(master: str | None) -> SparkSession:
+    builder = SparkSession.builder.appName("kafka-quota-proxy-report")
+    if master:
+        builder = builder.master(master)
+    return builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false").getOrCreate()
+
+
+def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int]:
+    """Valid usage rows, the number of malformed lines and of all lines.
+
+    A line is malformed when it is not JSON of the schema's types or lacks time, user or client_id;
+    it is counted and left out, never fatal.
+    """
+    raw = (spark.read.schema(USAGE_SCHEMA).option("mode", "PERMISSIVE")
+           .option("columnNameOfCorruptRecord", "_corrupt").json(f"{usage_dir.rstrip('/')}/usage-*.jsonl"))
+    raw = raw.cache()
+    valid_condition = (F.col("_corrupt").isNull() & F.col("time").isNotNull() & F.col("user").isNotNull()
+                       & F.col("client_id").isNotNull())
+    counts = raw.agg(F.count(F.lit(1)).alias("lines"),
+                     F.sum(F.when(valid_condition, 0).otherwise(1)).alias("malformed")).first()
+    assert counts is not None
+    valid = raw.where(valid_condition).drop("_corrupt").fillna(0, list(COUNTERS))
+    return valid, int(counts["malformed"] or 0), int(counts["lines"])
+
+
+def summarize(usage: DataFrame) -> DataFrame:
+    """Per (user, client id): exact percentiles and max of each rate, throttled share, rejections."""
+    aggregates = [F.count(F.lit(1)).alias("seconds"), F.min("time").alias("first_time"),
+                  F.max("time").alias("last_time")]
+    for column, rate in RATES.items():
+        aggregates.append(F.percentile(F.col(column), list(PERCENTILES)).alias(f"{rate}_percentiles"))
+        aggregates.append(F.max(column).alias(f"{rate}_max"))
+    aggregates += [
+        F.avg(F.when(F.col("throttle_ms") > 0, 1.0).otherwise(0.0)).alias("throttled_share"),
+        F.sum("throttle_ms").alias("throttle_ms"),
+        F.sum("rejections").alias("rejections"),
+        F.sum("bytes").alias("total_bytes"),
+        F.sum("new_pids").alias("total_new_pids"),
+        F.sum("mutations").alias("total_mutations"),
+    ]
+    summary = usage.groupBy("user", "client_id").agg(*aggregates)
+    for rate in RATES.values():
+        for index, fraction in enumerate(PERCENTILES):
+            summary = summary.withColumn(f"{rate}_p{round(fraction * 100)}", F.col(f"{rate}_percentiles")[index])
+        summary = summary.drop(f"{rate}_percentiles")
+    return summary.orderBy("user", "client_id")
+
+
+def churners(usage: DataFrame, ledger: DataFrame | None) -> DataFrame:
+    """Users by their busiest hour of new producer IDs (usage log; the ledger's first-seen if given)."""
+    hourly = (usage.groupBy("user", (F.col("time") - F.col("time") % 3600).alias("hour"))
+              .agg(F.sum("new_pids").alias("new_pids")))
+    if ledger is not None:
+        from_ledger = (ledger.groupBy("user", (F.floor(F.col("first_seen_ms") / 1000 / 3600) * 3600).alias("hour"))
+                       .agg(F.count(F.lit(1)).alias("ledger_new_pids")))
+        hourly = hourly.join(from_ledger, ["user", "hour"], "full_outer").fillna(0)
+    else:
+        hourly = hourly.withColumn("ledger_new_pids", F.lit(0).cast(LongType()))
+    per_user = hourly.groupBy("user").agg(
+        F.max("new_pids").alias("max_new_pids_per_hour"),
+        F.sum("new_pids").alias("total_new_pids"),
+        F.max("ledger_new_pids").alias("max_ledger_new_pids_per_hour"),
+        F.count(F.lit(1)).alias("hours"))
+    return per_user.orderBy(F.desc("max_new_pids_per_hour"), F.desc("max_ledger_new_pids_per_hour"),
+                            "user").limit(TOP_CHURNERS)
+
+
+def read_ledger(spark: SparkSession, ledger_dir: str) -> DataFrame:
+    """The PID ledger's records (snapshots and the active segment), newest version of each PID."""
+    files = [str(path) for path in sorted(Path(ledger_dir).iterdir())
+             if path.suffix in (".pids", ".log") and path.is_file()]
+    rdd = spark.sparkContext.parallelize(files, max(1, min(len(files), 64))).flatMap(
+        lambda path: [(r.pid, r.user, r.client_id, r.first_seen_ms, r.last_seen_ms)
+                      for r in read_ledger_file(Path(path))])
+    records = spark.createDataFrame(rdd, LEDGER_SCHEMA)
+    return records.groupBy("pid").agg(F.max_by(F.struct("user", "client_id", "first_seen_ms", "last_seen_ms"),
+                                               "last_seen_ms").alias("r")).select("pid", "r.*")
+
+
+# ---- recommended quotas -------------------------------------------------------------------------
+
+def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
+    """The proxy's quota file: p99 x headroom rounded up, per (user, client id) for bytes and
+    mutations and per user (its busiest client's p99) for new producer IDs. A rate whose p99 is 0
+    gets no quota (a rate must be positive)."""
+    lines = [f"# Recommended by `kafka-quota-proxy report`: p99 of each rate x {headroom:g}, rounded up.",
+             "# Per (user, client id) for bytes and mutations; per user for new producer IDs."]
+    per_user_pids: dict[str, float] = {}
+    for row in summary:
+        per_user_pids[row["user"]] = max(per_user_pids.get(row["user"], 0.0), row["new_pid_rate_p99"] or 0.0)
+        values = {"producer_byte_rate": row["byte_rate_p99"], "controller_mutation_rate": row["mutation_rate_p99"]}
+        body = [f"{key} = {math.ceil(value * headroom)}" for key, value in values.items() if value and value > 0]
+        if body:
+            entity = [f"user = {json.dumps(row['user'])}", f"client-id = {json.dumps(row['client_id'])}"]
+            lines += ["", "[[quota]]", *entity, *body]
+    for user, p99 in sorted(per_user_pids.items()):
+        if p99 > 0:
+            lines += ["", "[[quota]]", f"user = {json.dumps(user)}", f"producer_ids_rate = {math.ceil(p99 * headroom)}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---- the job ------------------------------------------------------------------------------------
+
+def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | None = None,
+        headroom: float = 1.5, quota_file: Path | None = None) -> Report:
+    usage, malformed, lines = read_usage(spark, usage_dir)
+    summary_frame = summarize(usage)
+    ledger = read_ledger(spark, ledger_dir) if ledger_dir else None
+    summary = [row.asDict() for row in summary_frame.collect()]
+    top = [row.asDict() for row in churners(usage, ledger).collect()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary_frame.coalesce(1).write.mode("overwrite").option("header", True).csv(str(out_dir / "summary-csv"))
+    (out_dir / "summary.json").write_text(json.dumps(
+        {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top}, indent=1))
+    (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom))
+    write_report(out_dir, usage, summary, top, malformed, lines, quota_file)
+    return Report(summary, top, malformed, lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kafka-quota-proxy report",
+                                     description="Per-principal usage reports and recommended quotas")
+    parser.add_argument("--usage", required=True, help="the proxy's usage log directory (<state-dir>/usage)")
+    parser.add_argument("--ledger", help="the PID ledger directory (<state-dir>/pid-ledger)")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--master", help="Spark master (default local[*]); e.g. spark://host:7077")
+    parser.add_argument("--headroom", type=float, default=1.5, help="recommended quota = p99 x this (default 1.5)")
+    parser.add_argument("--quota-file", type=Path, help="quotas in force, drawn on the charts")
+    args = parser.parse_args(argv)
+    if args.headroom <= 0:
+        parser.error("--headroom must be positive")
+    if not Path(args.usage).is_dir() and "://" not in args.usage:
+        parser.error(f"--usage {args.usage}: not a directory")
+    spark = spark_session(args.master or "local[*]")
+    try:
+        report = run(spark, args.usage, args.out, args.ledger, args.headroom, args.quota_file)
+    finally:
+        spark.stop()
+    print(f"{report.lines} usage lines ({report.malformed_lines} malformed), {len(report.summary)} principals; "
+          f"report in {args.out / 'report.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The Spark job on a generated usage log, checked against a plain-Python computation."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from allocator.ledger import PidLedger, PidRecord
+from pipeline.job import PERCENTILES, RATES, recommended_quotas, run, spark_session
+from pipeline.synthetic import MISBEHAVING, write_usage_log
+from proxy.producer_ids import LedgerFilters
+from quotas.config import QuotaType, load_quota_file
+
+ROWS = 100_000
+MALFORMED = 37
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def report(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[dict[str, Any]], Path]:
+    base = tmp_path_factory.mktemp("report")
+    rows = write_usage_log(base / "usage", ROWS, malformed=MALFORMED)
+    quota_file = base / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "mallory"\nproducer_byte_rate = 10000000\nproducer_ids_rate = 5\n')
+    return run(spark, str(base / "usage"), base / "out", headroom=1.5, quota_file=quota_file), rows, base / "out"
+
+
+def exact_percentile(values: list[int], fraction: float) -> float:
+    """Spark's ``percentile``: linear interpolation between the closest ranks."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    lower = math.floor(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def reference(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((row["user"], row["client_id"]), []).append(row)
+    expected = {}
+    for key, seconds in grouped.items():
+        figures: dict[str, float] = {"seconds": len(seconds)}
+        for column, rate in RATES.items():
+            values = [second[column] for second in seconds]
+            for fraction in PERCENTILES:
+                figures[f"{rate}_p{round(fraction * 100)}"] = exact_percentile(values, fraction)
+            figures[f"{rate}_max"] = max(values)
+        figures["throttled_share"] = sum(1 for s in seconds if s["throttle_ms"] > 0) / len(seconds)
+        figures["rejections"] = sum(s["rejections"] for s in seconds)
+        expected[key] = figures
+    return expected
+
+
+def test_aggregates_equal_the_plain_python_reference(report: tuple[Any, list[dict[str, Any]], Path]) -> None:
+    result, rows, _ = report
+    expected = reference(rows)
+    assert {(row["user"], row["client_id"]) for row in result.summary} == set(expected)
+    for row in result.summary:
+        for name, value in expected[(row["user"], row["client_id"])].items():
+            assert row[name] == pytest.approx(value, rel=1e-12), (row["user"], row["client_id"], name)
+    assert (result.lines, result.malformed_lines) == (ROWS + MALFORMED, MALFORMED)
+
+
+def test_the_misbehaving_principal_tops_the_churners(report: tuple[Any, list[dict[str, Any]], Path]) -> None:
+    result, rows, _ = report
+    hourly: dict[tuple[str, int], int] = {}
+    for row in rows:
+        key = (row["user"], row["time"] - row["time"] % 3600)
+        hourly[key] = hourly.get(key, 0) + row["new_pids"]
+    top = result.churners[0]
+    assert top["user"] == MISBEHAVING[0]
+    assert top["max_new_pids_per_hour"] == max(v for (user, _), v in hourly.items() if user == MISBEHAVING[0])
+
+
+def test_recommended_quotas_load_in_the_proxy(report: tuple[Any, list[dict[str, Any]], Path]) -> None:
+    result, _, out = report
+    config = load_quota_file(out / "recommended-quotas.toml")
+    mallory = next(row for row in result.summary if (row["user"], row["client_id"]) == MISBEHAVING)
+    resolved = config.resolve(QuotaType.PRODUCER_BYTE_RATE, *MISBEHAVING)
+    assert resolved is not None and resolved.limit == math.ceil(mallory["byte_rate_p99"] * 1.5)
+    pids = config.resolve(QuotaType.PRODUCER_IDS_RATE, "mallory", "any-client")
+    assert pids is not None and pids.limit == math.ceil(mallory["new_pid_rate_p99"] * 1.5)
+    assert config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, "bob", "etl") is None  # p99 of 0: no quota
+
+
+def test_the_html_report_references_charts_that_exist(report: tuple[Any, list[dict[str, Any]], Path]) -> None:
+    _, _, out = report
+    page = (out / "report.html").read_text()
+    charts = re.findall(r'<img src="([^"]+)"', page)
+    assert len(charts) == 6
+    for chart in charts:
+        assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "37 malformed" in page and "mallory" in page
+
+
+def test_recommendations_skip_zero_rates_and_round_up() -> None:
+    summary = [{"user": "u", "client_id": "c", "byte_rate_p99": 100.2, "mutation_rate_p99": 0.0,
+                "new_pid_rate_p99": 0.4}]
+    text = recommended_quotas(summary, 2.0)
+    assert "producer_byte_rate = 201" in text and "controller_mutation_rate" not in text
+    assert "producer_ids_rate = 1" in text
+
+
+def test_the_ledger_adds_first_seen_pids_per_hour(spark: SparkSession, tmp_path: Path) -> None:
+    write_usage_log(tmp_path / "usage", 600)
+    ledger = PidLedger(tmp_path / "ledger", LedgerFilters(100), 100, 10)
+    hour_ms = 3_600_000
+    for pid in range(250):  # 150 in the first hour, 100 in the next; the second half sealed into snapshots
+        first_seen = 1_790_002_800_000 + (0 if pid < 150 else hour_ms)
+        ledger.update(PidRecord(pid, "mallory", "churner", 0, first_seen, first_seen))
+    ledger.update(PidRecord(3, "mallory", "churner", 0, 1_790_002_800_000, 1_790_009_000_000))  # newer version
+    ledger.close()
+    result = run(spark, str(tmp_path / "usage"), tmp_path / "out", ledger_dir=str(tmp_path / "ledger"))
+    mallory = next(row for row in result.churners if row["user"] == "mallory")
+    assert mallory["max_ledger_new_pids_per_hour"] == 150
