@@ -65,11 +65,14 @@ class Report:
     lines: int
 
 
-def spark_session(master: str | None) -> SparkSession:
+def spark_session(master: str | None, driver_memory: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName("kafka-quota-proxy-report")
     if master:
         builder = builder.master(master)
-    return builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false").getOrCreate()
+    if driver_memory:  # in local mode the driver does all the work
+        builder = builder.config("spark.driver.memory", driver_memory)
+    return (builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 
 
 def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int]:
@@ -193,12 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="Spark master (default local[*]); e.g. spark://host:7077")
     parser.add_argument("--headroom", type=float, default=1.5, help="recommended quota = p99 x this (default 1.5)")
     parser.add_argument("--quota-file", type=Path, help="quotas in force, drawn on the charts")
+    parser.add_argument("--driver-memory", help="Spark driver memory, e.g. 4g (local mode does all work there)")
     args = parser.parse_args(argv)
     if args.headroom <= 0:
         parser.error("--headroom must be positive")
     if not Path(args.usage).is_dir() and "://" not in args.usage:
         parser.error(f"--usage {args.usage}: not a directory")
-    spark = spark_session(args.master or "local[*]")
+    spark = spark_session(args.master or "local[*]", args.driver_memory)
     try:
         report = run(spark, args.usage, args.out, args.ledger, args.headroom, args.quota_file)
     finally:
