@@ -10,12 +10,13 @@ Layout under its directory (SPEC §6, seed design "PID ledger"):
 
 Memory holds the snapshots' filters (newest first), the active segment's filter and PID ->
 offset map (bounded: the segment is sealed at the filter shape's capacity), and a bounded
-write-through LRU cache. ``read`` tries the cache, the active segment, then each snapshot whose
-filter matches, newest first. ``flush`` seals the active segment: the snapshot and its filter are
-written, fsynced and renamed into place and enter the index before the active segment is
-dropped, so a known PID is never unreadable. Recovery after a kill: temporary files are removed,
-an active segment already sealed is dropped, otherwise its records are read up to the first torn
-or corrupt one and the file is truncated there.
+write-through LRU cache. ``read`` tries the cache, the active segment, a segment being sealed,
+then each snapshot whose filter matches, newest first. Sealing starts a new active segment, writes
+the old one's snapshot and filter (fsynced, renamed into place; this part may run on a worker
+thread), and only then drops the old segment, so a known PID is never unreadable. Recovery after
+a kill: temporary files are removed, a segment already sealed is dropped, a seal under way is
+finished, and the active segment's records are read up to the first torn or corrupt one and the
+file is truncated there.
 
 The Bloom filter implementation is injected (``FilterFactory``): the proxy passes the quota
 engines' MurmurHash3 filter, whose byte layout is the sidecar format.
@@ -192,35 +193,105 @@ def read_ledger_file(path: Path) -> Iterator[PidRecord]:
         yield record
 
 
+class Segment:
+    """An append-only segment: the active one, or one being sealed (read-only by then)."""
+
+    def __init__(self, sequence: int, path: Path, bloom: Filter) -> None:
+        self.sequence = sequence
+        self.path = path
+        self.filter = bloom
+        self.offsets: dict[int, int] = {}
+        """PID -> offset of its newest record."""
+        self.torn_bytes = 0
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._recover()
+        self.size = os.fstat(self._fd).st_size
+
+    def _recover(self) -> None:
+        data = self.path.read_bytes()
+        position = 0
+        while (decoded := decode_record(data, position)) is not None:
+            self._remember(decoded[0].pid, position)
+            position = decoded[1]
+        self.torn_bytes = len(data) - position
+        if self.torn_bytes:
+            log.warning("%s: dropping %d bytes after the last valid record", self.path, self.torn_bytes)
+            os.ftruncate(self._fd, position)
+            os.fsync(self._fd)
+
+    def _remember(self, pid: int, offset: int) -> None:
+        if pid not in self.offsets:
+            self.filter.add(pid)
+        self.offsets[pid] = offset
+
+    def append(self, record: PidRecord) -> None:
+        encoded = encode_record(record)
+        written = os.write(self._fd, encoded)
+        if written != len(encoded):
+            raise OSError(f"{self.path}: short write ({written} of {len(encoded)} bytes)")
+        self._remember(record.pid, self.size)
+        self.size += written
+
+    def find(self, pid: int) -> PidRecord | None:
+        offset = self.offsets.get(pid)
+        if offset is None:
+            return None
+        head = os.pread(self._fd, _RECORD_HEAD.size, offset)
+        *_, user_length, client_length = _RECORD_HEAD.unpack(head)
+        data = head + os.pread(self._fd, user_length + client_length + _CRC.size, offset + _RECORD_HEAD.size)
+        decoded = decode_record(data, 0)
+        if decoded is None:
+            raise LedgerCorrupt(f"{self.path}: record at {offset} fails its checksum")
+        return decoded[0]
+
+    def write_snapshot(self) -> Path:
+        """Write this (no longer growing) segment's snapshot and filter durably; safe on a worker thread."""
+        records = {}
+        for record in read_ledger_file(self.path):
+            records[record.pid] = record  # the newest version of each PID wins
+        path = self.path.with_name(f"snapshot-{self.sequence:010d}.pids")
+        _write_durably(path.with_suffix(".bloom"), self.filter.to_bytes())
+        _write_durably(path, Snapshot.encode(list(records.values())))
+        _fsync_directory(path.parent)
+        return path
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class PidLedger:
+    """``read``/``update``/``flush`` run on one thread; of a seal, only ``Segment.write_snapshot``
+    may run elsewhere (``begin_seal`` -> ``write_snapshot`` on a worker -> ``finish_seal``)."""
+
     def __init__(self, directory: Path, filters: FilterFactory, segment_capacity: int = 100_000,
-                 cache_size: int = 100_000) -> None:
+                 cache_size: int = 100_000, seal_when_full: bool = True) -> None:
+        """``seal_when_full``: ``update`` seals a full segment itself; otherwise the owner checks
+        ``needs_seal`` and seals (e.g. with the snapshot written on a worker thread)."""
         self.directory = directory
         self._filters = filters
         self._segment_capacity = segment_capacity
+        self._seal_when_full = seal_when_full
         self._cache: OrderedDict[int, PidRecord] = OrderedDict()
         self._cache_size = cache_size
         self.snapshots: list[Snapshot] = []
         """Newest first."""
-        self.torn_bytes = 0
+        self._sealing: Segment | None = None
         directory.mkdir(parents=True, exist_ok=True)
-        self._active_sequence = self._recover_snapshots() + 1
-        self._active_offsets: dict[int, int] = {}
-        self._active_filter = filters.new()
-        self._active_path = self._active_file(self._active_sequence)
-        self._recover_active()
-        self._active_fd = self._open_active()
-        self._active_size = os.fstat(self._active_fd).st_size
+        newest, unsealed = self._recover_snapshots()
+        for sequence in unsealed[:-1]:  # a seal was under way at the crash: finish it now
+            self._sealing = self._segment(sequence)
+            self.finish_seal(self._sealing, self._sealing.write_snapshot())
+        self._active = self._segment(unsealed[-1] if unsealed else newest + 1)
+        self.torn_bytes = self._active.torn_bytes
+
+    def _segment(self, sequence: int) -> Segment:
+        return Segment(sequence, self.directory / f"active-{sequence:010d}.log", self._filters.new())
 
     # ---- recovery ------------------------------------------------------------------------------
 
-    def _open_active(self) -> int:
-        return os.open(self._active_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def _active_file(self, sequence: int) -> Path:
-        return self.directory / f"active-{sequence:010d}.log"
-
-    def _recover_snapshots(self) -> int:
+    def _recover_snapshots(self) -> tuple[int, list[int]]:
+        """Open the snapshots; return the newest snapshot's sequence (0: none) and the sequences of
+        segments not sealed yet, oldest first."""
         for leftover in self.directory.glob("*.tmp"):
             leftover.unlink()
         newest = 0
@@ -236,11 +307,13 @@ class PidLedger:
                 # keep going without it: its PIDs may count as new once more, nothing else is lost
                 log.error("setting aside an unreadable ledger snapshot: %s", error)
                 path.rename(path.with_suffix(".corrupt"))
-        actives = sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _ACTIVE.fullmatch(p.name)))
-        for sequence in actives:
+        unsealed = []
+        for sequence in sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _ACTIVE.fullmatch(p.name))):
             if sequence <= newest:  # sealed before the crash: its snapshot holds it
-                self._active_file(sequence).unlink()
-        return max([newest, *(s - 1 for s in actives if s > newest)])
+                (self.directory / f"active-{sequence:010d}.log").unlink()
+            else:
+                unsealed.append(sequence)
+        return newest, unsealed
 
     def _open_snapshot(self, sequence: int, path: Path) -> Snapshot:
         sidecar = path.with_suffix(".bloom")
@@ -249,32 +322,10 @@ class PidLedger:
         except (OSError, ValueError) as error:
             log.warning("%s: rebuilding the Bloom filter (%s)", sidecar, error)
             bloom = self._filters.new()
-            for record in Snapshot(sequence, path, self._filters.new()).records():
+            for record in read_ledger_file(path):
                 bloom.add(record.pid)
             _write_durably(sidecar, bloom.to_bytes())
         return Snapshot(sequence, path, bloom)
-
-    def _recover_active(self) -> None:
-        path = self._active_path
-        if not path.exists():
-            return
-        data = path.read_bytes()
-        position = 0
-        while (decoded := decode_record(data, position)) is not None:
-            record, end = decoded
-            self._remember_active(record.pid, position)
-            position = end
-        self.torn_bytes = len(data) - position
-        if self.torn_bytes:
-            log.warning("%s: dropping %d bytes after the last valid record", path, self.torn_bytes)
-            with open(path, "r+b") as file:
-                file.truncate(position)
-                os.fsync(file.fileno())
-
-    def _remember_active(self, pid: int, offset: int) -> None:
-        if pid not in self._active_offsets:
-            self._active_filter.add(pid)
-        self._active_offsets[pid] = offset
 
     # ---- reading and writing -----------------------------------------------------------------
 
@@ -283,10 +334,10 @@ class PidLedger:
         if record is not None:
             self._cache.move_to_end(pid)
             return record
-        offset = self._active_offsets.get(pid)
-        if offset is not None:
-            record = self._read_active(offset)
-        else:
+        record = self._active.find(pid)
+        if record is None and self._sealing is not None:
+            record = self._sealing.find(pid)
+        if record is None:
             for snapshot in self.snapshots:
                 if pid in snapshot.filter:
                     record = snapshot.find(pid)
@@ -296,26 +347,11 @@ class PidLedger:
             self._cache_put(record)
         return record
 
-    def _read_active(self, offset: int) -> PidRecord:
-        head = os.pread(self._active_fd, _RECORD_HEAD.size, offset)
-        *_, user_length, client_length = _RECORD_HEAD.unpack(head)
-        data = head + os.pread(self._active_fd, user_length + client_length + _CRC.size, offset + _RECORD_HEAD.size)
-        decoded = decode_record(data, 0)
-        if decoded is None:
-            raise LedgerCorrupt(f"{self._active_path}: record at {offset} fails its checksum")
-        return decoded[0]
-
     def update(self, record: PidRecord) -> None:
-        """Write through: the cache and the active segment (sealed once it reaches capacity)."""
-        encoded = encode_record(record)
-        offset = self._active_size
-        written = os.write(self._active_fd, encoded)
-        if written != len(encoded):
-            raise OSError(f"{self._active_path}: short write ({written} of {len(encoded)} bytes)")
-        self._active_size += written
-        self._remember_active(record.pid, offset)
+        """Write through: the cache and the active segment."""
+        self._active.append(record)
         self._cache_put(record)
-        if len(self._active_offsets) >= self._segment_capacity:
+        if self._seal_when_full and self.needs_seal:
             self.flush()
 
     def _cache_put(self, record: PidRecord) -> None:
@@ -324,37 +360,40 @@ class PidLedger:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
-    def flush(self) -> None:
-        """Seal the active segment into a snapshot (nothing to do when it is empty)."""
-        if not self._active_offsets:
-            return
-        sequence = self._active_sequence
-        data = self._active_path.read_bytes()
-        records = {}
-        position = 0
-        while (decoded := decode_record(data, position)) is not None:
-            records[decoded[0].pid] = decoded[0]  # the newest version of each PID wins
-            position = decoded[1]
-        path = self.directory / f"snapshot-{sequence:010d}.pids"
-        _write_durably(path.with_suffix(".bloom"), self._active_filter.to_bytes())
-        _write_durably(path, Snapshot.encode(list(records.values())))
-        _fsync_directory(self.directory)
-        self.snapshots.insert(0, Snapshot(sequence, path, self._active_filter))
-        old_fd, old_path = self._active_fd, self._active_path
-        self._active_sequence = sequence + 1
-        self._active_path = self._active_file(self._active_sequence)
-        self._active_fd = self._open_active()
-        self._active_size = 0
-        self._active_offsets = {}
-        self._active_filter = self._filters.new()
-        os.close(old_fd)
-        old_path.unlink()
+    @property
+    def needs_seal(self) -> bool:
+        return len(self._active.offsets) >= self._segment_capacity and self._sealing is None
 
     @property
     def active_records(self) -> int:
-        return len(self._active_offsets)
+        return len(self._active.offsets)
+
+    # ---- sealing -------------------------------------------------------------------------------
+
+    def begin_seal(self) -> Segment | None:
+        """Start a new active segment; the old one stays readable until ``finish_seal``."""
+        if not self._active.offsets or self._sealing is not None:
+            return None
+        self._sealing = self._active
+        self._active = self._segment(self._sealing.sequence + 1)
+        return self._sealing
+
+    def finish_seal(self, sealing: Segment, snapshot_path: Path) -> None:
+        """The snapshot joins the index before the segment goes: a known PID is always readable."""
+        self.snapshots.insert(0, Snapshot(sealing.sequence, snapshot_path, sealing.filter))
+        self._sealing = None
+        sealing.close()
+        sealing.path.unlink()
+
+    def flush(self) -> None:
+        """Seal the active segment into a snapshot, here and now (nothing to do when it is empty)."""
+        sealing = self.begin_seal()
+        if sealing is not None:
+            self.finish_seal(sealing, sealing.write_snapshot())
 
     def close(self) -> None:
-        os.close(self._active_fd)
+        self._active.close()
+        if self._sealing is not None:
+            self._sealing.close()
         for snapshot in self.snapshots:
             snapshot.close()

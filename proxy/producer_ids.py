@@ -330,5 +330,14 @@ def _wall_ms() -> int:
 
 def open_ledger(state_dir: Path, settings: AllocatorSettings) -> PidLedger:
     return PidLedger(state_dir / "pid-ledger", LedgerFilters(settings.ledger_capacity), settings.ledger_capacity,
-                     settings.ledger_cache)
+                     settings.ledger_cache, seal_when_full=False)
+
+
+async def seal_ledger(ledger: PidLedger) -> None:
+    """Seal the active segment with the snapshot written on a worker thread, not on the event loop."""
+    sealing = ledger.begin_seal()
+    if sealing is None:
+        return
+    snapshot = await asyncio.get_running_loop().run_in_executor(None, sealing.write_snapshot)
+    ledger.finish_seal(sealing, snapshot)
 

@@ -32,6 +32,7 @@ from proxy.producer_ids import (
     embedded_fetcher,
     open_ledger,
     remote_fetcher,
+    seal_ledger,
 )
 from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService
 from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
@@ -51,6 +52,7 @@ _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
 USAGE_FLUSH_INTERVAL_S = 1.0
 BLOCK_LOG_FILE = "producer-id-blocks.log"
+LEDGER_CHECK_INTERVAL_S = 1.0
 
 
 def _version_ceilings() -> dict[int, int]:
@@ -244,10 +246,14 @@ class ProxyServer:
         self.blocks.close()
 
     async def _seal_ledger(self) -> None:
-        """Seal the ledger's active segment on a timer too, so it is fsynced at least that often."""
+        """Seal the ledger's active segment when it is full, and on a timer so it is fsynced that often."""
+        ledger = self.ledger.ledger
+        last_seal = time.monotonic()
         while True:
-            await asyncio.sleep(self.allocator_settings.ledger_seal_interval_s)
-            self.ledger.ledger.flush()
+            await asyncio.sleep(LEDGER_CHECK_INTERVAL_S)
+            if ledger.needs_seal or time.monotonic() - last_seal >= self.allocator_settings.ledger_seal_interval_s:
+                await seal_ledger(ledger)
+                last_seal = time.monotonic()
 
     async def _reload_users(self, users_file: WatchedFile) -> None:
         """A changed users file applies to the next login; a bad one keeps the users loaded before."""

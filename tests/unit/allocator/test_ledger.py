@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -126,4 +127,35 @@ def test_every_acknowledged_update_survives_kill_9(tmp_path: Path, attempt: int)
     writer.stdout.close()
     recovered = PidLedger(tmp_path, Filters(capacity=300), segment_capacity=300)
     assert all(recovered.read(pid) == record(pid) for pid in range(acknowledged))
+    recovered.close()
+
+
+def test_sealing_on_a_worker_thread_keeps_every_pid_readable(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(), segment_capacity=10, cache_size=1, seal_when_full=False)
+    for pid in range(10):
+        ledger.update(record(pid))
+    assert ledger.needs_seal
+    sealing = ledger.begin_seal()
+    assert sealing is not None and not ledger.needs_seal
+    ledger.update(record(10))  # goes to the new active segment
+    with ThreadPoolExecutor(1) as worker:
+        snapshot = worker.submit(sealing.write_snapshot)
+        assert all(ledger.read(pid) == record(pid) for pid in range(11))  # meanwhile: from the sealing segment
+        ledger.finish_seal(sealing, snapshot.result())
+    assert len(ledger.snapshots) == 1 and ledger.active_records == 1
+    assert all(ledger.read(pid) == record(pid) for pid in range(11))
+    ledger.close()
+
+
+def test_a_seal_cut_short_by_a_crash_is_finished_at_recovery(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(), seal_when_full=False)
+    for pid in range(5):
+        ledger.update(record(pid))
+    assert ledger.begin_seal() is not None
+    ledger.update(record(5))
+    ledger.close()  # "killed" before the snapshot was written: two active segments on disk
+    assert len(list(tmp_path.glob("active-*.log"))) == 2
+    recovered = PidLedger(tmp_path, Filters())
+    assert len(recovered.snapshots) == 1 and recovered.active_records == 1
+    assert all(recovered.read(pid) == record(pid) for pid in range(6))
     recovered.close()
