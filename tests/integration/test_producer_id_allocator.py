@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.apis import Api
@@ -165,3 +165,26 @@ def test_no_block_overlaps_after_50_kill_9s(tmp_path: Path) -> None:
         writer.wait()
         writer.stdout.close()
     assert len(answered) >= 50
+
+
+def test_idempotent_producer_survives_the_proxy_being_killed_mid_stream(own_proxy, topic: str) -> None:  # type: ignore[no-untyped-def]
+    # the cluster's own PIDs (pid_source = "upstream"): retries after a dropped connection are
+    # deduplicated by the broker, so every record arrives exactly once
+    proxy = own_proxy()
+    create_topic(proxy.bootstrap, topic)
+    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
+                             retries=1_000, retry_backoff_ms=100, delivery_timeout_ms=120_000,
+                             reconnect_backoff_ms=50, linger_ms=5)
+    futures = [producer.send(topic, f"{i}".encode()) for i in range(2_000)]
+    time.sleep(0.05)
+    proxy.stop(signal.SIGKILL)  # connections drop with requests in flight
+    futures += [producer.send(topic, f"{i}".encode()) for i in range(2_000, 4_000)]
+    proxy.start()  # same ports: the producer reconnects and retries
+    producer.flush(timeout=120)
+    assert all(future.succeeded() for future in futures)
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5_000)
+    values = [record.value.decode() for record in consumer]
+    consumer.close()
+    assert sorted(values, key=int) == [str(i) for i in range(4_000)]
