@@ -6,9 +6,13 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.client_quotas import MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, _matches, quota_entity
+from protocol.apis import Api
+from protocol.codecs import decode_response
+from proxy.client_quotas import MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, ClientQuotaHandlers, _matches, quota_entity
+from proxy.outcome import Caller
 from proxy.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
+from tests.support import encode_request
 
 BYTES = QuotaType.PRODUCER_BYTE_RATE
 PIDS = QuotaType.PRODUCER_IDS_RATE
@@ -71,3 +75,26 @@ def test_a_corrupt_overrides_file_is_refused_at_start(tmp_path: Path) -> None:
     (tmp_path / "state" / "client-quotas.json").write_text("{not json")
     with pytest.raises(QuotaConfigError, match="client-quotas.json"):
         service(tmp_path)
+
+
+def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[int]:
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}], "ops": [op]}])
+    outcome = handlers.alter(memoryview(frame)[4:], Caller(user, 0))
+    assert outcome.local_response is not None
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.local_response)[9:])
+    return [entry.error_code for entry in answer.entries]
+
+
+def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_path: Path) -> None:
+    quotas = service(tmp_path)
+    handlers = ClientQuotaHandlers(quotas, lambda: frozenset(), frozenset({"ops"}))
+    assert alter_codes(handlers, "mallory", key="producer_ids_rate", value=5.0, remove=False) == [31]
+    assert quotas.overrides == {}
+    assert alter_codes(handlers, "ops", key="producer_ids_rate", value=5.0, remove=False) == [0]
+    assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=True, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}],
+         "ops": [{"key": "producer_ids_rate", "value": 9.0, "remove": False}]}])
+    handlers.alter(memoryview(frame)[4:], Caller("ops", 0))
+    assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
