@@ -4,7 +4,7 @@ Partition counts come from Metadata requests of the proxy's own, for the topics 
 when they are not cached (or their entry is older than ``TOPIC_TTL_S``, so a topic deleted and
 recreated elsewhere is not charged with its old size for long). The cluster's ``num.partitions``
 comes from DescribeConfigs on a broker and is cached; when the cluster does not answer it, the
-configured default is used.
+configured default is used until a CreateTopics answer shows what the cluster really created.
 """
 
 from __future__ import annotations
@@ -79,6 +79,12 @@ class ClusterInfo:
                      value)
         self._num_partitions = (value, time.monotonic())
         return value
+
+    def learn_default_partitions(self, partitions: int) -> None:
+        """A topic created with ``num_partitions = -1`` got ``partitions``: that is the cluster's default."""
+        if self._num_partitions is None or self._num_partitions[0] != partitions:
+            log.info("the cluster creates %d partition(s) for num_partitions=-1", partitions)
+        self._num_partitions = (partitions, time.monotonic())
 
     async def _describe_num_partitions(self) -> int | None:
         broker_ids = list(self._broker_ids())

@@ -10,6 +10,7 @@ does not carry come from the cluster (``ClusterInfo``), which may mean waiting f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from protocol.apis import Api
@@ -32,6 +33,7 @@ STRICT_SINCE_VERSION = {Api.CREATE_TOPICS: 6, Api.DELETE_TOPICS: 5, Api.CREATE_P
 """Kafka's ``strictSinceVersion`` per API (KafkaApis)."""
 
 _USE_CLUSTER_DEFAULT = -1
+_FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS = 5  # CreatableTopicResult.NumPartitions
 
 
 class TopicMutationHandler:
@@ -72,17 +74,19 @@ class TopicMutationHandler:
             default = await self._cluster.default_partitions()
             counts = [default if (count := _created_partitions(topic)) == _USE_CLUSTER_DEFAULT else count
                       for topic in request.topics]
+            defaulted = {topic.name for topic in request.topics if _created_partitions(topic) == _USE_CLUSTER_DEFAULT}
+            return self._admit(frame, header, request, names, counts, user, now_ms(), (default, defaulted))
+        existing = await self._cluster.partitions([name for name in names if name])
+        if api_key == Api.DELETE_TOPICS:
+            # a topic named only by id (v6) is charged 0: SPEC §4 "0 if unknown"
+            counts = [existing.get(name, 0) if name else 0 for name in names]
         else:
-            existing = await self._cluster.partitions([name for name in names if name])
-            if api_key == Api.DELETE_TOPICS:
-                # a topic named only by id (v6) is charged 0: SPEC §4 "0 if unknown"
-                counts = [existing.get(name, 0) if name else 0 for name in names]
-            else:
-                counts = [max(0, topic.count - existing.get(topic.name, 0)) for topic in request.topics]
+            counts = [max(0, topic.count - existing.get(topic.name, 0)) for topic in request.topics]
         return self._admit(frame, header, request, names, counts, user, now_ms())
 
     def _admit(self, frame: memoryview, header: RequestHeader, request: Any, names: list[str], counts: list[int],
-               user: str, now: int) -> Outcome:
+               user: str, now: int, assumed_default: tuple[int, set[str]] | None = None) -> Outcome:
+        """``assumed_default``: the partition count charged for the named ``num_partitions = -1`` topics."""
         api_key, version = Api(header.api_key), header.api_version
         client_id = header.client_id or ""
         strict = version >= STRICT_SINCE_VERSION[api_key]
@@ -92,20 +96,39 @@ class TopicMutationHandler:
             name: THROTTLED for name, admitted in zip(names, decision.topics_admitted, strict=True) if not admitted}
         charged = sum(count for count, admitted in zip(counts, decision.topics_admitted, strict=True) if admitted)
         self._usage.mutations(user, client_id, charged, decision.throttle_ms, len(refused))
-        if not refused:
-            return Outcome(throttle_ms=decision.throttle_ms)
         throttle_ms = decision.throttle_ms
-        if len(refused) == len(names):
+        if refused and len(refused) == len(names):
             body = merged_topic_response(api_key, version, names, None, refused, throttle_ms)
             return local_answer(header, body, throttle_ms)
-        forwarded = request_without_topics(api_key, version, request, set(refused))
+        learn = None
+        if assumed_default is not None and version >= _FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS:
+            assumed, defaulted = assumed_default
+            learn = self._learner(user, client_id, assumed, defaulted - set(refused))
 
-        def merge(upstream_body: memoryview) -> bytes:
+        def finish(upstream_body: memoryview) -> bytes:
             upstream = decode_response(api_key, version, upstream_body)
+            if learn is not None:
+                learn(upstream)
+            if not refused:
+                return bytes(upstream_body)
             return merged_topic_response(api_key, version, names, upstream, refused, throttle_ms)
 
-        return Outcome(throttle_ms=throttle_ms, finish=merge,
+        if not refused:
+            return Outcome(throttle_ms=throttle_ms, finish=None if learn is None else finish)
+        forwarded = request_without_topics(api_key, version, request, set(refused))
+        return Outcome(throttle_ms=throttle_ms, finish=finish,
                        replacement=replacement_request(frame, header, encode_request(api_key, version, forwarded)))
+
+    def _learner(self, user: str, client_id: str, assumed: int, topics: set[str]) -> Callable[[Any], None]:
+        """Once the cluster answers, charge what its default really was for those topics."""
+        def learn(response: Any) -> None:
+            for result in response.topics:
+                if result.name in topics and not result.error_code and result.num_partitions > 0:
+                    self._cluster.learn_default_partitions(result.num_partitions)
+                    difference = result.num_partitions - assumed
+                    self._quotas.mutations.correct(user, client_id, difference, now_ms())
+                    self._usage.mutations(user, client_id, difference, 0, 0)
+        return learn
 
 
 def _created_partitions(topic: Any) -> int:

@@ -233,6 +233,19 @@ class ControllerMutationQuotaManager(_BucketManager):
         return MutationDecision(all(admitted), throttle_ms, None if quota is None else quota.key, admitted)
 
 
+    def correct(self, user: str, client_id: str, permits: float, now_ms: int) -> None:
+        """Charge (or, negative, give back) mutations learnt after the request was admitted: what a
+        request really cost once the cluster said how many partitions ``num_partitions = -1`` meant."""
+        quota = self.config.resolve(self.quota_type, user, client_id)
+        if quota is None or not permits:
+            return
+        window = self.config.settings.mutation_window
+        state = self._state(quota, now_ms)
+        state.bucket.record(permits, quota.limit, window, now_ms)
+        if permits > 0:
+            state.rate.record(permits, now_ms, window)
+
+
 class ProducerIdQuotaManager(_BucketManager):
     """``producer_ids_rate``: charge producer IDs a user has not used in the current window.
 

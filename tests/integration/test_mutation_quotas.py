@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from protocol.apis import Api
+from tests.integration.test_produce_quotas import metrics
 from tests.support import ProxyProcess, call, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
@@ -106,3 +107,16 @@ def test_requests_behind_one_waiting_for_the_cluster_are_answered_in_order(own_p
         sock.sendall(pipelined)
         correlation_ids = [int.from_bytes(read_frame(sock)[:4], "big") for _ in range(11)]
         assert correlation_ids == list(range(1, 12))
+
+
+def test_minus_one_partitions_is_charged_what_the_cluster_created(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "defaults"\ncontroller_mutation_rate = 0.1\n')  # burst 1.1
+    proxy = own_proxy("--quota-file", str(quota_file))
+    with connect(proxy) as sock:
+        response = call(sock, Api.CREATE_TOPICS, 7, client_id="defaults", timeout_ms=30_000, validate_only=False,
+                        topics=[creatable(topic, -1) | {"replication_factor": -1}])
+        created = response.topics[0]  # type: ignore[attr-defined]
+        assert created.error_code == 0 and created.num_partitions > 1  # Tansu's default is 3
+    tokens = metrics(proxy)['kafka_quota_controller_mutation_tokens{client_id="defaults",user=""}']
+    assert tokens < 1.1 - created.num_partitions + 0.5  # charged the real count, not the fallback of 1

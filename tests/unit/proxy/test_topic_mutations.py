@@ -39,6 +39,9 @@ class StubCluster:
     async def default_partitions(self) -> int:
         return self._num_partitions
 
+    def learn_default_partitions(self, partitions: int) -> None:
+        self._num_partitions = partitions
+
 
 def handler(tmp_path: Path, cluster: StubCluster, rate: float = 2) -> tuple[TopicMutationHandler, UsageLog]:
     quota_file = tmp_path / "quotas.toml"
@@ -98,6 +101,22 @@ def test_create_topics_with_the_cluster_default_partition_count(tmp_path: Path) 
     outcome, _ = decide(mutations, Api.CREATE_TOPICS, 7, topics=topics, timeout_ms=1000, validate_only=False)
     # x: 11 - 12 = -1, so y is refused
     assert [t.name for t in forwarded_body(outcome).topics] == ["x"]
+
+
+def test_the_partitions_the_cluster_really_created_for_minus_one_are_charged(tmp_path: Path) -> None:
+    cluster = StubCluster({}, num_partitions=1)  # what the proxy assumes (DescribeConfigs unanswered)
+    mutations, _ = handler(tmp_path, cluster, rate=1)  # burst 11
+    topic = {"name": "x", "num_partitions": -1, "replication_factor": -1, "assignments": [], "configs": []}
+    outcome, _ = decide(mutations, Api.CREATE_TOPICS, 7, topics=[topic], timeout_ms=1000, validate_only=False)
+    assert outcome.finish is not None  # 1 charged so far: 10 tokens left
+    answer = encode_response(Api.CREATE_TOPICS, 7, {"throttle_time_ms": 0, "topics": [
+        {"name": "x", "topic_id": None, "error_code": 0, "error_message": None, "num_partitions": 12,
+         "replication_factor": 1, "configs": []}]})
+    assert outcome.finish(memoryview(answer)) == answer
+    # the cluster made 12: 11 more are charged (bucket at -1), and 12 is assumed from now on
+    second, _ = decide(mutations, Api.CREATE_TOPICS, 7, topics=[dict(topic, name="y")], timeout_ms=1000,
+                       validate_only=False)
+    assert not second.forward and 900 <= second.throttle_ms <= 1000
 
 
 def test_manual_assignments_count_as_partitions_and_all_refused_is_answered_locally(tmp_path: Path) -> None:
