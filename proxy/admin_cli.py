@@ -178,9 +178,14 @@ async def _describe(args: argparse.Namespace, target: HostPort, sasl: UpstreamSa
     for entry in response.entries or ():
         entity = [(e.entity_type, MATCH_DEFAULT if e.entity_name is None else MATCH_EXACT, e.entity_name)
                   for e in entry.entity]
-        values = ",".join(f"{v.key}={v.value:g}" for v in entry.values)
+        values = ",".join(f"{v.key}={_number(v.value)}" for v in entry.values)
         print(f"Quota configs for {_describe_entity(entity)} are {values}")
     return 0
+
+
+def _number(value: float) -> str:
+    """Whole rates without a fraction or exponent (1048576, not 1.04858e+06)."""
+    return str(int(value)) if value.is_integer() else repr(value)
 
 
 def _describe_entity(components: list[Any]) -> str:

@@ -66,7 +66,7 @@ def test_api_override_wins_over_the_quota_file(own_proxy, tmp_path: Path) -> Non
                           "--add-config", "producer_byte_rate=2000000").returncode == 0
     described = quotas_command(proxy, "describe", "--entity-type", "users", "--entity-default")
     assert described.stdout.strip() == ("Quota configs for the default user-principal are "
-                                        "producer_byte_rate=2e+06,producer_ids_rate=5")
+                                        "producer_byte_rate=2000000,producer_ids_rate=5")
 
 
 def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy) -> None:  # type: ignore[no-untyped-def]
