@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -54,15 +55,19 @@ def produce(bootstrap: str, topic: str, client_id: str, mebibytes: int) -> tuple
     return time.monotonic() - started, producer
 
 
+def usage_lines(proxy: ProxyProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in (proxy.state_dir / "usage").glob("usage-*.jsonl")
+            for line in path.read_text().splitlines()]
+
+
 def usage_totals(proxy: ProxyProcess) -> dict[str, int]:
     """The usage log's counters summed over every line, once the last second has been written."""
     time.sleep(2.5)  # the log is written once a second
     totals: dict[str, int] = {}
-    for path in (proxy.state_dir / "usage").glob("usage-*.jsonl"):
-        for line in path.read_text().splitlines():
-            for key, value in json.loads(line).items():
-                if key not in ("time", "user", "client_id"):
-                    totals[key] = totals.get(key, 0) + value
+    for line in usage_lines(proxy):
+        for key, value in line.items():
+            if key not in ("time", "user", "client_id"):
+                totals[key] = totals.get(key, 0) + value
     return totals
 
 
@@ -144,6 +149,13 @@ def test_producer_id_quota(own_proxy, tmp_path: Path, topic: str, mode: str) -> 
     assert usage["produce_requests"] >= 30
     if mode == "reject":
         assert usage["rejections"] >= 1
+        # second by second, the cluster never saw more new IDs than burst + rate x elapsed
+        seconds = sorted(usage_lines(proxy), key=lambda line: line["time"])
+        first_second = seconds[0]["time"]
+        admitted = 0
+        for line in seconds:
+            admitted += line["new_pids"]
+            assert admitted <= 20 + 2 * (line["time"] - first_second + 1), (line, admitted)
         # the cluster saw at most the burst at once; the other 10 waited for tokens (2/s)
         assert values['kafka_quota_rejected_requests_total{quota_type="producer_ids_rate"}'] >= 1
         assert elapsed >= 4, f"30 new producer IDs admitted in {elapsed:.1f} s"
