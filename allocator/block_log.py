@@ -19,6 +19,8 @@ import zlib
 from pathlib import Path
 from typing import NamedTuple
 
+from allocator.durable import fsync_directory
+
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 1000
@@ -115,11 +117,7 @@ class BlockLog:
     def _create(self) -> None:
         with open(self.path, "xb") as file:
             os.fsync(file.fileno())
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the new file's name is durable too
-        finally:
-            os.close(directory)
+        fsync_directory(self.path.parent)  # the new file's name is durable too
 
     def broker_epoch(self, broker_id: int) -> int | None:
         return self._epochs.get(broker_id)

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from allocator.durable import TEMPORARY_SUFFIX, write_durably
+
 log = logging.getLogger(__name__)
 
 _RECORD_HEAD = struct.Struct(">qhqqHH")  # pid, epoch, first seen ms, last seen ms, user len, client len
@@ -90,23 +92,6 @@ def decode_record(data: bytes | memoryview, offset: int) -> tuple[PidRecord, int
     except UnicodeDecodeError:
         return None
     return PidRecord(pid, user, client, epoch, first, last), end + _CRC.size
-
-
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
 
 
 class Snapshot:
@@ -250,9 +235,8 @@ class Segment:
         for record in read_ledger_file(self.path):
             records[record.pid] = record  # the newest version of each PID wins
         path = self.path.with_name(f"snapshot-{self.sequence:010d}.pids")
-        _write_durably(path.with_suffix(".bloom"), self.filter.to_bytes())
-        _write_durably(path, Snapshot.encode(list(records.values())))
-        _fsync_directory(path.parent)
+        write_durably(path.with_suffix(".bloom"), self.filter.to_bytes())
+        write_durably(path, Snapshot.encode(list(records.values())))
         return path
 
     def close(self) -> None:
@@ -292,7 +276,7 @@ class PidLedger:
     def _recover_snapshots(self) -> tuple[int, list[int]]:
         """Open the snapshots; return the newest snapshot's sequence (0: none) and the sequences of
         segments not sealed yet, oldest first."""
-        for leftover in self.directory.glob("*.tmp"):
+        for leftover in self.directory.glob(f"*{TEMPORARY_SUFFIX}"):
             leftover.unlink()
         newest = 0
         for path in sorted(self.directory.iterdir()):
@@ -324,7 +308,7 @@ class PidLedger:
             bloom = self._filters.new()
             for record in read_ledger_file(path):
                 bloom.add(record.pid)
-            _write_durably(sidecar, bloom.to_bytes())
+            write_durably(sidecar, bloom.to_bytes())
         return Snapshot(sequence, path, bloom)
 
     # ---- reading and writing -----------------------------------------------------------------

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from allocator.durable import write_durably
 from proxy.watched_file import WatchedFile
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
@@ -133,12 +133,7 @@ class QuotaService:
             raw["quotas"] = {str(key): value for key, value in quotas.items()}
             entries.append(raw)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        with temporary.open("w", encoding="utf-8") as file:
-            json.dump({"entries": entries}, file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_durably(path, json.dumps({"entries": entries}, indent=1).encode())
 
     async def maintain(self) -> None:
         """Reload the file when it changes and drop expired producer-ID filters (KIP-936 cleanup)."""

@@ -15,7 +15,6 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import tomllib
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from allocator.durable import write_durably
 from protocol.apis import Api
 from protocol.codecs import decode_request, encode_response
 from protocol.errors import ProtocolError
@@ -175,13 +175,7 @@ def save_users(path: Path, store: UserStore) -> None:
                 continue
             lines += ["", f"[users.{json.dumps(name)}.{mechanism}]"]
             lines += [f"{key} = {json.dumps(value)}" for key, value in _credential_fields(credential).items()]
-    temporary = path.with_name(f".{path.name}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        file.write("\n".join(lines) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    write_durably(path, ("\n".join(lines) + "\n").encode(), mode=0o600)
 
 
 # ---- the server side ----------------------------------------------------------------------------
