@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from proxy.sasl import MECHANISMS
+from proxy.toml_file import read_toml
 
 MIB = 1024 * 1024
 
@@ -120,18 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as file:
-            return tomllib.load(file)
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror}") from error
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from error
-
-
 def _settings_from_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    document = _read_toml(path)
+    document = read_toml(path, ConfigError)
     by_toml_key = {toml_key: name for name, toml_key in _SETTINGS.items()}
     settings: dict[str, Any] = {}
     extra: dict[str, Any] = {}

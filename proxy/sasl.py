@@ -16,7 +16,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from protocol.codecs import decode_request, encode_response
 from protocol.errors import ProtocolError
 from protocol.header import read_request_header
 from proxy.outcome import FORWARD, Outcome, local_answer
+from proxy.toml_file import read_toml
 
 PLAIN = "PLAIN"
 SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -120,13 +120,7 @@ class UserStore:
 
 
 def load_users(path: Path) -> UserStore:
-    try:
-        with path.open("rb") as file:
-            document = tomllib.load(file)
-    except OSError as error:
-        raise SaslConfigError(f"{path}: cannot read: {error.strerror}") from error
-    except tomllib.TOMLDecodeError as error:
-        raise SaslConfigError(f"{path}: not valid TOML: {error}") from error
+    document = read_toml(path, SaslConfigError)
     unknown = set(document) - {"users"}
     if unknown:
         raise SaslConfigError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
