@@ -94,6 +94,17 @@ def decode_record(data: bytes | memoryview, offset: int) -> tuple[PidRecord, int
     return PidRecord(pid, user, client, epoch, first, last), end + _CRC.size
 
 
+def read_record_at(fd: int, path: Path, position: int) -> PidRecord:
+    """The record at ``position`` of an open segment or snapshot file (two ``pread`` calls)."""
+    head = os.pread(fd, _RECORD_HEAD.size, position)
+    *_, user_length, client_length = _RECORD_HEAD.unpack(head)
+    data = head + os.pread(fd, user_length + client_length + _CRC.size, position + _RECORD_HEAD.size)
+    decoded = decode_record(data, 0)
+    if decoded is None:
+        raise LedgerCorrupt(f"{path}: record at {position} fails its checksum")
+    return decoded[0]
+
+
 class Snapshot:
     """One sealed segment: its filter in memory, everything else read from the file on demand."""
 
@@ -135,20 +146,8 @@ class Snapshot:
             elif found > pid:
                 high = middle - 1
             else:
-                return self._record_at(self._data_offset + offset)
+                return read_record_at(self._fd, self.path, self._data_offset + offset)
         return None
-
-    def _record_at(self, position: int) -> PidRecord:
-        head = os.pread(self._fd, _RECORD_HEAD.size, position)
-        *_, user_length, client_length = _RECORD_HEAD.unpack(head)
-        data = head + os.pread(self._fd, user_length + client_length + _CRC.size, position + _RECORD_HEAD.size)
-        decoded = decode_record(data, 0)
-        if decoded is None:
-            raise LedgerCorrupt(f"{self.path}: record at {position} fails its checksum")
-        return decoded[0]
-
-    def records(self) -> Iterator[PidRecord]:
-        return read_ledger_file(self.path)
 
     def close(self) -> None:
         os.close(self._fd)
@@ -219,15 +218,7 @@ class Segment:
 
     def find(self, pid: int) -> PidRecord | None:
         offset = self.offsets.get(pid)
-        if offset is None:
-            return None
-        head = os.pread(self._fd, _RECORD_HEAD.size, offset)
-        *_, user_length, client_length = _RECORD_HEAD.unpack(head)
-        data = head + os.pread(self._fd, user_length + client_length + _CRC.size, offset + _RECORD_HEAD.size)
-        decoded = decode_record(data, 0)
-        if decoded is None:
-            raise LedgerCorrupt(f"{self.path}: record at {offset} fails its checksum")
-        return decoded[0]
+        return None if offset is None else read_record_at(self._fd, self.path, offset)
 
     def write_snapshot(self) -> Path:
         """Write this (no longer growing) segment's snapshot and filter durably; safe on a worker thread."""

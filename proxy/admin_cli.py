@@ -19,6 +19,7 @@ from proxy.client_quotas import CLIENT_ID, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT
 from proxy.config import ConfigError, HostPort, UpstreamSasl
 from proxy.sasl import (
     MECHANISMS,
+    MIN_SCRAM_ITERATIONS,
     PLAIN,
     SaslConfigError,
     UserStore,
@@ -117,8 +118,8 @@ def _users(args: argparse.Namespace) -> int:
     password = _read_password(f"Password for {args.name}: ", confirm=True)
     if not password:
         raise ConfigError("the password is empty")
-    if args.iterations is not None and args.iterations < (1 if args.mechanism == PLAIN else 4096):
-        raise ConfigError("--iterations: too few (SCRAM needs at least 4096)")
+    if args.iterations is not None and args.iterations < (1 if args.mechanism == PLAIN else MIN_SCRAM_ITERATIONS):
+        raise ConfigError(f"--iterations: too few (SCRAM needs at least {MIN_SCRAM_ITERATIONS})")
     credential = (plain_credential(password, args.iterations) if args.mechanism == PLAIN
                   else scram_credential(args.mechanism, password, args.iterations))
     store.users.setdefault(args.name, {})[args.mechanism] = credential

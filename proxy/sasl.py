@@ -25,7 +25,7 @@ from allocator.durable import write_durably
 from protocol.apis import Api
 from protocol.codecs import decode_request, encode_response
 from protocol.errors import ProtocolError
-from protocol.header import read_request_header
+from protocol.header import RequestHeader, read_request_header
 from proxy.outcome import FORWARD, Outcome, local_answer
 from proxy.toml_file import read_toml
 
@@ -309,7 +309,7 @@ class SaslServer:
             return self._handshake(header, request.mechanism)
         return self._authenticate(header, bytes(request.auth_bytes))
 
-    def _handshake(self, header: Any, mechanism: str) -> Outcome:
+    def _handshake(self, header: RequestHeader, mechanism: str) -> Outcome:
         enabled = self._store.mechanisms
         if self.done or self._exchange is not None:
             body = encode_response(Api.SASL_HANDSHAKE, header.api_version,
@@ -326,7 +326,7 @@ class SaslServer:
         body = encode_response(Api.SASL_HANDSHAKE, header.api_version, {"error_code": 0, "mechanisms": enabled})
         return local_answer(header, body)
 
-    def _authenticate(self, header: Any, token: bytes) -> Outcome:
+    def _authenticate(self, header: RequestHeader, token: bytes) -> Outcome:
         exchange = self._exchange
         if exchange is None or self.done:
             return self._auth_answer(header, ILLEGAL_SASL_STATE, "SaslAuthenticate before a SaslHandshake", b"",
@@ -340,7 +340,7 @@ class SaslServer:
         return self._auth_answer(header, 0, None, reply, close=False)
 
     @staticmethod
-    def _auth_answer(header: Any, error_code: int, message: str | None, reply: bytes, close: bool) -> Outcome:
+    def _auth_answer(header: RequestHeader, error_code: int, message: str | None, reply: bytes, close: bool) -> Outcome:
         body = encode_response(Api.SASL_AUTHENTICATE, header.api_version,
                                {"error_code": error_code, "error_message": message, "auth_bytes": reply,
                                 "session_lifetime_ms": 0})

@@ -25,10 +25,6 @@ UPSTREAM_ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolE
 """What talking to the cluster may raise: unreachable, slow, closed, garbled or refused."""
 
 
-class UpstreamError(Exception):
-    """The cluster answered a request of the proxy's own with an error code."""
-
-
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, api_version: int,
                    message: dict[str, Any], max_frame_bytes: int) -> Any:
     """Send one request on an open connection and return the decoded response."""

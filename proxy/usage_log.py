@@ -73,9 +73,6 @@ class UsageLog:
         entry[_THROTTLE_MS] += throttle_ms
         entry[_REJECTIONS] += rejected_topics
 
-    def throttled(self, user: str, client_id: str, throttle_ms: int) -> None:
-        self._entry(user, client_id)[_THROTTLE_MS] += throttle_ms
-
     # ---- the writer ---------------------------------------------------------------------------
 
     def start(self) -> None:
