@@ -241,7 +241,10 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
         if self._sasl is not None and (not self._sasl.done or api_key in _SASL_APIS):
-            return self._sasl.handle(frame)
+            outcome = self._sasl.handle(frame)
+            if self._sasl.user is not None:
+                self._user = self._sasl.user  # logged in: the principal of every later request
+            return outcome
         caller = Caller(self._user, now_ms())
         if api_key == Api.PRODUCE:
             return self._context.produce_handler.handle(frame, request_bytes, caller, whole)
@@ -252,8 +255,6 @@ class ClientConnection(asyncio.Protocol):
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
-        if self._sasl is not None and self._sasl.user is not None:
-            self._user = self._sasl.user
         if outcome.expects_response:
             api_key, api_version, correlation_id = peek_request(frame)
             self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
@@ -309,10 +310,11 @@ class ClientConnection(asyncio.Protocol):
         prefix, frame_bytes = partial
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
         handler = self._context.produce_handler
-        produce = len(frame) >= 2 and peek_request(frame).api_key == Api.PRODUCE
+        api_key = peek_request(frame).api_key
+        produce = api_key == Api.PRODUCE
         if produce and handler.needs_whole_frame(self._user):
             return
-        if not produce and peek_request(frame).api_key in self._context.handlers:
+        if api_key in self._context.handlers:
             return  # handlers other than Produce judge whole requests
         try:
             outcome = self._decide(frame, frame_bytes - SIZE_PREFIX_BYTES, whole=False)
