@@ -65,12 +65,12 @@ def _components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
 
 class ClientQuotaHandlers:
     def __init__(self, quotas: QuotaService, upstream_api_versions: Callable[[], Container[int] | None],
-                 admin_users: frozenset[str] | None) -> None:
+                 admin_principals: frozenset[str] | None) -> None:
         """``upstream_api_versions`` returns the api keys the cluster serves, or None before it is known;
-        ``admin_users``, when given, are the only principals allowed to alter quotas."""
+        ``admin_principals``, when given, are the only principals allowed to alter quotas."""
         self._quotas = quotas
         self._upstream_apis = upstream_api_versions
-        self._admin_users = admin_users
+        self._admin_principals = admin_principals
 
     def _upstream_serves(self, api_key: int) -> bool:
         """Only a cluster known to serve the API is asked (a client's ApiVersions tells the proxy)."""
@@ -93,7 +93,7 @@ class ClientQuotaHandlers:
                 forwarded_entries.append(_entry_with_ops(entry, theirs))
                 foreign.add(entity_key(entry.entity))
             ours = [op for op in entry.ops if op.key in _PROXY_KEYS]
-            results.append(self._check_entry(entity_key(entry.entity), ours, caller.user, changes))
+            results.append(self._check_entry(entity_key(entry.entity), ours, caller.principal, changes))
         if changes and not request.validate_only:
             try:
                 self._quotas.override(changes)
@@ -115,13 +115,13 @@ class ClientQuotaHandlers:
                               {"entries": forwarded_entries, "validate_only": request.validate_only})
         return Outcome(replacement=replacement_request(frame, header, body), finish=merge)
 
-    def _check_entry(self, key: EntityKey, ops: list[Any], user: str,
+    def _check_entry(self, key: EntityKey, ops: list[Any], principal: str,
                      changes: dict[QuotaEntity, dict[QuotaType, float | None]]) -> tuple[int, str | None]:
         """Validate one entry's proxy-owned ops; a valid entry adds its changes to ``changes``."""
         if not ops:
             return 0, None
-        if self._admin_users is not None and user not in self._admin_users:
-            return CLUSTER_AUTHORIZATION_FAILED, f"user {user} may not alter client quotas"
+        if self._admin_principals is not None and principal not in self._admin_principals:
+            return CLUSTER_AUTHORIZATION_FAILED, f"{principal} may not alter client quotas"
         try:
             entity = quota_entity(key)
             entry_changes: dict[QuotaType, float | None] = {}

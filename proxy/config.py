@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from proxy.outcome import PRINCIPAL_PREFIX
 from proxy.sasl import MECHANISMS
 from proxy.toml_file import read_toml
 
@@ -60,6 +61,8 @@ class ProxyConfig:
     shutdown_grace_s: float = 5.0
     sasl_users: Path | None = None
     upstream_sasl: UpstreamSasl | None = None
+    admin_principals: frozenset[str] | None = None
+    """``[admin] principals``: who may alter client quotas (None: anyone who can connect)."""
     default_num_partitions: int = 1
     """Partitions a CreateTopics with num_partitions = -1 is charged for when the cluster does not
     say its ``num.partitions`` (DescribeConfigs)."""
@@ -87,6 +90,7 @@ _SETTINGS = {
     "default_num_partitions": "default-num-partitions",
 }
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
+_ADMIN_SECTION = "admin"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -191,9 +195,27 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         log_level=log_level,
         sasl_users=Path(sasl_users) if sasl_users else None,
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
+        admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
         extra=extra,
         **tunables,
     )
+
+
+def principal_list(value: Any, where: str) -> frozenset[str]:
+    """Kafka principals such as ``["User:alice"]``; raises ConfigError naming ``where`` otherwise."""
+    if not isinstance(value, list) or not all(isinstance(item, str) and item.startswith(PRINCIPAL_PREFIX)
+                                              and len(item) > len(PRINCIPAL_PREFIX) for item in value):
+        raise ConfigError(f"{where}: a list of principals such as [\"User:alice\"], got {value!r}")
+    return frozenset(value)
+
+
+def _admin_principals(section: dict[str, Any] | None) -> frozenset[str] | None:
+    if section is None:
+        return None
+    where = f"[{_ADMIN_SECTION}]"
+    if set(section) != {"principals"}:
+        raise ConfigError(f"{where}: needs exactly the key principals")
+    return principal_list(section["principals"], f"{where} principals")
 
 
 def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:

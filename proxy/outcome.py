@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 from protocol.header import RequestHeader, response_header_for
 
+PRINCIPAL_PREFIX = "User:"
+
 ResponseFinisher = Callable[[memoryview], bytes]
 """Turns the upstream response body (header excluded) into the body the client gets."""
 
@@ -21,6 +23,11 @@ class Caller(NamedTuple):
     """The connection's principal (``ANONYMOUS`` without SASL); the client id is in the header."""
     now_ms: int
     """Quota time, read once for the request."""
+
+    @property
+    def principal(self) -> str:
+        """Kafka's form of the user, as access lists name it: ``User:alice``."""
+        return PRINCIPAL_PREFIX + self.user
 
 
 class Outcome(NamedTuple):

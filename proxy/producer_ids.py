@@ -38,7 +38,7 @@ from allocator.ledger import PidLedger, PidRecord
 from protocol.apis import Api
 from protocol.codecs import decode_request, encode_response
 from protocol.header import RequestHeader, read_request_header
-from proxy.config import ConfigError, HostPort, ProxyConfig
+from proxy.config import ConfigError, HostPort, ProxyConfig, principal_list
 from proxy.outcome import Caller, Decided, Outcome, local_answer
 from proxy.quota_service import QuotaService
 from proxy.upstream_client import request_any
@@ -81,7 +81,8 @@ class AllocatorSettings:
         ledger = dict(config.extra.get("ledger", {}))
         try:
             settings = cls(
-                cluster_principals=frozenset(_strings(allocator.pop("cluster_principals", []), "cluster_principals")),
+                cluster_principals=principal_list(allocator.pop("cluster_principals", []),
+                                                  "[allocator] cluster_principals"),
                 pid_source=str(allocator.pop("pid_source", "upstream")),
                 bootstrap=_bootstrap(allocator.pop("bootstrap", None)),
                 first_id=int(allocator.pop("first_id", DEFAULT_FIRST_ID)),
@@ -105,12 +106,6 @@ class AllocatorSettings:
         if settings.allocations_per_second <= 0 or settings.ledger_capacity < 1 or settings.ledger_cache < 1:
             raise ConfigError("[allocator]/[ledger]: rates, capacities and sizes must be positive")
         return settings
-
-
-def _strings(value: Any, name: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ValueError(f"{name} must be a list of strings such as [\"User:ANONYMOUS\"]")
-    return value
 
 
 def _bootstrap(value: Any) -> HostPort | None:
@@ -146,7 +141,7 @@ class AllocateProducerIdsHandler:
     def __call__(self, frame: memoryview, caller: Caller) -> Decided:
         header = read_request_header(frame)
         request = decode_request(Api.ALLOCATE_PRODUCER_IDS, header.api_version, frame[header.length:])
-        principal = f"User:{caller.user}"
+        principal = caller.principal
         if principal not in self._principals:
             return _allocation_answer(header, CLUSTER_AUTHORIZATION_FAILED, None, 0)
         bucket = self._buckets.get(principal)

@@ -83,9 +83,7 @@ class ProxyServer:
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
-        admin = config.extra.get("admin", {}).get("principals")
-        client_quotas = ClientQuotaHandlers(self.quotas, lambda: self.upstream_api_keys,
-                                            None if admin is None else frozenset(_user_names(admin)))
+        client_quotas = ClientQuotaHandlers(self.quotas, lambda: self.upstream_api_keys, config.admin_principals)
         self.handlers: Mapping[int, RequestHandler] = {
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
@@ -275,7 +273,3 @@ class ProxyServer:
             await asyncio.sleep(USAGE_FLUSH_INTERVAL_S - now % USAGE_FLUSH_INTERVAL_S)
             self.usage.end_second(int(now))
 
-
-def _user_names(principals: list[str]) -> list[str]:
-    """``User:alice`` (Kafka's principal form) or ``alice`` -> ``alice``."""
-    return [principal.removeprefix("User:") for principal in principals]

@@ -88,7 +88,7 @@ def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[
 
 def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_path: Path) -> None:
     quotas = service(tmp_path)
-    handlers = ClientQuotaHandlers(quotas, lambda: frozenset(), frozenset({"ops"}))
+    handlers = ClientQuotaHandlers(quotas, lambda: frozenset(), frozenset({"User:ops"}))
     assert alter_codes(handlers, "mallory", key="producer_ids_rate", value=5.0, remove=False) == [31]
     assert quotas.overrides == {}
     assert alter_codes(handlers, "ops", key="producer_ids_rate", value=5.0, remove=False) == [0]

@@ -56,7 +56,8 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("toml", "message"), [
     ('[allocator]\npid_source = "magic"\n', "pid_source"),
-    ('[allocator]\ncluster_principals = "User:a"\n', "list of strings"),
+    ('[allocator]\ncluster_principals = "User:a"\n', "a list of principals"),
+    ('[allocator]\ncluster_principals = ["alice"]\n', "a list of principals"),
     ('[allocator]\nfirst_id = 10\nend_id = 5\n', "first_id"),
     ('[allocator]\nbootstrap = "nohost"\n', "HOST:PORT"),
     ('[allocator]\nsurprise = 1\n', "unknown key"),
@@ -77,3 +78,12 @@ def test_allocator_settings_from_the_config_file(tmp_path: Path) -> None:
     settings = AllocatorSettings.from_config(load_config(build_parser().parse_args(["--config", str(path)])))
     assert settings.cluster_principals == {"User:a"} and settings.pid_source == "allocator"
     assert str(settings.bootstrap) == "127.0.0.1:9092" and settings.scan_all_produce
+
+
+def test_admin_principals_are_kafka_principals(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "127.0.0.1:9"\n[admin]\nprincipals = ["User:ops"]\n')
+    assert load("--config", str(path)).admin_principals == {"User:ops"}
+    path.write_text('upstream = "127.0.0.1:9"\n[admin]\nprincipals = "User:ops"\n')
+    with pytest.raises(ConfigError, match=r"\[admin\] principals"):
+        load("--config", str(path))
