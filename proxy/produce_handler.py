@@ -17,8 +17,7 @@ from quotas.managers import PidDecision
 
 
 class ProduceHandler:
-    def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder | None = None,
-                 scan_all: bool = False) -> None:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder, scan_all: bool = False) -> None:
         """``scan_all``: read every request's batches so the ledger sees every producer ID."""
         self._quotas = quotas
         self._usage = usage
@@ -32,8 +31,6 @@ class ProduceHandler:
     def _check_producer_ids(self, pids: set[int], user: str, client_id: str, now_ms: int) -> PidDecision:
         """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see."""
         ledger = self._ledger
-        if ledger is None:
-            return self._quotas.producer_ids.check(user, pids, now_ms)
         window_ms = round(self._quotas.config.settings.producer_id_window.length_s * 1000)
         decision = self._quotas.producer_ids.check(user, pids, now_ms, ledger.seen_within(window_ms))
         if decision.admitted and pids:

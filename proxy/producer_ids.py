@@ -296,24 +296,24 @@ class LedgerRecorder:
     """Records issued and seen PIDs; answers the producer-ID quota's "seen before?"."""
 
     def __init__(self, ledger: PidLedger) -> None:
-        self.ledger = ledger
+        self._ledger = ledger
 
     def issued(self, pid: int, user: str, client_id: str, epoch: int) -> None:
         now = _wall_ms()
-        self.ledger.update(PidRecord(pid, user, client_id, epoch, now, now))
+        self._ledger.update(PidRecord(pid, user, client_id, epoch, now, now))
 
     def seen(self, pids: Iterable[int], user: str, client_id: str) -> None:
         now = _wall_ms()
         for pid in pids:
-            known = self.ledger.read(pid)
+            known = self._ledger.read(pid)
             if known is None:
-                self.ledger.update(PidRecord(pid, user, client_id, 0, now, now))
+                self._ledger.update(PidRecord(pid, user, client_id, 0, now, now))
             elif now - known.last_seen_ms >= LEDGER_TOUCH_INTERVAL_MS:
-                self.ledger.update(known._replace(last_seen_ms=now))
+                self._ledger.update(known._replace(last_seen_ms=now))
 
     def seen_within(self, window_ms: int) -> Callable[[int], bool]:
         def seen_recently(pid: int) -> bool:
-            known = self.ledger.read(pid)
+            known = self._ledger.read(pid)
             return known is not None and _wall_ms() - known.last_seen_ms < window_ms
         return seen_recently
 

@@ -78,7 +78,8 @@ class ProxyServer:
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
         self.allocator_settings = settings = AllocatorSettings.from_config(config)
         self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
-        self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings))
+        self.pid_ledger = open_ledger(config.state_dir, settings)
+        self.ledger = LedgerRecorder(self.pid_ledger)
         self.pid_source = self._producer_id_source(settings)
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
@@ -240,12 +241,12 @@ class ProxyServer:
         self.usage.stop(int(time.time()))
         if self.pid_source is not None:
             self.pid_source.stop()
-        self.ledger.ledger.close()
+        self.pid_ledger.close()
         self.blocks.close()
 
     async def _seal_ledger(self) -> None:
         """Seal the ledger's active segment when it is full, and on a timer so it is fsynced that often."""
-        ledger = self.ledger.ledger
+        ledger = self.pid_ledger
         last_seal = time.monotonic()
         while True:
             await asyncio.sleep(LEDGER_CHECK_INTERVAL_S)
