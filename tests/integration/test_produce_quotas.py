@@ -55,6 +55,15 @@ def produce(bootstrap: str, topic: str, client_id: str, mebibytes: int) -> tuple
     return time.monotonic() - started, producer
 
 
+def pid_quota_file(tmp_path: Path, rate: float, mode: str) -> str:
+    """A producer_ids_rate quota for ANONYMOUS with 2 windows of 5 s: burst = 10 s x ``rate``."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f'[settings]\n"producer.id.quota.window.num" = 2\n'
+                          f'"producer.id.quota.window.size.seconds" = 5\n"producer.id.quota.mode" = "{mode}"\n'
+                          f'[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = {rate}\n')
+    return str(quota_file)
+
+
 def usage_lines(proxy: ProxyProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for path in (proxy.state_dir / "usage").glob("usage-*.jsonl")
             for line in path.read_text().splitlines()]
@@ -124,11 +133,7 @@ def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, to
 @pytest.mark.parametrize("mode", ["reject", "throttle"])
 def test_producer_id_quota(own_proxy, broker, tmp_path: Path, topic: str, mode: str) -> None:  # type: ignore[no-untyped-def]
     # burst = 2 windows x 5 s x 2 PIDs/s = 20 new producer IDs, then 2 per second
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text(f'[settings]\n"producer.id.quota.window.num" = 2\n'
-                          f'"producer.id.quota.window.size.seconds" = 5\n"producer.id.quota.mode" = "{mode}"\n'
-                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 2\n')
-    proxy = own_proxy("--quota-file", str(quota_file))
+    proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=2, mode=mode))
     create_topic(proxy.bootstrap, topic)
     producers = [KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
                                retries=1_000, retry_backoff_ms=200, delivery_timeout_ms=120_000,
@@ -171,11 +176,7 @@ def test_producer_ids_of_large_requests_forwarded_as_they_arrive_are_still_check
         own_proxy, tmp_path: Path, topic: str) -> None:
     # throttle mode lets a large request through while it arrives (cut-through) and reads its
     # producer ID once it is complete: burst = 2 x 5 s x 0.1/s = 1 new ID, then one per 10 s
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
-                          '"producer.id.quota.window.size.seconds" = 5\n'
-                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 0.1\n')
-    proxy = own_proxy("--quota-file", str(quota_file))
+    proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=0.1, mode="throttle"))
     create_topic(proxy.bootstrap, topic)
     throttles = []
     for i in range(3):
@@ -195,11 +196,7 @@ def test_producer_ids_of_large_requests_forwarded_as_they_arrive_are_still_check
 def test_init_producer_id_carries_the_pending_producer_id_throttle(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                    topic: str) -> None:
     # burst = 2 windows x 5 s x 0.1/s = 1: the second new producer ID leaves the bucket at -1 (10 s)
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
-                          '"producer.id.quota.window.size.seconds" = 5\n'
-                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 0.1\n')
-    proxy = own_proxy("--quota-file", str(quota_file))
+    proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=0.1, mode="throttle"))
     create_topic(proxy.bootstrap, topic)
     for _ in range(2):
         producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all")
