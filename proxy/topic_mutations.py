@@ -10,7 +10,6 @@ does not carry come from the cluster (``ClusterInfo``), which may mean waiting f
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from protocol.apis import Api
@@ -52,32 +51,28 @@ class TopicMutationHandler:
         names = request_topic_names(api_key, version, request)
         if getattr(request, "validate_only", False):
             return FORWARD
-        counts = self._known_counts(api_key, request)
-        if counts is None:
-            return self._after_asking_cluster(frame, header, request, names, caller.user)
-        return self._admit(frame, header, request, names, counts, caller.user, caller.now_ms)
-
-    def _known_counts(self, api_key: Api, request: Any) -> list[int] | None:
-        """Partition mutations per topic, or None when the cluster must be asked first."""
         if api_key == Api.CREATE_TOPICS:
-            counts = [_created_partitions(topic) for topic in request.topics]
-            if _USE_CLUSTER_DEFAULT in counts:
-                return None
-            return counts
-        return None  # DeleteTopics and CreatePartitions need the topics' current partition counts
+            requested = [_created_partitions(topic) for topic in request.topics]
+            if _USE_CLUSTER_DEFAULT not in requested:
+                return self._admit(frame, header, request, names, requested, caller.user, caller.now_ms)
+            return self._with_cluster_default(frame, header, request, names, requested, caller.user)
+        return self._with_current_counts(frame, header, request, names, caller.user)
 
-    async def _after_asking_cluster(self, frame: memoryview, header: RequestHeader, request: Any,
-                                    names: list[str], user: str) -> Outcome:
+    async def _with_cluster_default(self, frame: memoryview, header: RequestHeader, request: Any, names: list[str],
+                                    requested: list[int], user: str) -> Outcome:
+        """CreateTopics with ``num_partitions = -1``: charged the cluster's ``num.partitions``."""
         frame = memoryview(bytes(frame))  # the connection's buffer moves on while we wait
-        api_key = Api(header.api_key)
-        if api_key == Api.CREATE_TOPICS:
-            default = await self._cluster.default_partitions()
-            counts = [default if (count := _created_partitions(topic)) == _USE_CLUSTER_DEFAULT else count
-                      for topic in request.topics]
-            defaulted = {topic.name for topic in request.topics if _created_partitions(topic) == _USE_CLUSTER_DEFAULT}
-            return self._admit(frame, header, request, names, counts, user, now_ms(), (default, defaulted))
+        default = await self._cluster.default_partitions()
+        counts = [default if count == _USE_CLUSTER_DEFAULT else count for count in requested]
+        defaulted = {name for name, count in zip(names, requested, strict=True) if count == _USE_CLUSTER_DEFAULT}
+        return self._admit(frame, header, request, names, counts, user, now_ms(), (default, defaulted))
+
+    async def _with_current_counts(self, frame: memoryview, header: RequestHeader, request: Any, names: list[str],
+                                   user: str) -> Outcome:
+        """DeleteTopics and CreatePartitions: charged from the topics' current partition counts."""
+        frame = memoryview(bytes(frame))  # the connection's buffer moves on while we wait
         existing = await self._cluster.partitions([name for name in names if name])
-        if api_key == Api.DELETE_TOPICS:
+        if header.api_key == Api.DELETE_TOPICS:
             # a topic named only by id (v6) is charged 0: SPEC §4 "0 if unknown"
             counts = [existing.get(name, 0) if name else 0 for name in names]
         else:
@@ -100,35 +95,35 @@ class TopicMutationHandler:
         if refused and len(refused) == len(names):
             body = merged_topic_response(api_key, version, names, None, refused, throttle_ms)
             return local_answer(header, body, throttle_ms)
-        learn = None
+        relearn: set[str] = set()
         if assumed_default is not None and version >= _FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS:
-            assumed, defaulted = assumed_default
-            learn = self._learner(user, client_id, assumed, defaulted - set(refused))
+            relearn = assumed_default[1] - set(refused)
+        if not refused and not relearn:
+            return Outcome(throttle_ms=throttle_ms)
 
         def finish(upstream_body: memoryview) -> bytes:
             upstream = decode_response(api_key, version, upstream_body)
-            if learn is not None:
-                learn(upstream)
+            if relearn:
+                assert assumed_default is not None
+                self._charge_real_default(upstream, relearn, assumed_default[0], user, client_id)
             if not refused:
                 return bytes(upstream_body)
             return merged_topic_response(api_key, version, names, upstream, refused, throttle_ms)
 
         if not refused:
-            return Outcome(throttle_ms=throttle_ms, finish=None if learn is None else finish)
+            return Outcome(throttle_ms=throttle_ms, finish=finish)
         forwarded = request_without_topics(api_key, version, request, set(refused))
         return Outcome(throttle_ms=throttle_ms, finish=finish,
                        replacement=replacement_request(frame, header, encode_request(api_key, version, forwarded)))
 
-    def _learner(self, user: str, client_id: str, assumed: int, topics: set[str]) -> Callable[[Any], None]:
-        """Once the cluster answers, charge what its default really was for those topics."""
-        def learn(response: Any) -> None:
-            for result in response.topics:
-                if result.name in topics and not result.error_code and result.num_partitions > 0:
-                    self._cluster.learn_default_partitions(result.num_partitions)
-                    difference = result.num_partitions - assumed
-                    self._quotas.mutations.correct(user, client_id, difference, now_ms())
-                    self._usage.mutations(user, client_id, difference, 0, 0)
-        return learn
+    def _charge_real_default(self, response: Any, topics: set[str], assumed: int, user: str, client_id: str) -> None:
+        """The cluster answered how many partitions ``-1`` made for ``topics``: charge the difference."""
+        for result in response.topics:
+            if result.name in topics and not result.error_code and result.num_partitions > 0:
+                self._cluster.learn_default_partitions(result.num_partitions)
+                difference = result.num_partitions - assumed
+                self._quotas.mutations.correct(user, client_id, difference, now_ms())
+                self._usage.mutations(user, client_id, difference, 0, 0)
 
 
 def _created_partitions(topic: Any) -> int:
