@@ -14,6 +14,7 @@ ledger's first-seen times); and a quota file recommending p99 x headroom, rounde
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import sys
@@ -174,17 +175,23 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
 def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | None = None,
         headroom: float = 1.5, quota_file: Path | None = None) -> Report:
     usage, malformed, lines = read_usage(spark, usage_dir)
-    summary_frame = summarize(usage)
     ledger = read_ledger(spark, ledger_dir) if ledger_dir else None
-    summary = [row.asDict() for row in summary_frame.collect()]
+    summary = [row.asDict() for row in summarize(usage).collect()]
     top = [row.asDict() for row in churners(usage, ledger).collect()]
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary_frame.coalesce(1).write.mode("overwrite").option("header", True).csv(str(out_dir / "summary-csv"))
+    _write_csv(out_dir / "summary.csv", summary)  # from the rows collected: no second aggregation
     (out_dir / "summary.json").write_text(json.dumps(
         {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top}, indent=1))
     (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom))
     write_report(out_dir, usage, summary, top, malformed, lines, quota_file)
     return Report(summary, top, malformed, lines)
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else ["user", "client_id"])
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from collections.abc import Iterator
@@ -126,3 +127,11 @@ def test_the_ledger_adds_first_seen_pids_per_hour(spark: SparkSession, tmp_path:
     result = run(spark, str(tmp_path / "usage"), tmp_path / "out", ledger_dir=str(tmp_path / "ledger"))
     mallory = next(row for row in result.churners if row["user"] == "mallory")
     assert mallory["max_ledger_new_pids_per_hour"] == 150
+
+
+def test_the_summary_csv_has_a_row_per_principal(report: tuple[Any, list[dict[str, Any]], Path]) -> None:
+    result, _, out = report
+    with (out / "summary.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [(row["user"], row["client_id"]) for row in rows] == [(r["user"], r["client_id"]) for r in result.summary]
+    assert float(rows[0]["byte_rate_p99"]) == result.summary[0]["byte_rate_p99"]
