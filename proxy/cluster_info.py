@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterable
 
 from protocol.apis import Api
 from proxy.config import ProxyConfig
-from proxy.upstream_client import UPSTREAM_ERRORS, request_any
+from proxy.upstream_client import UPSTREAM_ERRORS, fetch_metadata, request_any
 
 log = logging.getLogger(__name__)
 
 TOPIC_TTL_S = 30.0
 NUM_PARTITIONS_TTL_S = 600.0
-_METADATA_VERSION = 4
 _DESCRIBE_CONFIGS_VERSION = 1
 _BROKER_RESOURCE = 4
 _UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -55,11 +54,9 @@ class ClusterInfo:
         return {topic: self._partitions.get(topic, (0, 0.0))[0] for topic in topics}
 
     async def _fetch(self, topics: list[str]) -> None:
-        response = await request_any(self._config.upstream, Api.METADATA, _METADATA_VERSION,
-                                     {"topics": [{"name": topic} for topic in topics],
-                                      "allow_auto_topic_creation": False},
-                                     self._config.connect_timeout_s, self._config.max_frame_bytes,
-                                     self._config.upstream_sasl)
+        config = self._config
+        response = await fetch_metadata(config.upstream, topics, config.connect_timeout_s, config.max_frame_bytes,
+                                        config.upstream_sasl)
         if len(self._partitions) + len(topics) > _MAX_CACHED_TOPICS:
             self._partitions.clear()
         learned = time.monotonic()

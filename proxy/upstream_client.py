@@ -100,8 +100,15 @@ async def request_any(bootstrap: tuple[HostPort, ...], api_key: int, api_version
     raise last_error
 
 
+async def fetch_metadata(bootstrap: tuple[HostPort, ...], topics: list[str], timeout_s: float, max_frame_bytes: int,
+                         sasl: UpstreamSasl | None = None) -> Any:
+    """The cluster's Metadata answer (v4) for ``topics``, never creating them (an empty list: brokers only)."""
+    return await request_any(bootstrap, Api.METADATA, _METADATA_VERSION,
+                             {"topics": [{"name": topic} for topic in topics], "allow_auto_topic_creation": False},
+                             timeout_s, max_frame_bytes, sasl)
+
+
 async def fetch_brokers(bootstrap: tuple[HostPort, ...], timeout_s: float, max_frame_bytes: int,
                         sasl: UpstreamSasl | None = None) -> list[BrokerAddress]:
-    response = await request_any(bootstrap, Api.METADATA, _METADATA_VERSION,
-                                 {"topics": [], "allow_auto_topic_creation": False}, timeout_s, max_frame_bytes, sasl)
+    response = await fetch_metadata(bootstrap, [], timeout_s, max_frame_bytes, sasl)
     return [BrokerAddress(b.node_id, b.host, b.port) for b in response.brokers]
