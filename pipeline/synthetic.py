@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,27 +43,26 @@ def rows(count: int, seed: int = 7) -> Iterator[dict[str, Any]]:
 
 
 def write_usage_log(directory: Path, count: int, malformed: int = 0, seed: int = 7) -> list[dict[str, Any]]:
-    """Write ``count`` rows (plus ``malformed`` broken lines) and return the rows."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = list(rows(count, seed))
-    by_file: dict[str, list[str]] = {}
-    for row in written:
-        by_file.setdefault(usage_file_name(row["time"]), []).append(json.dumps(row, separators=(",", ":")))
-    names = sorted(by_file)
+    """Write ``count`` rows plus ``malformed`` broken lines (at the ends of the files); return the rows."""
+    written: list[dict[str, Any]] = []
+    stream_usage_log(directory, count, seed, written.append)
+    names = sorted(path.name for path in directory.glob("usage-*.jsonl"))
     for index in range(malformed):
-        by_file[names[index % len(names)]].append(BROKEN_LINES[index % len(BROKEN_LINES)])
-    for name, lines in by_file.items():
-        (directory / name).write_text("\n".join(lines) + "\n")
+        with (directory / names[index % len(names)]).open("a") as file:
+            file.write(BROKEN_LINES[index % len(BROKEN_LINES)] + "\n")
     return written
 
 
-def stream_usage_log(directory: Path, count: int, seed: int = 7) -> None:
-    """Like ``write_usage_log`` without keeping rows in memory (for the 10M-row benchmark)."""
+def stream_usage_log(directory: Path, count: int, seed: int = 7,
+                     observe: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Write ``count`` rows into hourly files, one open file at a time (10M rows fit in no memory)."""
     directory.mkdir(parents=True, exist_ok=True)
     current_name = None
     file = None
     try:
         for row in rows(count, seed):
+            if observe is not None:
+                observe(row)
             name = usage_file_name(row["time"])
             if name != current_name:
                 if file is not None:
