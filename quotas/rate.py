@@ -1,9 +1,13 @@
 """Kafka's windowed ``Rate`` (``SampledStat`` + ``WindowedSum``) and the byte-quota throttle.
 
 Mirrors ``org.apache.kafka.common.metrics.stats.Rate``/``SampledStat`` and
-``QuotaUtils.throttleTime``: a fixed ring of samples, each covering ``window.size_ms``; a sample
-older than ``num * size`` is reset before measuring; the rate divides the retained sum by at
-least ``(num - 1)`` whole windows plus the elapsed part of the current one.
+``QuotaUtils.throttleTime`` as of Apache Kafka 3.8 (apache/kafka PR 15889, unchanged in 4.x):
+a ring of ``num + 1`` samples, each covering ``window.size_ms`` from its first event; a sample
+whose *last event* is ``num * size`` or more before now is reset before measuring (so a sample
+that started before the monitored window but overlaps it is kept); the rate divides the retained
+sum by the time since the oldest sample started, but by no less than ``(num - 1)`` whole windows
+plus the elapsed part of the current one. Before 3.8 the ring had ``num`` samples and expiry went
+by a sample's start, which made the rate dip and spike as samples rolled over.
 """
 
 from __future__ import annotations
@@ -19,17 +23,19 @@ def java_round(value: float) -> int:
 
 
 class _Sample:
-    __slots__ = ("value", "event_count", "last_window_ms")
+    __slots__ = ("value", "event_count", "start_ms", "last_event_ms")
 
     def __init__(self, now_ms: int) -> None:
         self.value = 0.0
         self.event_count = 0
-        self.last_window_ms = now_ms
+        self.start_ms = now_ms
+        self.last_event_ms = now_ms
 
     def reset(self, now_ms: int) -> None:
         self.value = 0.0
         self.event_count = 0
-        self.last_window_ms = now_ms
+        self.start_ms = now_ms
+        self.last_event_ms = now_ms
 
 
 class SampledRate:
@@ -43,13 +49,14 @@ class SampledRate:
 
     def record(self, value: float, now_ms: int, window: Window) -> None:
         sample = self._current_sample(now_ms)
-        if now_ms - sample.last_window_ms >= window.size_ms:
+        if now_ms - sample.start_ms >= window.size_ms:
             sample = self._advance(now_ms, window)
         sample.value += value
         sample.event_count += 1
+        sample.last_event_ms = now_ms
 
     def measure(self, now_ms: int, window: Window) -> float:
-        """Units per second at ``now_ms`` (expired samples are reset first, as Kafka does)."""
+        """Units per second at ``now_ms`` (obsolete samples are reset first, as Kafka does)."""
         return self.measure_with_window(now_ms, window)[0]
 
     def window_size_ms(self, now_ms: int, window: Window) -> int:
@@ -65,10 +72,10 @@ class SampledRate:
         oldest_ms = now_ms
         total = 0.0
         for sample in self._samples:
-            if now_ms - sample.last_window_ms >= expire_age_ms:
+            if now_ms - sample.last_event_ms >= expire_age_ms:
                 sample.reset(now_ms)
-            elif sample.last_window_ms < oldest_ms:
-                oldest_ms = sample.last_window_ms
+            elif sample.start_ms < oldest_ms:
+                oldest_ms = sample.start_ms
             total += sample.value
         elapsed_ms = now_ms - oldest_ms
         full_windows = elapsed_ms // size_ms
@@ -84,7 +91,8 @@ class SampledRate:
         return self._samples[self._current]
 
     def _advance(self, now_ms: int, window: Window) -> _Sample:
-        self._current = (self._current + 1) % window.num
+        # one sample more than the window holds: the oldest may still overlap the monitored window
+        self._current = (self._current + 1) % (window.num + 1)
         if self._current >= len(self._samples):
             sample = _Sample(now_ms)
             self._samples.append(sample)

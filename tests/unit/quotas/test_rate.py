@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,3 +80,73 @@ def test_rate_grows_with_recorded_bytes(steps: list[tuple[int, int]], extra: int
     before = rate.measure(now, KAFKA_DEFAULT)
     rate.record(extra, now, KAFKA_DEFAULT)
     assert rate.measure(now, KAFKA_DEFAULT) > before
+
+
+# ---- Apache Kafka's own cases (clients/src/test/.../metrics/stats/RateTest.java, SampledStatTest.java) --------
+
+@pytest.mark.parametrize(("num", "size_s"), [(1, 1), (1, 11), (11, 1), (11, 11)])
+def test_kafka_rate_with_no_prior_available_samples(num: int, size_s: int) -> None:
+    """``RateTest.testRateWithNoPriorAvailableSamples``: N - 1 empty samples are assumed before the first."""
+    window = Window(num, size_s)
+    rate = SampledRate()
+    rate.record(50.0, T0, window)
+    measured_after_ms = size_s * 1000 - 1
+    expected = 50.0 / (measured_after_ms / 1000 + (num - 1) * size_s)
+    assert rate.measure(T0 + measured_after_ms, window) == pytest.approx(expected, abs=1e-6)
+
+
+def test_kafka_rate_is_consistent_after_the_first_window() -> None:
+    """``RateTest.testRateIsConsistentAfterTheFirstWindow`` (the spikes Kafka 3.8 fixed, PR 15889)."""
+    window = Window(2, 1)
+    rate = SampledRate()
+    steps = [0, 99, 100, 100, 100, 100, 100, 100, 100, 100, 100]
+    now = T0
+    for step in steps:
+        now += step
+        rate.record(1, now, window)
+    now += 101  # a gap of 100 ms between the windows
+    for step in steps:
+        now += step
+        rate.record(1, now, window)
+        measured = rate.measure(now, window)
+        assert 10 <= measured <= 11, (now - T0, measured)
+        assert rate.measure(now, window) == measured  # repeatable at the same instant
+
+
+def _retained_total(rate: SampledRate, now: int, window: Window) -> float:
+    """The sum of the retained samples (Kafka's WindowedSum), from the rate and its divisor."""
+    measured, window_ms = rate.measure_with_window(now, window)
+    return round(measured * window_ms / 1000, 9)
+
+
+def _complete_sample(rate: SampledRate, now: int, window: Window) -> int:
+    """``SampledStatTest.completeSample``: events at a sample's start and end; returns the next instant."""
+    rate.record(1, now, window)
+    now += window.size_ms - 1
+    rate.record(1, now, window)
+    return now + 1
+
+
+def test_kafka_sample_is_purged_if_it_does_not_overlap_the_window() -> None:
+    window = Window(2, 1)
+    rate = SampledRate()
+    now = _complete_sample(rate, T0, window) + 2500
+    assert _retained_total(rate, now, window) == 0
+
+
+def test_kafka_sample_is_kept_if_it_overlaps_the_window() -> None:
+    # the sample started 2.5 s ago, before the 2 s window, but its last event is 1.5 s old
+    window = Window(2, 1)
+    rate = SampledRate()
+    now = _complete_sample(rate, T0, window) + 1500
+    assert _retained_total(rate, now, window) == 2
+
+
+def test_kafka_sample_is_kept_if_it_overlaps_and_is_the_extra_one() -> None:
+    # num + 1 samples: the third sample does not evict the first while the first still overlaps
+    window = Window(2, 1)
+    rate = SampledRate()
+    now = _complete_sample(rate, T0, window) + 100
+    now = _complete_sample(rate, now, window) + 100
+    rate.record(1, now, window)
+    assert _retained_total(rate, now, window) == 5
