@@ -3,6 +3,11 @@
 Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
 where they name brokers (addresses) or list api versions (capped). Kafka answers requests on one
 connection in order, so a deque of in-flight requests pairs each response with its request.
+
+Requests are decided (and charged) as they are read, so an unthrottled client keeps pipelining.
+Once a request is given a throttle, the requests behind it are held unread and undecided until its
+response has been sent and the throttle has run out, as a Kafka broker reads nothing from a muted
+channel (``SocketServer``): a client that pipelines gets no more than one that waits.
 """
 
 from __future__ import annotations
@@ -132,8 +137,14 @@ class ClientConnection(asyncio.Protocol):
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
         self._cut_through_copy: bytearray | None = None
-        self._held: bytearray | None = None
-        """Whole request frames waiting behind a request whose handler asks the cluster first."""
+        self._held = bytearray()
+        """Whole request frames read but not yet decided: they wait behind a request whose handler
+        asks the cluster first, or behind a throttle (``_holding``)."""
+        self._throttled_response_pending = False
+        """A request was given a throttle and its response has not been sent yet: the mute starts then."""
+        self._close_when_answered = False
+        """A request without a response (acks=0) asked to close the connection: Kafka handles requests
+        one at a time, so the ones before it are answered first and the ones after it never read."""
         self._settling: asyncio.Task[None] | None = None
         self._sasl: SaslServer | None = context.new_sasl_server()
         self._close_after_write = False
@@ -172,18 +183,21 @@ class ClientConnection(asyncio.Protocol):
                 if not data:
                     return
             chunk, ends = self._requests.feed(data)
-            if self._held is not None:
-                self._held += chunk  # behind a request waiting for the cluster
+            if self._holding():
+                self._held += chunk
                 return
             if ends:
                 self._route_requests(chunk, ends)
-            if self._requests.buffered_bytes >= CUT_THROUGH_AFTER_BYTES and self._held is None:
-                self._start_cut_through()
-        except ProtocolError as error:
+            self._maybe_cut_through()
+        except Exception as error:
+            self._fail_on_requests(error)
+
+    def _fail_on_requests(self, error: Exception) -> None:
+        if isinstance(error, ProtocolError):
             self._context.metrics.closed_for_bad_input += 1
             self.close(f"bad request frame: {error}", warn=True)
-        except Exception:
-            log.exception("unexpected error handling requests from %s", self._peer)
+        else:
+            log.exception("unexpected error handling requests from %s", self._peer, exc_info=error)
             self.close("internal error handling requests", warn=True)
 
     def eof_received(self) -> bool | None:
@@ -206,6 +220,7 @@ class ClientConnection(asyncio.Protocol):
     # ---- requests ------------------------------------------------------------------------------
 
     def _route_requests(self, chunk: bytes | bytearray, ends: list[int]) -> None:
+        """Decide and forward whole frames in order until one makes the rest wait (``_holding``)."""
         view = memoryview(chunk)
         start = 0
         forward_from = 0
@@ -217,7 +232,8 @@ class ClientConnection(asyncio.Protocol):
             if not isinstance(decided, Outcome):
                 if forward_from < start:
                     upstream.write(view[forward_from:start])
-                self._hold(decided, bytes(view[start:end]), view[end:])
+                self._await_decision(decided, bytes(view[start:end]))
+                self._held += view[end:]
                 return
             if not self._carry_out(decided, frame):
                 if forward_from < start:
@@ -226,11 +242,38 @@ class ClientConnection(asyncio.Protocol):
                     upstream.write(decided.replacement)
                 forward_from = end
             start = end
-        if forward_from == 0:
+            if self._holding():
+                self._held += view[end:]
+                break
+        if forward_from == 0 and start == len(chunk):
             upstream.write(chunk)
-        elif forward_from < len(chunk):
-            upstream.write(view[forward_from:])
+        elif forward_from < start:
+            upstream.write(view[forward_from:start])
         self._send_local_responses_in_turn()
+        self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        if self._close_when_answered and not self._in_flight:
+            self.close("closed after an acks=0 request with a partition error (as Kafka does)", warn=True)
+
+    def _holding(self) -> bool:
+        """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
+        return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
+                or self._close_when_answered)
+
+    def _release_held(self) -> None:
+        """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
+        if self._closed or self._draining or self._holding():
+            return
+        held, self._held = self._held, bytearray()
+        try:
+            if held:
+                self._route_requests(held, _frame_ends(held))
+            self._maybe_cut_through()
+            self._send_local_responses_in_turn()
+        except Exception as error:
+            self._fail_on_requests(error)
+        self._after_responses()
 
     def _decide(self, frame: memoryview, request_bytes: int, whole: bool = True) -> Decided:
         """What to do with one request, decided before its bytes go upstream.
@@ -262,13 +305,14 @@ class ClientConnection(asyncio.Protocol):
             self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
                                           outcome.local_response, outcome.finish, outcome.close_after_response,
                                           time.perf_counter()))
-        elif outcome.throttle_ms:
-            self._mute(outcome.throttle_ms)  # acks=0: no response, but still muted
+        elif outcome.close_after_response:
+            self._close_when_answered = True
+        if outcome.throttle_ms:
+            self._throttled(outcome.throttle_ms, outcome.expects_response)
         return outcome.forward and outcome.replacement is None
 
-    def _hold(self, decided: Awaitable[Outcome], frame: bytes, after: memoryview) -> None:
+    def _await_decision(self, decided: Awaitable[Outcome], frame: bytes) -> None:
         """Wait for a handler that asks the cluster first; later requests wait behind it, in order."""
-        self._held = bytearray(after)
         self.gate.pause(PauseReason.AWAITING_CLUSTER)
         self._settling = self._loop.create_task(self._settle(decided, frame))
 
@@ -282,6 +326,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._settling = None
+        self.gate.resume(PauseReason.AWAITING_CLUSTER)
         upstream = self._upstream
         assert upstream is not None
         try:
@@ -289,22 +334,20 @@ class ClientConnection(asyncio.Protocol):
                 upstream.write(frame)
             elif outcome.forward and outcome.replacement is not None:
                 upstream.write(outcome.replacement)
-            held, self._held = self._held, None
-            self.gate.resume(PauseReason.AWAITING_CLUSTER)
-            if held:
-                self._route_requests(held, _frame_ends(held))
-            else:
-                self._send_local_responses_in_turn()
-        except ProtocolError as error:
-            self._context.metrics.closed_for_bad_input += 1
-            self.close(f"bad request frame: {error}", warn=True)
+            self._send_local_responses_in_turn()
+        except Exception as error:
+            self._fail_on_requests(error)
+            return
+        self._release_held()
 
     def _await_response(self, request: InFlight) -> None:
         self._in_flight.append(request)
         if len(self._in_flight) >= self._config.max_in_flight_requests:
             self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
 
-    def _start_cut_through(self) -> None:
+    def _maybe_cut_through(self) -> None:
+        if self._requests.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._holding():
+            return
         if self._sasl is not None and not self._sasl.done:
             return
         partial = self._requests.partial_frame(CUT_THROUGH_AFTER_BYTES)
@@ -323,11 +366,11 @@ class ClientConnection(asyncio.Protocol):
         except ProtocolError:
             return  # the header does not fit yet: judge the frame once it is whole
         assert isinstance(outcome, Outcome)
-        self._carry_out(outcome, frame)
         taken = self._requests.take_partial_frame()
+        self._cut_through_remaining = frame_bytes - len(taken)
+        self._carry_out(outcome, frame)
         assert self._upstream is not None
         self._upstream.write(taken)
-        self._cut_through_remaining = frame_bytes - len(taken)
         # a producer-ID quota in throttle mode reads the batches once the request is complete
         self._cut_through_copy = bytearray(taken) if produce and handler.scans_batches(self._user) else None
 
@@ -342,6 +385,8 @@ class ClientConnection(asyncio.Protocol):
             self._cut_through_copy += part
             if not self._cut_through_remaining:
                 self._check_cut_through_producer_ids()
+        if not self._cut_through_remaining:
+            self._pause_if_holding()
         return data[taken:]
 
     def _check_cut_through_producer_ids(self) -> None:
@@ -352,10 +397,11 @@ class ClientConnection(asyncio.Protocol):
         if not throttle_ms:
             return
         request = self._in_flight[-1] if self._in_flight else None
-        if request is not None and request.correlation_id == peek_request(frame, SIZE_PREFIX_BYTES).correlation_id:
+        expects_response = (request is not None and
+                            request.correlation_id == peek_request(frame, SIZE_PREFIX_BYTES).correlation_id)
+        if request is not None and expects_response:
             self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
-        else:
-            self._mute(throttle_ms)  # acks=0: no response to carry it
+        self._throttled(throttle_ms, expects_response)
 
     # ---- responses -----------------------------------------------------------------------------
 
@@ -378,17 +424,18 @@ class ClientConnection(asyncio.Protocol):
         self._after_responses()
 
     def _after_responses(self) -> None:
+        self._close_if_answered()
         if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
             self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
-        if self._draining and not self._in_flight and self._held is None:
-            self.close("drained for shutdown")
+        if self._draining and not self._in_flight and self._settling is None:
+            self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
 
     def _route_responses(self, chunk: bytes, ends: list[int]) -> None:
         view = memoryview(chunk)
         pieces: list[bytes | memoryview] = []
         untouched_from = 0
         start = 0
-        mute_ms = 0
+        mute_ms: int | None = None
         now = time.perf_counter()
         for end in ends:
             local = self._local_responses_due()
@@ -401,7 +448,8 @@ class ClientConnection(asyncio.Protocol):
                 raise ProtocolError("response without a request", offset=start)
             request = self._in_flight.popleft()
             self._metrics.observe_latency(request.api_key, now - request.read_at)
-            mute_ms = max(mute_ms, request.throttle_ms)
+            if request.throttle_ms:
+                mute_ms = max(mute_ms or 0, request.throttle_ms)
             self._close_after_write |= request.close_after_response
             frame_start = start + SIZE_PREFIX_BYTES
             correlation_id = response_correlation_id(chunk, frame_start)
@@ -423,11 +471,11 @@ class ClientConnection(asyncio.Protocol):
             if untouched_from < len(chunk):
                 pieces.append(view[untouched_from:])
             self._transport.writelines(pieces)
-        if mute_ms:
-            self._mute(mute_ms)  # after the response is written, as a Kafka broker does
         self._send_local_responses_in_turn()
         if self._close_after_write:
             self.close("closed after its last response")
+        elif mute_ms is not None:
+            self._mute(mute_ms)  # after the response is written, as a Kafka broker does
 
     def _local_responses_due(self) -> list[bytes]:
         """The proxy's own answers at the head of the queue: no earlier request is still out."""
@@ -439,7 +487,7 @@ class ClientConnection(asyncio.Protocol):
             assert request.local_response is not None
             due.append(request.local_response)
             if request.throttle_ms:
-                self._mute(request.throttle_ms)
+                self._loop.call_soon(self._mute, request.throttle_ms)  # once this answer has been written
             self._close_after_write |= request.close_after_response
         return due
 
@@ -483,23 +531,49 @@ class ClientConnection(asyncio.Protocol):
 
     # ---- muting ----------------------------------------------------------------------------------
 
+    def _throttled(self, throttle_ms: int, expects_response: bool) -> None:
+        """A request was given ``throttle_ms``: nothing more is read or decided until its response
+        has been sent (then the mute starts) or, with no response (acks=0), for the throttle."""
+        if expects_response:
+            self._throttled_response_pending = True
+            self._pause_if_holding()
+        else:
+            self._mute(throttle_ms)
+
+    def _pause_if_holding(self) -> None:
+        """Stop reading while requests are held, but not before the frame being cut through is whole:
+        the cluster answers it only once it has its last byte."""
+        if self._holding() and not self._cut_through_remaining:
+            self.gate.pause(PauseReason.THROTTLED)
+
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this client for ``throttle_ms`` (KIP-219); other connections are untouched."""
+        if self._closed:
+            return
+        self._throttled_response_pending = False
         until = self._loop.time() + throttle_ms / 1000
-        if until <= self._muted_until:
+        if throttle_ms <= 0 or until <= self._muted_until:
+            if self._mute_timer is None:
+                self._unmute()
             return
         if self._mute_timer is None:
             self._metrics.muted_connections += 1
         else:
             self._mute_timer.cancel()
         self._muted_until = until
-        self.gate.pause(PauseReason.THROTTLED)
-        self._mute_timer = self._loop.call_at(until, self._unmute)
+        self._mute_timer = self._loop.call_at(until, self._end_mute)
+        self._pause_if_holding()
 
-    def _unmute(self) -> None:
+    def _end_mute(self) -> None:
         self._mute_timer = None
         self._metrics.muted_connections -= 1
+        self._unmute()
+
+    def _unmute(self) -> None:
+        if self._throttled_response_pending:
+            return
         self.gate.resume(PauseReason.THROTTLED)
+        self._release_held()
 
     # ---- upstream lifecycle --------------------------------------------------------------------
 
@@ -547,7 +621,7 @@ class ClientConnection(asyncio.Protocol):
         self._draining = True
         if not self._closed:
             self.gate.pause(PauseReason.DRAINING)
-            if not self._in_flight and self._held is None:
+            if not self._in_flight and self._settling is None:
                 self.close("closed for shutdown")
 
     def _check_idle(self) -> None:

@@ -87,6 +87,27 @@ def encode_request(api_key: int, api_version: int, correlation_id: int = 1, clie
     return bytes(request.encode(header=True, framed=True))
 
 
+def record_batch(values: list[bytes], producer_id: int = -1, producer_epoch: int = -1,
+                 base_sequence: int = -1) -> bytes:
+    """One magic-2 record batch holding ``values`` (idempotent when ``producer_id`` is set)."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=max(1 << 16, 2 * sum(map(len, values))),
+                                   producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+    for value in values:
+        builder.append(int(time.time() * 1000), None, value)
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def produce_request(topic: str, records: bytes | None, correlation_id: int = 1, acks: int = -1, version: int = 7,
+                    partition: int = 0, client_id: str = "raw-test") -> bytes:
+    """A whole Produce frame carrying ``records`` (one batch, or any bytes) for one partition."""
+    partitions = [{"index": partition, "records": records}]
+    return encode_request(0, version, correlation_id=correlation_id, client_id=client_id, transactional_id=None,
+                          acks=acks, timeout_ms=30_000, topic_data=[{"name": topic, "partition_data": partitions}])
+
+
 def read_frame(sock: socket.socket) -> bytes:
     """One whole frame without its size prefix; b"" when the peer closed."""
     prefix = _read_exactly(sock, 4)
@@ -117,3 +138,26 @@ def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: in
     assert frame, "the proxy closed the connection"
     flexible = is_flexible_request(api_key, api_version) and api_key != 18
     return decode_response(api_key, api_version, memoryview(frame)[response_header_length(frame, flexible):])
+
+
+def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, window_num: int = 11,
+                          window_size_s: float = 1.0) -> float:
+    """When a Kafka broker would send the last response, reading one request at a time.
+
+    Kafka's model of a byte-rate quota: a request is read only after the previous response was
+    sent and its throttle has run out (``SocketServer`` mutes the channel); its size is recorded
+    when it is handled. Computed with the project's own rate (Kafka's ``SampledStat``).
+    """
+    from quotas.config import Window
+    from quotas.rate import SampledRate, rate_throttle_ms
+
+    window = Window(window_num, window_size_s)
+    rate = SampledRate()
+    start_ms = now_ms = 1_000_000_000
+    answered_ms = now_ms
+    for size in request_bytes:
+        rate.record(size, now_ms, window)
+        measured, window_ms = rate.measure_with_window(now_ms, window)
+        answered_ms = now_ms
+        now_ms += rate_throttle_ms(measured, quota_bytes_per_s, window_ms) if measured > quota_bytes_per_s else 0
+    return (answered_ms - start_ms) / 1000

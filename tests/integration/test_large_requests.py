@@ -9,22 +9,10 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
-from kafka.protocol.producer import ProduceRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
-from tests.support import ProxyProcess, encode_request, read_frame
+from tests.support import ProxyProcess, encode_request, produce_request, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
-
-
-def produce_request(topic: str, values: list[bytes], correlation_id: int) -> bytes:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=64 << 20)
-    for value in values:
-        builder.append(int(time.time() * 1000), None, value)
-    builder.close()
-    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
-    return encode_request(0, 7, correlation_id=correlation_id, transactional_id=None, acks=-1, timeout_ms=30_000,
-                          topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])])
 
 
 def test_a_large_produce_sent_slowly_then_a_small_request_both_answered(proxy: ProxyProcess, topic: str) -> None:
@@ -32,7 +20,7 @@ def test_a_large_produce_sent_slowly_then_a_small_request_both_answered(proxy: P
     admin.create_topics([NewTopic(topic, 1, 1)])
     admin.close()
     values = [bytes([i % 251]) * 100_000 for i in range(30)]  # a 3 MB request
-    large = produce_request(topic, values, correlation_id=1)
+    large = produce_request(topic, record_batch(values), correlation_id=1)
     small = encode_request(18, 0, correlation_id=2)
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         for start in range(0, len(large) - 1000, 300_000):

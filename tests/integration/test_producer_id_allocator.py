@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.apis import Api
 from tests.integration.test_produce_quotas import create_topic, metrics
-from tests.support import ProxyProcess, call
+from tests.support import ProxyProcess, call, record_batch
 
 pytestmark = pytest.mark.integration
 FIRST_ID = 1 << 48
@@ -104,13 +103,10 @@ def test_idempotent_producer_with_proxy_issued_ids_delivers_everything(own_proxy
 
 def produce_with(proxy: ProxyProcess, topic: str, pid: int, sequence: int) -> int:
     """One idempotent record (producer ``pid``, epoch 0) through ``proxy``; the partition's error code."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
-                                        producer_epoch=0, base_sequence=sequence, batch_size=1 << 16)
-    builder.append(0, timestamp=int(time.time() * 1000), key=None, value=b"v", headers=[])
+    records = record_batch([b"v"], producer_id=pid, producer_epoch=0, base_sequence=sequence)
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         response = call(sock, Api.PRODUCE, 9, transactional_id=None, acks=-1, timeout_ms=10_000,
-                        topic_data=[{"name": topic, "partition_data": [{"index": 0,
-                                                                         "records": bytes(builder.build())}]}])
+                        topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}])
     return int(response.responses[0].partition_responses[0].error_code)  # type: ignore[attr-defined]
 
 
