@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from bench.report import write_results
 from quotas.config import DEFAULT, PidQuotaMode, QuotaConfig, QuotaEntity, QuotaSettings, QuotaType
-from quotas.managers import ClientQuotaManager, ProducerIdQuotaManager
+from quotas.managers import ClientQuotaManager, ProducerBatch, ProducerIdQuotaManager
 
 T0 = 1_700_000_000_000
 
@@ -44,15 +44,16 @@ def produce_record_us(calls: int) -> float:
 
 
 def pid_check_us(calls: int, new_pids: bool) -> float:
-    """64 users with a producer_ids_rate quota, filters shaped for 100k PIDs at 1% (~117 KB)."""
+    """64 users with a producer_ids_rate quota whose filters hold 100k PIDs at 1% (~117 KB): the rate
+    over one hour's window, as the manager sizes them."""
     settings = QuotaSettings(producer_id_mode=PidQuotaMode.THROTTLE)
-    config = QuotaConfig(settings, {QuotaEntity(DEFAULT, None): {QuotaType.PRODUCER_IDS_RATE: 10**6}})
-    manager = ProducerIdQuotaManager(config, expected_pids_per_filter=100_000)
+    config = QuotaConfig(settings, {QuotaEntity(DEFAULT, None): {QuotaType.PRODUCER_IDS_RATE: 100_000 / 3600}})
+    manager = ProducerIdQuotaManager(config)
     offset = [0]
 
     def loop(n: int) -> None:
         base = offset[0]
-        requests = [(USERS[i & 63], ((base + i) if new_pids else (i & 1023),)) for i in range(n)]
+        requests = [(USERS[i & 63], [ProducerBatch((base + i) if new_pids else (i & 1023), 0, 0)]) for i in range(n)]
         check = manager.check
         started = time.perf_counter()
         for i, (user, pids) in enumerate(requests):

@@ -1,8 +1,13 @@
-"""Bloom filters hashed with MurmurHash3, and the time-controlled pair of SPEC §5 (KIP-936).
+"""Bloom filters hashed with MurmurHash3, and the time-controlled filters of SPEC §5 (KIP-936).
 
 ``TimeControlledBloomFilter`` remembers, per user, which producer IDs were seen in roughly the
-last window: new IDs go into the newest filter; a new filter starts every half window; a filter
-is dropped 1.5 windows after it started, so an ID stays known for at least one window.
+last window (one ``producer.id.quota.window.size.seconds``): new IDs go into the newest filter; a
+new filter starts every half window; a filter is dropped 1.5 windows after it started, so an ID
+stays known for at least one window. Each filter is sized for what the user may add in its half
+window at its quota (the caller passes that capacity); a user far over its quota fills a filter
+early, and the next one in the same half window is twice as large at half the false-positive
+rate, so the filters' combined false-positive rate stays below twice the target (Almeida et al.,
+"Scalable Bloom Filters").
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ _INT64 = Struct(">q")
 _SIDECAR_HEADER = Struct(">ii")
 
 Probe = tuple[int, int]
+"""The two 64-bit halves of an item's MurmurHash3 x64-128: hashed once, reduced by each filter."""
 
 
-def probe(item: int, bit_count: int) -> Probe:
+def probe(item: int) -> Probe:
     first, second = mmh3.hash64(_INT64.pack(item), signed=False)
-    return first % bit_count, second % bit_count
+    return first, second
 
 
 class BloomFilter:
@@ -50,16 +56,16 @@ class BloomFilter:
 
     # Kirsch-Mitzenmacher: position i = (h1 + i * h2) mod m from the two 64-bit halves of one
     # MurmurHash3 x64-128, both reduced mod m first so the loops stay in small ints. A probe is
-    # that (h1, h2) pair: filters of one shape share it, so hashing happens once per lookup.
+    # the unreduced (h1, h2) pair: filters of any shape share it, so hashing happens once per lookup.
     def add(self, item: int) -> None:
-        self.add_probe(probe(item, self.bit_count))
+        self.add_probe(probe(item))
 
     def __contains__(self, item: int) -> bool:
-        return self.contains_probe(probe(item, self.bit_count))
+        return self.contains_probe(probe(item))
 
     def add_probe(self, item_probe: Probe) -> None:
         bits, m = self._bits, self.bit_count
-        position, step = item_probe
+        position, step = item_probe[0] % m, item_probe[1] % m
         for _ in range(self.hash_count):
             bits[position >> 3] |= 1 << (position & 7)
             position += step
@@ -68,7 +74,7 @@ class BloomFilter:
 
     def contains_probe(self, item_probe: Probe) -> bool:
         bits, m = self._bits, self.bit_count
-        position, step = item_probe
+        position, step = item_probe[0] % m, item_probe[1] % m
         for _ in range(self.hash_count):
             if not bits[position >> 3] & (1 << (position & 7)):
                 return False
@@ -106,18 +112,40 @@ class BloomFilter:
         return -self.bit_count / self.hash_count * math.log(1 - set_bits / self.bit_count)
 
 
+class _TimedFilter:
+    """One filter of a user: when it started, how many IDs it may take, how many it has."""
+
+    __slots__ = ("started_ms", "bloom", "capacity", "false_positive_rate", "count")
+
+    def __init__(self, started_ms: int, capacity: int, false_positive_rate: float) -> None:
+        self.started_ms = started_ms
+        self.bloom = BloomFilter.for_capacity(capacity, false_positive_rate)
+        self.capacity = capacity
+        self.false_positive_rate = false_positive_rate
+        self.count = 0
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.capacity
+
+    def add(self, item_probe: Probe) -> None:
+        self.bloom.add_probe(item_probe)
+        self.count += 1
+
+
 class TimeControlledBloomFilter:
-    """Per-user rotating Bloom filters of producer IDs (all users of one quota share a shape)."""
+    """Per-user rotating Bloom filters of producer IDs."""
 
-    __slots__ = ("_window_ms", "_expected_items", "_false_positive_rate", "_bit_count", "_by_user")
+    __slots__ = ("_window_ms", "_false_positive_rate", "_by_user")
 
-    def __init__(self, window_ms: int, expected_items: int, false_positive_rate: float) -> None:
+    def __init__(self, window_ms: int, false_positive_rate: float) -> None:
+        if window_ms < 2 or not 0 < false_positive_rate < 1:
+            raise ValueError(f"need a window of at least 2 ms and 0 < rate < 1, got {window_ms}, "
+                             f"{false_positive_rate}")
         self._window_ms = window_ms
-        self._expected_items = expected_items
         self._false_positive_rate = false_positive_rate
-        self._bit_count = BloomFilter.for_capacity(expected_items, false_positive_rate).bit_count
-        # user -> [(started_ms, filter)], oldest first; users ordered by their newest filter's start
-        self._by_user: OrderedDict[str, list[tuple[int, BloomFilter]]] = OrderedDict()
+        # user -> filters, oldest first; users ordered by their newest filter's start
+        self._by_user: OrderedDict[str, list[_TimedFilter]] = OrderedDict()
 
     def users(self) -> int:
         return len(self._by_user)
@@ -125,20 +153,33 @@ class TimeControlledBloomFilter:
     def filters(self, user: str) -> int:
         return len(self._by_user.get(user, ()))
 
-    def probe(self, pid: int) -> Probe:
-        """Hash ``pid`` once for ``might_contain`` and ``add`` (every filter here has one shape)."""
-        return probe(pid, self._bit_count)
+    def size_bytes(self, user: str) -> int:
+        return sum(timed.bloom.size_bytes for timed in self._by_user.get(user, ()))
+
+    @staticmethod
+    def probe(pid: int) -> Probe:
+        """Hash ``pid`` once for ``might_contain`` and ``add``."""
+        return probe(pid)
 
     def might_contain(self, user: str, pid_probe: Probe, now_ms: int) -> bool:
-        return any(bloom.contains_probe(pid_probe) for _, bloom in self._live_filters(user, now_ms))
+        return any(timed.bloom.contains_probe(pid_probe) for timed in self._live_filters(user, now_ms))
 
-    def add(self, user: str, pid_probe: Probe, now_ms: int) -> None:
+    def add(self, user: str, pid_probe: Probe, now_ms: int, capacity: int) -> None:
+        """Remember ``pid_probe`` for ``user``; ``capacity``: the IDs a new filter is sized for."""
         filters = self._live_filters(user, now_ms)
-        if not filters or now_ms - filters[-1][0] >= self._window_ms // 2:
-            filters.append((now_ms, BloomFilter.for_capacity(self._expected_items, self._false_positive_rate)))
-            self._by_user[user] = filters
-            self._by_user.move_to_end(user)
-        filters[-1][1].add_probe(pid_probe)
+        newest = filters[-1] if filters else None
+        if newest is None or now_ms - newest.started_ms >= self._window_ms // 2:
+            newest = self._append(user, filters, _TimedFilter(now_ms, capacity, self._false_positive_rate))
+        elif newest.full:  # over its quota within half a window: a larger, tighter filter, dropped as early
+            newest = self._append(user, filters, _TimedFilter(newest.started_ms, newest.capacity * 2,
+                                                              newest.false_positive_rate / 2))
+        newest.add(pid_probe)
+
+    def _append(self, user: str, filters: list[_TimedFilter], timed: _TimedFilter) -> _TimedFilter:
+        filters.append(timed)
+        self._by_user[user] = filters
+        self._by_user.move_to_end(user)
+        return timed
 
     def expire(self, now_ms: int) -> None:
         """Drop filters older than 1.5 windows and users left with none (cheap: oldest first)."""
@@ -149,7 +190,7 @@ class TimeControlledBloomFilter:
                 return
             del self._by_user[user]
 
-    def _live_filters(self, user: str, now_ms: int) -> list[tuple[int, BloomFilter]]:
+    def _live_filters(self, user: str, now_ms: int) -> list[_TimedFilter]:
         filters = self._by_user.get(user)
         if filters is None:
             return []
@@ -158,7 +199,7 @@ class TimeControlledBloomFilter:
             del self._by_user[user]
         return filters
 
-    def _drop_old(self, filters: list[tuple[int, BloomFilter]], now_ms: int) -> None:
+    def _drop_old(self, filters: list[_TimedFilter], now_ms: int) -> None:
         lifetime_ms = self._window_ms * 3 // 2
-        while filters and now_ms - filters[0][0] >= lifetime_ms:
+        while filters and now_ms - filters[0].started_ms >= lifetime_ms:
             filters.pop(0)

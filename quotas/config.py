@@ -101,6 +101,8 @@ class QuotaSettings:
     mutation_window: Window = Window(11, 1)
     producer_id_window: Window = Window(11, 3600)
     producer_id_mode: PidQuotaMode = PidQuotaMode.THROTTLE
+    producer_id_false_positive_rate: float = 0.01
+    """Target false-positive rate of each producer-ID Bloom filter (a known PID never misses)."""
 
     def window_for(self, quota_type: QuotaType) -> Window:
         return {
@@ -183,12 +185,15 @@ _WINDOW_SETTINGS = {
     "producer.id.quota.window.size.seconds": ("producer_id_window", "size_s"),
 }
 _MODE_SETTING = "producer.id.quota.mode"
+_FALSE_POSITIVE_SETTING = "producer.id.quota.false.positive.rate"
 _ENTITY_KEYS = {"user", "client-id"}
 
 
 def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
     windows: dict[str, dict[str, float]] = {}
-    mode = PidQuotaMode.THROTTLE
+    defaults = QuotaSettings()
+    mode = defaults.producer_id_mode
+    false_positive_rate = defaults.producer_id_false_positive_rate
     for key, value in raw.items():
         if key == _MODE_SETTING:
             try:
@@ -196,6 +201,11 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
             except ValueError:
                 raise QuotaConfigError(
                     f"[settings] {key}: one of {', '.join(m.value for m in PidQuotaMode)}, got {value!r}") from None
+            continue
+        if key == _FALSE_POSITIVE_SETTING:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 0.5:
+                raise QuotaConfigError(f"[settings] {key}: a number above 0 and below 0.5, got {value!r}")
+            false_positive_rate = float(value)
             continue
         if key not in _WINDOW_SETTINGS:
             raise QuotaConfigError(f"[settings] unknown key {key!r}")
@@ -205,13 +215,12 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
         if part == "num" and (value != int(value) or value < 2):
             raise QuotaConfigError(f"[settings] {key}: must be a whole number of at least 2, got {value!r}")
         windows.setdefault(window_name, {})[part] = value
-    defaults = QuotaSettings()
     resolved = {}
     for window_name in ("produce_window", "mutation_window", "producer_id_window"):
         default: Window = getattr(defaults, window_name)
         given = windows.get(window_name, {})
         resolved[window_name] = Window(int(given.get("num", default.num)), float(given.get("size_s", default.size_s)))
-    return QuotaSettings(producer_id_mode=mode, **resolved)
+    return QuotaSettings(producer_id_mode=mode, producer_id_false_positive_rate=false_positive_rate, **resolved)
 
 
 def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEntity, dict[QuotaType, float]]:

@@ -47,11 +47,11 @@ def test_bad_shapes_are_refused() -> None:
 
 
 def test_new_filter_every_half_window_and_ids_remembered_for_at_least_a_window() -> None:
-    seen = TimeControlledBloomFilter(window_ms=HOUR_MS, expected_items=1000, false_positive_rate=0.001)
-    seen.add("alice", seen.probe(42), T0)
-    seen.add("alice", seen.probe(43), T0 + HOUR_MS // 2 - 1)
+    seen = TimeControlledBloomFilter(window_ms=HOUR_MS, false_positive_rate=0.001)
+    seen.add("alice", seen.probe(42), T0, 1000)
+    seen.add("alice", seen.probe(43), T0 + HOUR_MS // 2 - 1, 1000)
     assert seen.filters("alice") == 1
-    seen.add("alice", seen.probe(44), T0 + HOUR_MS // 2)
+    seen.add("alice", seen.probe(44), T0 + HOUR_MS // 2, 1000)
     assert seen.filters("alice") == 2
     assert seen.might_contain("alice", seen.probe(42), T0 + HOUR_MS)
     assert seen.might_contain("alice", seen.probe(43), T0 + HOUR_MS * 3 // 2 - 1)
@@ -62,9 +62,9 @@ def test_new_filter_every_half_window_and_ids_remembered_for_at_least_a_window()
 
 
 def test_users_without_live_filters_are_removed() -> None:
-    seen = TimeControlledBloomFilter(window_ms=1000, expected_items=10, false_positive_rate=0.01)
-    seen.add("alice", seen.probe(1), T0)
-    seen.add("bob", seen.probe(1), T0 + 1000)
+    seen = TimeControlledBloomFilter(window_ms=1000, false_positive_rate=0.01)
+    seen.add("alice", seen.probe(1), T0, 1000)
+    seen.add("bob", seen.probe(1), T0 + 1000, 1000)
     seen.expire(T0 + 1500)
     assert seen.users() == 1 and seen.filters("alice") == 0
     seen.expire(T0 + 2500)
@@ -82,7 +82,7 @@ def test_sidecar_bytes_round_trip_in_int64_words() -> None:
     assert all(item in loaded for item in range(0, 5000, 7))
     assert loaded.to_bytes() == data
     first = BloomFilter(64, 1)
-    first.add_probe((0, 0))  # bit 0 is the lowest bit of the first word
+    first.add_probe((64, 0))  # bit 0 is the lowest bit of the first word
     assert first.to_bytes()[8:] == (1).to_bytes(8, "big")
     with pytest.raises(ValueError):
         BloomFilter.from_bytes(data[:-1])

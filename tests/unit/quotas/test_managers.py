@@ -4,7 +4,13 @@ import psutil
 from prometheus_client import CollectorRegistry, generate_latest
 
 from quotas.config import DEFAULT, PidQuotaMode, QuotaConfig, QuotaEntity, QuotaKey, QuotaSettings, QuotaType, Window
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from quotas.managers import (
+    MIN_FILTER_PIDS,
+    ClientQuotaManager,
+    ControllerMutationQuotaManager,
+    ProducerBatch,
+    ProducerIdQuotaManager,
+)
 from quotas.metrics import QuotaMetrics
 from tests.unit.quotas.clock import FakeClock
 
@@ -108,46 +114,116 @@ def pid_manager(mode: PidQuotaMode, rate: float = 1.0, window: Window = TEN_SECO
                                          producer_id_mode=mode))
 
 
+def batches(pids: object, partition: object = "t-0", sequence: int = 0) -> list[ProducerBatch]:
+    """One batch per producer ID (all for one partition, at one base sequence)."""
+    return [ProducerBatch(pid, partition, sequence) for pid in pids]  # type: ignore[attr-defined]
+
+
 def test_only_unseen_producer_ids_are_charged() -> None:
     clock = FakeClock()
     manager = pid_manager(PidQuotaMode.THROTTLE)  # burst 2 * 5 s * 1/s = 10
-    first = manager.check("alice", [7, 7, -1], clock())
+    first = manager.check("alice", batches([7, 7, -1]), clock())
     assert first.new_pids == (7,) and first.admitted and first.throttle_ms == 0
-    assert manager.check("alice", [7], clock()).new_pids == ()
-    assert manager.check("bob", range(100), clock()).new_pids == ()  # bob has no quota: not tracked
+    assert manager.check("alice", batches([7]), clock()).new_pids == ()
+    assert manager.check("bob", batches(range(100)), clock()).new_pids == ()  # bob has no quota: not tracked
 
 
 def test_throttle_mode_forwards_charges_and_throttles_over_quota_ids() -> None:
     clock = FakeClock()
     manager = pid_manager(PidQuotaMode.THROTTLE)
-    assert manager.check("alice", range(11), clock()).throttle_ms == 0  # 10 tokens; the 11th leaves -1
-    over = manager.check("alice", [100], clock())  # forwarded, so charged: -2 tokens at 1/s
+    assert manager.check("alice", batches(range(11)), clock()).throttle_ms == 0  # 10 tokens; the 11th leaves -1
+    over = manager.check("alice", batches([100]), clock())  # forwarded, so charged: -2 tokens at 1/s
     assert over.admitted and over.new_pids == over.over_quota_pids == (100,) and over.throttle_ms == 2000
-    assert manager.check("alice", [100], clock()) == (True, 0, over.key, (), ())  # remembered
+    assert manager.check("alice", batches([100]), clock()) == (True, 0, over.key, (), ())  # remembered
     assert manager.admitted_pids == 12
 
 
 def test_reject_mode_refuses_the_request_and_charges_nothing() -> None:
     clock = FakeClock()
     manager = pid_manager(PidQuotaMode.REJECT)
-    assert manager.check("alice", range(11), clock()).admitted
-    refused = manager.check("alice", [100], clock())
+    assert manager.check("alice", batches(range(11)), clock()).admitted
+    refused = manager.check("alice", batches([100]), clock())
     assert (refused.admitted, refused.throttle_ms, refused.new_pids, refused.over_quota_pids) == (
         False, 1000, (), (100,))
-    assert manager.check("alice", [100], clock()).over_quota_pids == (100,)  # still unknown
+    assert manager.check("alice", batches([100]), clock()).over_quota_pids == (100,)  # still unknown
     assert manager.rejected == 2
     clock.advance(1000)
-    assert manager.check("alice", [100], clock()).new_pids == (100,)
+    assert manager.check("alice", batches([100]), clock()).new_pids == (100,)
 
 
 def test_ids_are_forgotten_after_the_window_and_charged_again() -> None:
+    # KIP-936's window is one producer.id.quota.window.size.seconds (5 s here), not num x size
     clock = FakeClock()
     manager = pid_manager(PidQuotaMode.THROTTLE, window=TEN_SECONDS)
-    assert manager.check("alice", [1], clock()).new_pids == (1,)
-    clock.advance(10_000)
-    assert manager.check("alice", [1], clock()).new_pids == ()
-    clock.advance(5_000)  # 1.5 windows after the filter holding 1 started
-    assert manager.check("alice", [1], clock()).new_pids == (1,)
+    assert manager.check("alice", batches([1]), clock()).new_pids == (1,)
+    clock.advance(5_000)
+    assert manager.check("alice", batches([1]), clock()).new_pids == ()
+    clock.advance(2_500)  # 1.5 windows after the filter holding 1 started
+    assert manager.check("alice", batches([1]), clock()).new_pids == (1,)
+
+
+def test_filters_are_sized_for_the_users_rate_over_one_window() -> None:
+    clock = FakeClock()
+    hour = Window(11, 3600)
+    manager = pid_manager(PidQuotaMode.THROTTLE, rate=3, window=hour)
+    assert manager.filter_capacity(3) == 3 * 3600
+    assert manager.filter_capacity(0.01) == MIN_FILTER_PIDS
+    manager.check("alice", batches([1]), clock())
+    # 10,800 IDs at 1%: about 9.6 bits each
+    assert 12_000 <= manager.seen.size_bytes("alice") <= 14_000
+
+
+def test_false_positives_over_a_simulated_day_at_three_new_ids_a_second() -> None:
+    """The issue's case: with filters sized for 10,000 IDs and rotated every 11 h, 88% of new IDs were
+    taken for known ones after a few hours. Sized for the rate and rotated every half hour: under 1%."""
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.THROTTLE, rate=3, window=Window(11, 3600))
+    taken_for_known = 0
+    checked = 0
+    pid = 1 << 40
+    for second in range(24 * 3600):
+        for _ in range(3):
+            pid += 7919  # distinct, never repeated
+            decision = manager.check("alice", batches([pid]), clock())
+            if second >= 3600:  # after the first window, when every filter is in steady state
+                checked += 1
+                taken_for_known += not decision.new_pids
+        clock.advance(1000)
+        if second % 10 == 0:
+            manager.expire(clock())
+    assert manager.seen.filters("alice") <= 3
+    assert taken_for_known / checked < 0.01, f"{taken_for_known} of {checked} new IDs taken for known"
+
+
+def test_a_user_far_over_its_rate_fills_larger_filters_and_forgets_nothing() -> None:
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.THROTTLE, rate=0.01, window=Window(2, 3600))  # capacity: the floor
+    burst = list(range(10 * MIN_FILTER_PIDS))
+    manager.check("alice", batches(burst), clock())
+    assert manager.seen.filters("alice") == 4  # 1000 + 2000 + 4000 + 8000 IDs
+    assert not manager.check("alice", batches(burst), clock()).new_pids  # no false negatives
+    fresh = range(1 << 50, (1 << 50) + 20_000)
+    taken_for_known = 20_000 - len(manager.check("alice", batches(fresh), clock()).new_pids)
+    assert taken_for_known / 20_000 < 0.02  # the chain's false positives stay under twice the target
+
+
+def test_reject_mode_never_lets_a_later_batch_of_a_refused_producer_through_first() -> None:
+    clock = FakeClock()
+    manager = pid_manager(PidQuotaMode.REJECT)  # burst 10 at 1/s
+    manager.check("alice", batches(range(11)), clock())  # -1 token
+    first = manager.check("alice", batches([100], sequence=0), clock())
+    assert not first.admitted and first.throttle_ms == 1000
+    clock.advance(1000)  # the bucket is back at zero: a new ID would fit now
+    pipelined = manager.check("alice", batches([100], sequence=5), clock())
+    assert not pipelined.admitted  # it would reach the cluster before sequence 0
+    # another partition has no refused batch of this producer: it may go, and the ID is charged now
+    other_partition = manager.check("alice", batches([100], partition="t-1", sequence=0), clock())
+    assert other_partition.admitted and other_partition.new_pids == (100,)
+    assert not manager.check("alice", batches([100], sequence=5), clock()).admitted  # known ID, still held
+    retried = manager.check("alice", batches([100], sequence=0), clock())
+    assert retried.admitted and retried.new_pids == ()
+    assert manager.check("alice", batches([100], sequence=5), clock()).admitted
+    assert manager.check("alice", batches([100], sequence=10), clock()).admitted  # nothing is held any more
 
 
 def test_metrics_follow_live_entities() -> None:
@@ -160,7 +236,7 @@ def test_metrics_follow_live_entities() -> None:
     QuotaMetrics(registry, produce, mutations, pids, clock)
     produce.record("u", "c", 10_000, clock())
     mutations.admit_topics("u", "c", [20], strict=True, now_ms=clock())
-    pids.check("u", [5], clock())
+    pids.check("u", batches([5]), clock())
     text = generate_latest(registry).decode()
     assert 'kafka_quota_produce_byte_rate{client_id="c",user=""} 1000.0' in text
     assert 'kafka_quota_controller_mutation_tokens{client_id="c",user=""} -9.0' in text
@@ -177,7 +253,7 @@ def test_pending_producer_id_throttle_is_the_time_until_the_bucket_is_back_at_ze
     manager = ProducerIdQuotaManager(config({QuotaEntity("alice"): {PIDS: 1}}, producer_id_window=window))
     assert manager.pending_throttle_ms("alice", clock()) == 0  # no state yet: nothing is created
     assert len(manager.entities) == 0
-    manager.check("alice", range(13), clock())  # 10 - 13 = -3 tokens (throttle mode charges all)
+    manager.check("alice", batches(range(13)), clock())  # 10 - 13 = -3 tokens (throttle mode charges all)
     assert manager.pending_throttle_ms("alice", clock()) == 3000
     assert manager.pending_throttle_ms("alice", clock.advance(1000)) == 2000
     assert manager.pending_throttle_ms("bob", clock()) == 0
