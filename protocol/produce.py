@@ -3,6 +3,10 @@
 The scanner walks a Produce request (v3-v13) and reports, per topic and partition, where the
 record batch lies in the frame and the batch-header fields quotas need (producer id, epoch,
 sequence, attributes). Offsets of the batch header are SPEC §1's (Kafka's ``DefaultRecordBatch``).
+A request that is well formed but carries a partition whose records are not exactly one magic-2
+batch is scanned all the same: that partition reports the error Kafka's
+``ProduceRequest.validateRecords`` gives it (INVALID_RECORD, or UNSUPPORTED_COMPRESSION_TYPE for
+ZStandard before v7), and the broker answers it alone while the other partitions go on.
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ _ACKS_TIMEOUT = Struct(">hi")
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
 _BATCH_HEADER = Struct(">qiibIhiqqqhii")
 BATCH_HEADER_BYTES = _BATCH_HEADER.size  # 61
-BATCH_LENGTH_OFFSET = 8
 BATCH_LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
 NO_PRODUCER_ID = -1
+INVALID_RECORD = 87
+UNSUPPORTED_COMPRESSION_TYPE = 76
+FIRST_ZSTD_PRODUCE_VERSION = 7
+ZSTD = 4
 
 COMPRESSION_MASK = 0x07
 TRANSACTIONAL_FLAG = 0x10
@@ -64,7 +71,10 @@ class RecordBatch(NamedTuple):
 class PartitionData(NamedTuple):
     partition: int
     batch: RecordBatch | None
-    """None when the partition's records are null."""
+    """None when the partition's records are null or invalid."""
+    error_code: int = 0
+    """Non-zero when the records are not one valid batch (``ProduceRequest.validateRecords``)."""
+    error_message: str | None = None
 
 
 class TopicData(NamedTuple):
@@ -84,6 +94,10 @@ class ProduceScan(NamedTuple):
         """Producer IDs of the batches (idempotent or transactional ones only)."""
         return {partition.batch.producer_id for topic in self.topics for partition in topic.partitions
                 if partition.batch is not None and partition.batch.producer_id != NO_PRODUCER_ID}
+
+    @property
+    def has_invalid_partitions(self) -> bool:
+        return any(partition.error_code for topic in self.topics for partition in topic.partitions)
 
 
 class _Reader:
@@ -192,27 +206,42 @@ def _scan_topic(reader: _Reader) -> TopicData:
 def _scan_partition(reader: _Reader) -> PartitionData:
     partition = reader.int32("partition index")
     size = reader.length("records", _INT32)
-    batch = None
+    result = PartitionData(partition, None)
     if size >= 0:
-        batch = _batch_header(reader, reader.need(size, "records"), size)
+        start = reader.need(size, "records")
+        batch = _batch_header(reader.buf, start, size)
+        problem = _batch_problem(batch, size, reader.version)
+        result = PartitionData(partition, batch) if problem is None else PartitionData(partition, None, *problem)
     elif size != -1:
         raise reader.fail(f"records have negative length {size}")
     reader.tagged_fields()
-    return PartitionData(partition, batch)
+    return result
 
 
-def _batch_header(reader: _Reader, start: int, size: int) -> RecordBatch:
+def _batch_header(buf: bytes | memoryview, start: int, size: int) -> RecordBatch | None:
     if size < BATCH_HEADER_BYTES:
-        raise reader.fail(f"records of {size} bytes are shorter than a batch header", start)
+        return None
     (_base_offset, batch_length, _leader_epoch, magic, _crc, attributes, _last_delta, _base_ts, _max_ts,
-     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack_from(reader.buf, start)
-    if magic != 2:
-        raise reader.fail(f"record batch magic {magic}; Produce v3+ carries magic 2 only", start + 16)
-    if BATCH_LOG_OVERHEAD + batch_length != size:
-        raise reader.fail(f"records hold {size} bytes but the batch says {BATCH_LOG_OVERHEAD + batch_length} "
-                          "(exactly one batch per partition)", start + BATCH_LENGTH_OFFSET)
+     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack_from(buf, start)
     return RecordBatch(start, start + size, batch_length, magic, attributes, producer_id, producer_epoch,
                        base_sequence, records_count)
+
+
+def _batch_problem(batch: RecordBatch | None, size: int, version: int) -> tuple[int, str] | None:
+    """Kafka's ``ProduceRequest.validateRecords``: the error code and message, or None when valid."""
+    if batch is None or BATCH_LOG_OVERHEAD + batch.batch_length > size:
+        return INVALID_RECORD, f"Produce requests with version {version} must have at least one record batch " \
+                               "per partition"
+    if batch.magic != 2:
+        return INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain record " \
+                               "batches with magic version 2"
+    if version < FIRST_ZSTD_PRODUCE_VERSION and batch.compression == ZSTD:
+        return UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version} are not allowed to use " \
+                                             "ZStandard compression"
+    if BATCH_LOG_OVERHEAD + batch.batch_length != size:
+        return INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain exactly " \
+                               "one record batch per partition"
+    return None
 
 
 def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:

@@ -5,15 +5,26 @@ The handler decides; the connection acts: forward or answer locally, then thrott
 
 from __future__ import annotations
 
+from protocol.apis import Api
+from protocol.codecs import decode_response
 from protocol.header import RequestHeader, parse_request_header, peek_request
-from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, produce_acks, scan_produce
-from protocol.responses import THROTTLING_QUOTA_EXCEEDED, produce_error_response
-from proxy.outcome import Caller, Outcome, local_answer
+from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, NO_PRODUCER_ID, ProduceScan, produce_acks, scan_produce
+from protocol.responses import (
+    THROTTLING_QUOTA_EXCEEDED,
+    merged_produce_response,
+    produce_error_response,
+    produce_request_without_invalid_partitions,
+)
+from proxy.outcome import Caller, Outcome, local_answer, replacement_request
 from proxy.producer_ids import LedgerRecorder
 from proxy.quota_service import QuotaService
 from proxy.usage_log import UsageLog
 from quotas.config import PidQuotaMode, QuotaType
-from quotas.managers import PidDecision
+from quotas.managers import PidDecision, ProducerBatch
+
+CLOSE_ON_ACKS_0_ERROR = Outcome(forward=False, expects_response=False, close_after_response=True)
+"""Kafka closes an acks=0 connection whose Produce has a partition error: the producer, which gets
+no answer, notices the disconnection and refreshes its metadata instead of losing records silently."""
 
 
 class ProduceHandler:
@@ -28,13 +39,16 @@ class ProduceHandler:
         """A producer-ID quota applies (or every PID is recorded): the batch headers must be read."""
         return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
 
-    def _check_producer_ids(self, pids: set[int], user: str, client_id: str, now_ms: int) -> PidDecision:
+    def _check_producer_ids(self, scan: ProduceScan, user: str, client_id: str, now_ms: int) -> PidDecision:
         """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see."""
         ledger = self._ledger
-        window_ms = round(self._quotas.config.settings.producer_id_window.length_s * 1000)
-        decision = self._quotas.producer_ids.check(user, pids, now_ms, ledger.seen_within(window_ms))
-        if decision.admitted and pids:
-            ledger.seen(pids, user, client_id)
+        window_ms = self._quotas.config.settings.producer_id_window.size_ms  # one KIP-936 window
+        batches = [ProducerBatch(p.batch.producer_id, (topic.name, topic.topic_id, p.partition), p.batch.base_sequence)
+                   for topic in scan.topics for p in topic.partitions
+                   if p.batch is not None and p.batch.producer_id != NO_PRODUCER_ID]
+        decision = self._quotas.producer_ids.check(user, batches, now_ms, ledger.seen_within(window_ms))
+        if decision.admitted and batches:
+            ledger.seen({batch.producer_id for batch in batches}, user, client_id)
         return decision
 
     def needs_whole_frame(self, user: str) -> bool:
@@ -59,24 +73,46 @@ class ProduceHandler:
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
             return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
-        decision = self._check_producer_ids(scan.producer_ids(), user, client_id, now_ms)
+        decision = self._check_producer_ids(scan, user, client_id, now_ms)
         throttle_ms = max(throttle_ms, decision.throttle_ms)
         self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
-        if decision.admitted:
-            return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
-        if acks == 0:
-            return Outcome(forward=False, expects_response=False, throttle_ms=throttle_ms)
-        body = produce_error_response(scan, header.api_version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
-        return local_answer(header, body, throttle_ms)
+        if not decision.admitted:
+            if acks == 0:
+                return CLOSE_ON_ACKS_0_ERROR
+            body = produce_error_response(scan, header.api_version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
+            return local_answer(header, body, throttle_ms)
+        if scan.has_invalid_partitions:
+            return _without_invalid_partitions(frame, header, scan, throttle_ms)
+        return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
 
     def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int:
         """Throttle mode, for a request forwarded while it arrived: check its producer IDs now."""
         header = _header(frame)
         scan = scan_produce(frame, header)
         client_id = header.client_id or ""
-        decision = self._check_producer_ids(scan.producer_ids(), caller.user, client_id, caller.now_ms)
+        decision = self._check_producer_ids(scan, caller.user, client_id, caller.now_ms)
         self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
         return decision.throttle_ms
+
+
+def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: ProduceScan,
+                                throttle_ms: int) -> Outcome:
+    """Partitions whose records are invalid get their error (``validateRecords``); the rest go on."""
+    version = header.api_version
+    valid = any(not p.error_code for topic in scan.topics for p in topic.partitions)
+    if scan.acks == 0:
+        if not valid:
+            return CLOSE_ON_ACKS_0_ERROR
+        forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
+        return Outcome(replacement=forwarded, expects_response=False, close_after_response=True)
+    if not valid:
+        return local_answer(header, merged_produce_response(scan, version, None, throttle_ms), throttle_ms)
+
+    def finish(upstream_body: memoryview) -> bytes:
+        return merged_produce_response(scan, version, decode_response(Api.PRODUCE, version, upstream_body), 0)
+
+    forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
+    return Outcome(replacement=forwarded, finish=finish, throttle_ms=throttle_ms)
 
 
 def _header(frame: memoryview) -> RequestHeader:
