@@ -1,0 +1,157 @@
+"""What a Produce the proxy refuses (in part or whole) looks like to the client and to the cluster.
+
+Raw frames on one connection, pipelined, against the real broker: producer IDs come from the
+broker's own InitProducerId (Tansu refuses IDs it did not issue).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
+
+from protocol.apis import Api
+from protocol.codecs import decode_response
+from protocol.header import response_header_length
+from protocol.produce import INVALID_RECORD
+from protocol.responses import THROTTLING_QUOTA_EXCEEDED
+from tests.integration.test_produce_quotas import pid_quota_file
+from tests.support import ProxyProcess, call, encode_request, produce_request, read_frame, record_batch
+
+pytestmark = pytest.mark.integration
+PRODUCE_VERSION = 8  # the first with per-partition error messages
+
+
+def new_producer_id(proxy: ProxyProcess) -> int:
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        return int(call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
+                        producer_id=-1, producer_epoch=-1).producer_id)  # type: ignore[attr-defined]
+
+
+def idempotent_request(topic: str, pid: int, sequence: int, correlation_id: int, acks: int = -1) -> bytes:
+    records = record_batch([f"{pid}-{sequence}".encode()], producer_id=pid, producer_epoch=0, base_sequence=sequence)
+    return produce_request(topic, records, correlation_id, acks=acks, version=PRODUCE_VERSION)
+
+
+def produce_response(frame: bytes) -> Any:
+    return decode_response(Api.PRODUCE, PRODUCE_VERSION, memoryview(frame)[response_header_length(frame, False):])
+
+
+def partition_errors(frame: bytes) -> dict[int, int]:
+    return {p.index: p.error_code for topic in produce_response(frame).responses for p in topic.partition_responses}
+
+
+def read_all(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5_000)
+    values: dict[int, list[bytes]] = {}
+    for record in consumer:
+        values.setdefault(record.partition, []).append(record.value)
+    consumer.close()
+    return values
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+    admin.close()
+
+
+def spend_the_burst(proxy: ProxyProcess, topic: str, producers: int) -> None:
+    """Admit ``producers`` new producer IDs, one request each, leaving the bucket at -1."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        for i in range(producers):
+            sock.sendall(idempotent_request(topic, new_producer_id(proxy), 0, correlation_id=i))
+            assert partition_errors(read_frame(sock)) == {0: 0}
+
+
+def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    # burst = 2 windows x 1 s x 1 PID/s = 2 tokens: three new IDs leave the bucket at -1
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n"producer.id.quota.window.size.seconds" = 1\n'
+                          '"producer.id.quota.mode" = "reject"\n[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 1\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(proxy.bootstrap, topic)
+    spend_the_burst(proxy, topic, 3)
+    pid = new_producer_id(proxy)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        # a producer pipelining its first two batches while its ID is over the quota
+        sock.sendall(idempotent_request(topic, pid, 0, correlation_id=1) + idempotent_request(topic, pid, 1, 2))
+        first, second = produce_response(read_frame(sock)), read_frame(sock)
+        assert first.responses[0].partition_responses[0].error_code == THROTTLING_QUOTA_EXCEEDED
+        assert 900 <= first.throttle_time_ms <= 1000
+        # the second is read after the first's throttle, when the bucket has room for a new ID again:
+        # it is refused all the same, or the cluster would see sequence 1 before sequence 0
+        assert partition_errors(second) == {0: THROTTLING_QUOTA_EXCEEDED}
+        # a batch the producer sent before it saw the refusals, arriving when the bucket has room
+        time.sleep(1.1)
+        sock.sendall(idempotent_request(topic, pid, 1, correlation_id=3))
+        assert partition_errors(read_frame(sock)) == {0: THROTTLING_QUOTA_EXCEEDED}
+        # the producer retries in order: both go through
+        sock.sendall(idempotent_request(topic, pid, 0, correlation_id=4) + idempotent_request(topic, pid, 1, 5))
+        assert partition_errors(read_frame(sock)) == {0: 0}
+        assert partition_errors(read_frame(sock)) == {0: 0}
+    assert read_all(proxy.bootstrap, topic)[0][-2:] == [f"{pid}-0".encode(), f"{pid}-1".encode()]
+
+
+def test_reject_mode_closes_an_acks_0_connection_instead_of_dropping_its_records(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str) -> None:
+    # burst = 2 windows x 5 s x 0.1/s = 1 token: two new IDs leave the bucket at -1
+    proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=0.1, mode="reject"))
+    create_topic(proxy.bootstrap, topic)
+    spend_the_burst(proxy, topic, 2)
+    pid = new_producer_id(proxy)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        sock.sendall(idempotent_request(topic, pid, 0, correlation_id=1, acks=0))
+        sock.sendall(encode_request(Api.API_VERSIONS, 0, correlation_id=2))
+        assert read_frame(sock) == b"", "the connection stays open: the producer cannot tell its records were lost"
+    assert "acks=0 request with a partition error" in proxy.log()
+
+
+def two_batches(value: bytes) -> bytes:
+    return record_batch([value]) + record_batch([value])
+
+
+@pytest.mark.parametrize("scanning", ["producer-id quota", "no quota"])
+def test_an_invalid_partition_gets_invalid_record_and_the_others_are_written(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str, scanning: str) -> None:
+    # with a producer-ID quota the proxy reads the batches and answers the invalid partition itself
+    extra = ["--quota-file", pid_quota_file(tmp_path, rate=100, mode="throttle")] if scanning != "no quota" else []
+    proxy = own_proxy(*extra)
+    create_topic(proxy.bootstrap, topic, partitions=3)
+    partitions = [{"index": 0, "records": record_batch([b"good-0"])},
+                  {"index": 1, "records": two_batches(b"bad")},
+                  {"index": 2, "records": record_batch([b"good-2"])}]
+    request = encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=7, transactional_id=None, acks=-1,
+                             timeout_ms=30_000, topic_data=[{"name": topic, "partition_data": partitions}])
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        sock.sendall(request + encode_request(Api.API_VERSIONS, 0, correlation_id=8))
+        response = read_frame(sock)
+        assert struct.unpack_from(">i", response)[0] == 7
+        assert struct.unpack_from(">i", read_frame(sock))[0] == 8  # the connection goes on
+    if scanning == "no quota":
+        return  # forwarded untouched: the cluster judges the records (Tansu does not validate them)
+    answer = produce_response(response)
+    results = {p.index: p for p in answer.responses[0].partition_responses}
+    assert [results[i].error_code for i in range(3)] == [0, INVALID_RECORD, 0]
+    assert "exactly one record batch" in results[1].error_message
+    assert read_all(proxy.bootstrap, topic) == {0: [b"good-0"], 2: [b"good-2"]}
+
+
+def test_acks_0_with_an_invalid_partition_writes_the_rest_then_closes(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str) -> None:
+    proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=100, mode="throttle"))
+    create_topic(proxy.bootstrap, topic, partitions=2)
+    partitions = [{"index": 0, "records": record_batch([b"good"])}, {"index": 1, "records": b""}]
+    request = encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=1, transactional_id=None, acks=0,
+                             timeout_ms=30_000, topic_data=[{"name": topic, "partition_data": partitions}])
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        sock.sendall(request)
+        assert read_frame(sock) == b""
+    assert read_all(proxy.bootstrap, topic) == {0: [b"good"]}
