@@ -1,16 +1,18 @@
 """What the mutation quota needs to know about the cluster: partition counts and ``num.partitions``.
 
-Partition counts come from Metadata requests of the proxy's own, for the topics a request names
-when they are not cached (or their entry is older than ``TOPIC_TTL_S``, so a topic deleted and
-recreated elsewhere is not charged with its old size for long). The cluster's ``num.partitions``
-comes from DescribeConfigs on a broker and is cached; when the cluster does not answer it, the
-configured default is used until a CreateTopics answer shows what the cluster really created.
+Partition counts come from a Metadata request of the proxy's own for each mutation request (they
+are rare, and a count read before another client created or deleted the topic would charge the
+wrong amount): by name, or for topics named only by id, from the list of every topic with its id.
+The cluster's ``num.partitions`` comes from DescribeConfigs on a broker and is cached; when the
+cluster does not answer it, the configured default is used until a CreateTopics answer shows what
+the cluster really created.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 
 from protocol.apis import Api
@@ -19,50 +21,42 @@ from proxy.upstream_client import UPSTREAM_ERRORS, fetch_metadata, request_any
 
 log = logging.getLogger(__name__)
 
-TOPIC_TTL_S = 30.0
 NUM_PARTITIONS_TTL_S = 600.0
 _DESCRIBE_CONFIGS_VERSION = 1
 _BROKER_RESOURCE = 4
 _UNKNOWN_TOPIC_OR_PARTITION = 3
-_MAX_CACHED_TOPICS = 100_000
 
 
 class ClusterInfo:
     def __init__(self, config: ProxyConfig, broker_ids: Callable[[], Iterable[int]]) -> None:
         self._config = config
         self._broker_ids = broker_ids
-        self._partitions: dict[str, tuple[int, float]] = {}
-        """topic -> (partition count, when learned); 0 for a topic the cluster does not have."""
         self._num_partitions: tuple[int, float] | None = None
 
-    def cached_partitions(self, topic: str) -> int | None:
-        entry = self._partitions.get(topic)
-        if entry is None or time.monotonic() - entry[1] > TOPIC_TTL_S:
-            return None
-        return entry[0]
-
-    def forget(self, topics: Iterable[str]) -> None:
-        """The request naming ``topics`` changes them: ask the cluster again next time."""
-        for topic in topics:
-            self._partitions.pop(topic, None)
-
     async def partitions(self, topics: list[str]) -> dict[str, int]:
-        """Partition counts of ``topics`` (0 for topics the cluster does not have)."""
-        missing = [topic for topic in topics if self.cached_partitions(topic) is None]
-        if missing:
-            await self._fetch(missing)
-        return {topic: self._partitions.get(topic, (0, 0.0))[0] for topic in topics}
-
-    async def _fetch(self, topics: list[str]) -> None:
+        """Partition counts of ``topics`` (0 for topics the cluster does not have); raises
+        ``UPSTREAM_ERRORS`` when the cluster cannot be asked."""
+        if not topics:
+            return {}
         config = self._config
         response = await fetch_metadata(config.upstream, topics, config.connect_timeout_s, config.max_frame_bytes,
                                         config.upstream_sasl)
-        if len(self._partitions) + len(topics) > _MAX_CACHED_TOPICS:
-            self._partitions.clear()
-        learned = time.monotonic()
+        counts = dict.fromkeys(topics, 0)
         for topic in response.topics:
-            count = 0 if topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION else len(topic.partitions)
-            self._partitions[topic.name] = (count, learned)
+            if topic.error_code != _UNKNOWN_TOPIC_OR_PARTITION:
+                counts[topic.name] = len(topic.partitions)
+        return counts
+
+    async def topics_by_id(self, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
+        """Name and partition count of each of ``topic_ids`` the cluster has (absent: unknown)."""
+        wanted = set(topic_ids)
+        if not wanted:
+            return {}
+        config = self._config
+        response = await fetch_metadata(config.upstream, None, config.connect_timeout_s, config.max_frame_bytes,
+                                        config.upstream_sasl)
+        return {topic.topic_id: (topic.name, len(topic.partitions)) for topic in response.topics
+                if topic.topic_id in wanted and not topic.error_code}
 
     async def default_partitions(self) -> int:
         """The cluster's ``num.partitions``, or the configured default when it does not say."""

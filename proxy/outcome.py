@@ -23,6 +23,8 @@ class Caller(NamedTuple):
     """The connection's principal (``ANONYMOUS`` without SASL); the client id is in the header."""
     now_ms: int
     """Quota time, read once for the request."""
+    broker: str = ""
+    """The upstream broker the connection reached (``host:port`` of the peer), for per-broker budgets."""
 
     @property
     def principal(self) -> str:
@@ -41,6 +43,9 @@ class Outcome(NamedTuple):
     """A whole request frame (size prefix included) forwarded instead of the client's."""
     finish: ResponseFinisher | None = None
     close_after_response: bool = False
+    throttle_since_ms: int | None = None
+    """Quota time ``throttle_ms`` was computed at, when it shrinks by the time the request then takes
+    until its response is sent (Kafka's ``AbstractControllerMutationQuota.throttleTime``)."""
 
 
 FORWARD = Outcome()

@@ -16,6 +16,7 @@ from proxy.config import HostPort, UpstreamSasl
 from proxy.sasl import PLAIN, AuthenticationFailed, ScramClient, plain_token
 
 _METADATA_VERSION = 4  # non-flexible, answered by every broker from Kafka 1.0 to 4.x
+_METADATA_WITH_TOPIC_IDS_VERSION = 10  # topic ids in the answer: Kafka 2.8 and later
 _SASL_HANDSHAKE_VERSION = 1
 _SASL_AUTHENTICATE_VERSION = 1
 _CLIENT_ID = "kafka-quota-proxy"
@@ -100,9 +101,14 @@ async def request_any(bootstrap: tuple[HostPort, ...], api_key: int, api_version
     raise last_error
 
 
-async def fetch_metadata(bootstrap: tuple[HostPort, ...], topics: list[str], timeout_s: float, max_frame_bytes: int,
-                         sasl: UpstreamSasl | None = None) -> Any:
-    """The cluster's Metadata answer (v4) for ``topics``, never creating them (an empty list: brokers only)."""
+async def fetch_metadata(bootstrap: tuple[HostPort, ...], topics: list[str] | None, timeout_s: float,
+                         max_frame_bytes: int, sasl: UpstreamSasl | None = None) -> Any:
+    """The cluster's Metadata answer for ``topics``, never creating them (an empty list: brokers only;
+    None: every topic, with its id)."""
+    if topics is None:
+        return await request_any(bootstrap, Api.METADATA, _METADATA_WITH_TOPIC_IDS_VERSION,
+                                 {"topics": None, "allow_auto_topic_creation": False},
+                                 timeout_s, max_frame_bytes, sasl)
     return await request_any(bootstrap, Api.METADATA, _METADATA_VERSION,
                              {"topics": [{"name": topic} for topic in topics], "allow_auto_topic_creation": False},
                              timeout_s, max_frame_bytes, sasl)

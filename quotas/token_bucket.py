@@ -46,6 +46,12 @@ def bucket_throttle_ms(tokens: float, rate: float) -> int:
     return java_round(-tokens / rate * 1000)
 
 
+def remaining_throttle_ms(throttle_ms: int, computed_at_ms: int, now_ms: int) -> int:
+    """A throttle computed earlier, less the time since (``AbstractControllerMutationQuota.throttleTime``):
+    a request that waited on the cluster has served part of its throttle already."""
+    return max(0, throttle_ms - (now_ms - computed_at_ms))
+
+
 class BucketQuota(Protocol):
     """How one request records into a bucket; one instance per request."""
 
@@ -73,7 +79,7 @@ class _BucketStrategy:
         self._computed_at_ms = now_ms
 
     def throttle_ms(self, now_ms: int) -> int:
-        return max(0, self._throttle_ms - (now_ms - self._computed_at_ms))
+        return remaining_throttle_ms(self._throttle_ms, self._computed_at_ms, now_ms)
 
 
 class StrictQuota(_BucketStrategy):

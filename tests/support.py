@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -161,3 +163,55 @@ def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, wi
         answered_ms = now_ms
         now_ms += rate_throttle_ms(measured, quota_bytes_per_s, window_ms) if measured > quota_bytes_per_s else 0
     return (answered_ms - start_ms) / 1000
+
+
+class TcpRelay:
+    """A loopback TCP relay to ``target_port``, for putting a slow or vanishing hop before a broker.
+
+    ``response_delay_s`` holds each chunk coming back from the target for that long. ``stop`` closes
+    the listening socket and every relayed connection.
+    """
+
+    def __init__(self, target_port: int, response_delay_s: float = 0.0) -> None:
+        self._target_port = target_port
+        self._delay_s = response_delay_s
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(("127.0.0.1", self._target_port))
+            except OSError:
+                return
+            with self._lock:
+                self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, 0.0), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, self._delay_s), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, delay_s: float) -> None:
+        try:
+            while chunk := source.recv(1 << 16):
+                if delay_s:
+                    time.sleep(delay_s)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone would not
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()

@@ -9,11 +9,20 @@ from pathlib import Path
 import pytest
 
 from protocol.apis import Api
+from protocol.codecs import decode_response
+from protocol.header import response_header_length
+from proxy.embedded_broker import EmbeddedBroker
 from tests.integration.test_produce_quotas import metrics
-from tests.support import ProxyProcess, call, encode_request, read_frame
+from tests.support import TANSU_NODE_ID, ProxyProcess, TcpRelay, call, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
 THROTTLING_QUOTA_EXCEEDED = 89
+REQUEST_TIMED_OUT = 7
+UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REQUEST = 42
 
 
 def limited_proxy(own_proxy, tmp_path: Path, *client_ids: str) -> ProxyProcess:  # type: ignore[no-untyped-def]
@@ -86,14 +95,17 @@ def test_old_version_is_admitted_then_throttled_and_muted(own_proxy, tmp_path: P
         assert existing_topics(sock, names) == set(names)
 
 
-def test_validate_only_is_not_charged(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+def test_validate_only_is_charged_as_kraft_does(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
     proxy = limited_proxy(own_proxy, tmp_path, "validator")
     with connect(proxy) as sock:
-        for attempt in range(3):
-            response = call(sock, Api.CREATE_TOPICS, 7, client_id="validator", timeout_ms=30_000,
-                            validate_only=True, topics=[creatable(f"{topic}-{attempt}", 50)])
-            assert response.throttle_time_ms == 0  # type: ignore[attr-defined]
-            assert response.topics[0].error_code != THROTTLING_QUOTA_EXCEEDED  # type: ignore[attr-defined]
+        first = call(sock, Api.CREATE_TOPICS, 7, client_id="validator", timeout_ms=30_000, validate_only=True,
+                     topics=[creatable(f"{topic}-0", 50)])
+        assert first.topics[0].error_code == 0  # type: ignore[attr-defined]
+        # KRaft applies the quota and then drops the records: 22 - 50 = -28, the next one is refused
+        second = call(sock, Api.CREATE_TOPICS, 7, client_id="validator", timeout_ms=30_000, validate_only=True,
+                      topics=[creatable(f"{topic}-1", 1)])
+        assert second.topics[0].error_code == THROTTLING_QUOTA_EXCEEDED  # type: ignore[attr-defined]
+        assert 13_500 <= second.throttle_time_ms <= 14_000  # type: ignore[attr-defined]
 
 
 def test_requests_behind_one_waiting_for_the_cluster_are_answered_in_order(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
@@ -120,3 +132,107 @@ def test_minus_one_partitions_is_charged_what_the_cluster_created(own_proxy, tmp
         assert created.error_code == 0 and created.num_partitions > 1  # Tansu's default is 3
     tokens = metrics(proxy)['kafka_quota_controller_mutation_tokens{client_id="defaults",user=""}']
     assert tokens < 1.1 - created.num_partitions + 0.5  # charged the real count, not the fallback of 1
+
+
+def tokens(proxy: ProxyProcess, client_id: str) -> float:
+    return metrics(proxy)[f'kafka_quota_controller_mutation_tokens{{client_id="{client_id}",user=""}}']
+
+
+def create(sock: socket.socket, client_id: str, *topics: dict[str, object]) -> list[int]:
+    response = call(sock, Api.CREATE_TOPICS, 7, client_id=client_id, timeout_ms=30_000, validate_only=False,
+                    topics=list(topics))
+    return [t.error_code for t in response.topics]  # type: ignore[attr-defined]
+
+
+def test_an_invalid_count_is_refused_and_cannot_refill_the_bucket(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """The issue's bypass: num_partitions = -2147483648 was charged as a negative number."""
+    proxy = limited_proxy(own_proxy, tmp_path, "limited")
+    bad, next_one = f"{topic}-bad", f"{topic}-next"
+    with connect(proxy) as sock:
+        assert create(sock, "limited", creatable(f"{topic}-debt", 40)) == [0]  # 22 - 40 = -18
+        assert create(sock, "limited", creatable(bad, -2147483648), creatable(next_one, 1)) == [
+            INVALID_PARTITIONS, THROTTLING_QUOTA_EXCEEDED]
+        assert create(sock, "limited", creatable(bad, 3) | {"replication_factor": -5}) == [INVALID_REPLICATION_FACTOR]
+        # Tansu accepts a negative count; the proxy answers as Kafka does and forwards nothing
+        assert existing_topics(sock, [bad, next_one]) == set()
+
+
+def test_delete_topics_named_by_id_are_charged_their_partitions(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    proxy = limited_proxy(own_proxy, tmp_path, "deleter")
+    names = [f"{topic}-{i}" for i in range(4)]
+    with connect(proxy) as sock:
+        created = call(sock, Api.CREATE_TOPICS, 7, client_id="unlimited", timeout_ms=30_000, validate_only=False,
+                       topics=[creatable(name, 10) for name in names])
+        ids = [t.topic_id for t in created.topics]  # type: ignore[attr-defined]
+        response = call(sock, Api.DELETE_TOPICS, 6, client_id="deleter", timeout_ms=30_000,
+                        topics=[{"name": None, "topic_id": topic_id} for topic_id in ids])
+        # 22 -> 12 -> 2 -> -8: the fourth is refused, and every answer names its topic by id
+        results = {r.topic_id: r.error_code for r in response.responses}  # type: ignore[attr-defined]
+        assert results == {ids[0]: 0, ids[1]: 0, ids[2]: 0, ids[3]: THROTTLING_QUOTA_EXCEEDED}
+        assert existing_topics(sock, names) == {names[3]}
+
+
+def test_existing_and_unknown_topics_get_the_clusters_error_never_89(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """A Streams or Connect application creating its topics "if missing" at every start pays nothing."""
+    proxy = limited_proxy(own_proxy, tmp_path, "app")
+    with connect(proxy) as sock:
+        assert create(sock, "unlimited", creatable(topic, 8)) == [0]
+        assert create(sock, "app", creatable(f"{topic}-debt", 40)) == [0]  # -18: in debt
+        before = tokens(proxy, "app")
+        assert create(sock, "app", creatable(topic, 8)) == [TOPIC_ALREADY_EXISTS]
+        response = call(sock, Api.DELETE_TOPICS, 6, client_id="app", timeout_ms=30_000,
+                        topics=[{"name": f"{topic}-never", "topic_id": None}])
+        assert response.responses[0].error_code == UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+    assert tokens(proxy, "app") < before + 1  # nothing charged; ~2 tokens/s refill meanwhile
+
+
+def test_a_name_given_twice_is_refused_every_time_and_costs_nothing(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    proxy = limited_proxy(own_proxy, tmp_path, "twice")
+    twice, once = f"{topic}-twice", f"{topic}-once"
+    with connect(proxy) as sock:
+        assert create(sock, "twice", creatable(twice, 5), creatable(once, 2), creatable(twice, 7)) == [
+            INVALID_REQUEST, 0, INVALID_REQUEST]
+        assert existing_topics(sock, [twice, once]) == {once}
+    assert tokens(proxy, "twice") == pytest.approx(20, abs=1)
+
+
+def test_the_throttle_sent_is_what_is_left_of_it_when_the_answer_leaves(  # type: ignore[no-untyped-def]
+        own_proxy, broker: EmbeddedBroker, tmp_path: Path, topic: str) -> None:
+    """Kafka deducts the time a mutation took from its throttle: a slow CreateTopics is not throttled twice."""
+    relay = TcpRelay(broker.port, response_delay_s=1.5)  # every answer of the cluster takes 1.5 s more
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "slow"\ncontroller_mutation_rate = 2\n')
+    proxy = own_proxy("--quota-file", str(quota_file), upstream=f"127.0.0.1:{relay.port}")
+    try:
+        with connect(proxy) as sock:  # the bootstrap listener: through the relay
+            response = call(sock, Api.CREATE_TOPICS, 4, client_id="slow", timeout_ms=30_000, validate_only=False,
+                            topics=[creatable(f"{topic}-{i}", 10) for i in range(3)])
+    finally:
+        relay.stop()
+    # permissive: 22 - 30 = -8 tokens is 4 s when charged; the answer left about 1.5 s later
+    assert [t.error_code for t in response.topics] == [0, 0, 0]  # type: ignore[attr-defined]
+    assert 2_000 <= response.throttle_time_ms <= 2_700  # type: ignore[attr-defined]
+
+
+def test_a_failed_partition_count_lookup_is_answered_and_the_connection_goes_on(  # type: ignore[no-untyped-def]
+        own_proxy, broker: EmbeddedBroker, tmp_path: Path, topic: str) -> None:
+    relay = TcpRelay(broker.port)  # the proxy's own requests to the cluster go through it
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "deleter"\ncontroller_mutation_rate = 2\n')
+    proxy = own_proxy("--quota-file", str(quota_file), upstream=f"127.0.0.1:{relay.port}")
+    broker_listener = proxy.broker_port_base + TANSU_NODE_ID  # connects to the broker itself, not the relay
+    with socket.create_connection(("127.0.0.1", broker_listener), timeout=30) as sock:
+        assert create(sock, "unlimited", creatable(topic, 2)) == [0]
+        relay.stop()  # the cluster can no longer be asked for partition counts
+        pipelined = encode_request(Api.API_VERSIONS, 0, correlation_id=1)
+        pipelined += encode_request(Api.DELETE_TOPICS, 6, correlation_id=2, client_id="deleter", timeout_ms=30_000,
+                                    topics=[{"name": topic, "topic_id": None}])
+        pipelined += encode_request(Api.API_VERSIONS, 0, correlation_id=3)
+        sock.sendall(pipelined)
+        frames = [read_frame(sock) for _ in range(3)]
+        assert [int.from_bytes(frame[:4], "big") for frame in frames] == [1, 2, 3]
+        deleted = call(sock, Api.METADATA, 4, client_id="unlimited", topics=[{"name": topic}],
+                       allow_auto_topic_creation=False)
+        assert deleted.topics[0].error_code == 0  # type: ignore[attr-defined]  # not deleted: nothing was forwarded
+    answer = decode_response(Api.DELETE_TOPICS, 6, memoryview(frames[1])[response_header_length(frames[1], True):])
+    assert answer.responses[0].error_code == REQUEST_TIMED_OUT

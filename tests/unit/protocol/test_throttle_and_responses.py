@@ -11,15 +11,17 @@ from protocol.codecs import decode_request, decode_response, encode_request
 from protocol.errors import ProtocolError
 from protocol.header import parse_request_header
 from protocol.produce import scan_produce
-from protocol.responses import (
+from protocol.responses import produce_error_response
+from protocol.throttle import raise_throttle, throttle_offset
+from protocol.topic_admin import (
     THROTTLED,
     TopicError,
+    TopicRef,
     merged_topic_response,
-    produce_error_response,
-    request_topic_names,
-    request_without_topics,
+    request_keeping,
+    request_topics,
+    upstream_results,
 )
-from protocol.throttle import raise_throttle, throttle_offset
 from tests.unit.protocol.schema_strategies import message_strategy
 
 PRODUCE = 0
@@ -97,14 +99,15 @@ def test_create_topics_merge_keeps_request_order(version: int) -> None:
     request = cls[version](topics=[cls.CreatableTopic(name=name, num_partitions=10, replication_factor=1,
                                                       assignments=[], configs=[]) for name in "abcd"],
                            timeout_ms=1000, validate_only=False)
-    names = request_topic_names(19, version, request)
-    forwarded = request_without_topics(19, version, request, {"b", "d"})
-    assert request_topic_names(19, version, decode_request(19, version, encode_request(19, version, forwarded))) == [
-        "a", "c"]
+    entries = request_topics(19, version, request)
+    forwarded = request_keeping(19, version, request, {0, 2})
+    assert request_topics(19, version, decode_request(19, version, encode_request(19, version, forwarded))) == [
+        TopicRef("a"), TopicRef("c")]
     result = response_class(19).CreatableTopicResult
     upstream = response_class(19)[version](throttle_time_ms=50, topics=[
         result(name="c", error_code=0, error_message=None), result(name="a", error_code=36, error_message="exists")])
-    body = merged_topic_response(19, version, names, upstream, {"b": THROTTLED, "d": THROTTLED}, 4000)
+    results = upstream_results(19, entries, [0, 2], upstream)
+    body = merged_topic_response(19, version, entries, results, {1: THROTTLED, 3: THROTTLED}, 4000, 50)
     merged = decode_response(19, version, body)
     assert [(t.name, t.error_code) for t in merged.topics] == [("a", 36), ("b", 89), ("c", 0), ("d", 89)]
     assert merged.throttle_time_ms == 4000
@@ -120,16 +123,34 @@ def test_delete_topics_all_refused_is_answered_without_upstream(version: int) ->
                                timeout_ms=1)
     else:
         request = cls[version](topic_names=["x", "y"], timeout_ms=1)
-    names = request_topic_names(20, version, request)
-    body = merged_topic_response(20, version, names, None, dict.fromkeys(names, THROTTLED), 2000)
+    entries = request_topics(20, version, request)
+    body = merged_topic_response(20, version, entries, {}, {0: THROTTLED, 1: THROTTLED}, 2000)
     merged = decode_response(20, version, body)
     assert [(r.name, r.error_code) for r in merged.responses] == [("x", 89), ("y", 89)]
     if version >= 1:
         assert merged.throttle_time_ms == 2000
 
 
+def test_delete_topics_by_id_are_matched_and_answered_by_id() -> None:
+    cls = request_class(20)
+    ids = [uuid.uuid4() for _ in range(3)]
+    request = cls[6](topics=[cls.DeleteTopicState(name=None, topic_id=topic_id) for topic_id in ids], timeout_ms=1)
+    entries = request_topics(20, 6, request)
+    assert entries == [TopicRef(None, topic_id) for topic_id in ids]
+    result = response_class(20).DeletableTopicResult
+    upstream = response_class(20)[6](throttle_time_ms=0, responses=[
+        result(name="named-by-the-cluster", topic_id=ids[0], error_code=0, error_message=None)])
+    results = upstream_results(20, entries, [0, 2], upstream)
+    merged = decode_response(20, 6, merged_topic_response(20, 6, entries, results, {1: THROTTLED}, 10))
+    # the cluster's own result, the proxy's refusal with the id, and no result: unknown error, still with the id
+    assert [(r.name, r.topic_id, r.error_code) for r in merged.responses] == [
+        ("named-by-the-cluster", ids[0], 0), (None, ids[1], 89), (None, ids[2], -1)]
+
+
 def test_create_partitions_merge_and_missing_upstream_result() -> None:
-    body = merged_topic_response(37, 3, ["p", "q"], response_class(37)[3](throttle_time_ms=0, results=[]),
-                                 {"p": TopicError(89, None)}, 10)
+    entries = [TopicRef("p"), TopicRef("q")]
+    upstream = response_class(37)[3](throttle_time_ms=0, results=[])
+    body = merged_topic_response(37, 3, entries, upstream_results(37, entries, [1], upstream),
+                                 {0: TopicError(89, None)}, 10)
     merged = decode_response(37, 3, body)
     assert [(r.name, r.error_code) for r in merged.results] == [("p", 89), ("q", -1)]
