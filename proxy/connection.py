@@ -39,6 +39,7 @@ from proxy.produce_handler import ProduceHandler
 from proxy.quota_service import now_ms
 from proxy.sasl import SaslServer
 from proxy.upstream_client import UPSTREAM_ERRORS, open_upstream
+from quotas.token_bucket import remaining_throttle_ms
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class InFlight(NamedTuple):
     read_at: float = 0.0
     """``perf_counter`` when the request was read, for the latency histogram (uvloop's loop time
     moves in whole milliseconds, coarser than most requests take)."""
+    throttle_since_ms: int | None = None
+    """See ``Outcome.throttle_since_ms``."""
 
 
 class ProxyContext(Protocol):
@@ -149,6 +152,9 @@ class ClientConnection(asyncio.Protocol):
         self._sasl: SaslServer | None = context.new_sasl_server()
         self._close_after_write = False
         self._login_writer: asyncio.StreamWriter | None = None
+        self._upstream_broker = ""
+        """The broker reached upstream, as ``ip:port`` of the peer: a bootstrap connection and a broker
+        listener's connection reaching the same broker share its per-broker budgets."""
 
     # ---- client transport callbacks -------------------------------------------------------
 
@@ -290,7 +296,7 @@ class ClientConnection(asyncio.Protocol):
             if self._sasl.user is not None:
                 self._user = self._sasl.user  # logged in: the principal of every later request
             return outcome
-        caller = Caller(self._user, now_ms())
+        caller = Caller(self._user, now_ms(), self._upstream_broker)
         if api_key == Api.PRODUCE:
             return self._context.produce_handler.handle(frame, request_bytes, caller, whole)
         handler = self._context.handlers.get(api_key)
@@ -304,7 +310,7 @@ class ClientConnection(asyncio.Protocol):
             api_key, api_version, correlation_id = peek_request(frame)
             self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
                                           outcome.local_response, outcome.finish, outcome.close_after_response,
-                                          time.perf_counter()))
+                                          time.perf_counter(), outcome.throttle_since_ms))
         elif outcome.close_after_response:
             self._close_when_answered = True
         if outcome.throttle_ms:
@@ -393,7 +399,7 @@ class ClientConnection(asyncio.Protocol):
         assert self._cut_through_copy is not None
         frame, self._cut_through_copy = self._cut_through_copy, None  # complete: it grows no more
         throttle_ms = self._context.produce_handler.producer_id_throttle(
-            memoryview(frame)[SIZE_PREFIX_BYTES:], Caller(self._user, now_ms()))
+            memoryview(frame)[SIZE_PREFIX_BYTES:], Caller(self._user, now_ms(), self._upstream_broker))
         if not throttle_ms:
             return
         request = self._in_flight[-1] if self._in_flight else None
@@ -449,6 +455,9 @@ class ClientConnection(asyncio.Protocol):
             request = self._in_flight.popleft()
             self._metrics.observe_latency(request.api_key, now - request.read_at)
             if request.throttle_ms:
+                if request.throttle_since_ms is not None:
+                    request = request._replace(throttle_ms=remaining_throttle_ms(
+                        request.throttle_ms, request.throttle_since_ms, now_ms()))
                 mute_ms = max(mute_ms or 0, request.throttle_ms)
             self._close_after_write |= request.close_after_response
             frame_start = start + SIZE_PREFIX_BYTES
@@ -601,6 +610,8 @@ class ClientConnection(asyncio.Protocol):
             transport.close()
             return
         transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
+        peer = transport.get_extra_info("peername")
+        self._upstream_broker = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(target)
         self._upstream = transport
         self._upstream_gate = ReadGate(transport)
         log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)

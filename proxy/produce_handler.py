@@ -64,12 +64,12 @@ class ProduceHandler:
         Everything is parsed before anything is charged, so a request that turns out malformed
         (or whose start is too short to judge yet) costs no quota.
         """
-        user, now_ms = caller
+        user, now_ms, broker = caller
         header = _header(frame)
         client_id = header.client_id or ""
         scan = scan_produce(frame, header) if whole and self.scans_batches(user) else None
         acks = scan.acks if scan is not None else produce_acks(frame, header)
-        throttle_ms = self._quotas.produce.record(user, client_id, request_bytes, now_ms).throttle_ms
+        throttle_ms = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker).throttle_ms
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
             return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)

@@ -31,6 +31,15 @@ _INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE})
 _USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE})
 
 
+class QuotaScope(enum.StrEnum):
+    """Where a byte-rate budget applies (``quota.scope``)."""
+
+    BROKER = "broker"
+    """One budget per upstream broker per entity, as each Kafka broker keeps its own."""
+    PROXY = "proxy"
+    """One budget per entity for all the traffic through this proxy, whichever broker it goes to."""
+
+
 class PidQuotaMode(enum.StrEnum):
     THROTTLE = "throttle"
     """Forward the request, answer with throttle_time_ms and mute (KIP-936's text)."""
@@ -70,6 +79,8 @@ class QuotaKey(NamedTuple):
 
     user: str
     client_id: str
+    broker: str = ""
+    """The upstream broker, for byte-rate quotas in ``broker`` scope (Kafka's: one budget per broker)."""
 
 
 class ResolvedQuota(NamedTuple):
@@ -103,6 +114,7 @@ class QuotaSettings:
     producer_id_mode: PidQuotaMode = PidQuotaMode.THROTTLE
     producer_id_false_positive_rate: float = 0.01
     """Target false-positive rate of each producer-ID Bloom filter (a known PID never misses)."""
+    quota_scope: QuotaScope = QuotaScope.BROKER
 
     def window_for(self, quota_type: QuotaType) -> Window:
         return {
@@ -186,6 +198,7 @@ _WINDOW_SETTINGS = {
 }
 _MODE_SETTING = "producer.id.quota.mode"
 _FALSE_POSITIVE_SETTING = "producer.id.quota.false.positive.rate"
+_SCOPE_SETTING = "quota.scope"
 _ENTITY_KEYS = {"user", "client-id"}
 
 
@@ -194,7 +207,15 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
     defaults = QuotaSettings()
     mode = defaults.producer_id_mode
     false_positive_rate = defaults.producer_id_false_positive_rate
+    scope = defaults.quota_scope
     for key, value in raw.items():
+        if key == _SCOPE_SETTING:
+            try:
+                scope = QuotaScope(value)
+            except ValueError:
+                raise QuotaConfigError(
+                    f"[settings] {key}: one of {', '.join(s.value for s in QuotaScope)}, got {value!r}") from None
+            continue
         if key == _MODE_SETTING:
             try:
                 mode = PidQuotaMode(value)
@@ -220,7 +241,8 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
         default: Window = getattr(defaults, window_name)
         given = windows.get(window_name, {})
         resolved[window_name] = Window(int(given.get("num", default.num)), float(given.get("size_s", default.size_s)))
-    return QuotaSettings(producer_id_mode=mode, producer_id_false_positive_rate=false_positive_rate, **resolved)
+    return QuotaSettings(producer_id_mode=mode, producer_id_false_positive_rate=false_positive_rate, quota_scope=scope,
+                         **resolved)
 
 
 def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEntity, dict[QuotaType, float]]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from quotas.bloom import Probe, TimeControlledBloomFilter
-from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaType, ResolvedQuota
+from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota
 from quotas.rate import SampledRate, java_round, rate_throttle_ms
 from quotas.token_bucket import (
     BucketQuota,
@@ -144,21 +144,24 @@ class ClientQuotaManager(_Counters):
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
 
-    def record(self, user: str, client_id: str, size_bytes: int, now_ms: int) -> Decision:
+    def record(self, user: str, client_id: str, size_bytes: int, now_ms: int, broker: str = "") -> Decision:
+        """``broker``: the upstream broker the request goes to (its own budget in ``broker`` scope)."""
         quota = self.config.resolve(self.quota_type, user, client_id)
         if quota is None:
             return UNLIMITED
-        window = self.config.settings.produce_window
-        state = self.entities.get_or_create(quota.key, now_ms, ProduceRateState)
+        settings = self.config.settings
+        window = settings.produce_window
+        key = quota.key._replace(broker=broker) if settings.quota_scope is QuotaScope.BROKER else quota.key
+        state = self.entities.get_or_create(key, now_ms, ProduceRateState)
         state.rate.record(size_bytes, now_ms, window)
         rate, window_ms = state.rate.measure_with_window(now_ms, window)
         if rate <= quota.limit:
-            return Decision(True, 0, quota.key)
+            return Decision(True, 0, key)
         throttle_ms = rate_throttle_ms(rate, quota.limit, window_ms)
         if throttle_ms:
             state.last_throttle_ms = throttle_ms
             self.throttled += 1
-        return Decision(True, throttle_ms, quota.key)
+        return Decision(True, throttle_ms, key)
 
 
 # ---- token-bucket quotas (KIP-599, KIP-936) ----------------------------------------------------

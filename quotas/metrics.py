@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
 
 _ENTITY_LABELS = ["user", "client_id"]
+_BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
 
 
 class QuotaMetrics(Collector):
@@ -49,13 +50,15 @@ class QuotaMetrics(Collector):
                                   value=self._producer_ids.admitted_pids)
 
     def _produce_metrics(self, now_ms: int) -> Iterator[Metric]:
-        rate = GaugeMetricFamily("kafka_quota_produce_byte_rate", "Produce bytes/s (Kafka's byte-rate)",
-                                 labels=_ENTITY_LABELS)
+        rate = GaugeMetricFamily("kafka_quota_produce_byte_rate",
+                                 "Produce bytes/s (Kafka's byte-rate); broker is empty in proxy scope",
+                                 labels=_BYTE_RATE_LABELS)
         throttle = GaugeMetricFamily("kafka_quota_produce_throttle_time_ms",
-                                     "Last produce throttle time given (Kafka's throttle-time)", labels=_ENTITY_LABELS)
+                                     "Last produce throttle time given (Kafka's throttle-time)",
+                                     labels=_BYTE_RATE_LABELS)
         window = self._produce.config.settings.produce_window
         for key, state in self._produce.entities.items():
-            labels = [key.user, key.client_id]
+            labels = [key.user, key.client_id, key.broker]
             rate.add_metric(labels, state.rate.measure(now_ms, window))
             throttle.add_metric(labels, state.last_throttle_ms)
         yield rate

@@ -73,10 +73,7 @@ def spend_the_burst(proxy: ProxyProcess, topic: str, producers: int) -> None:
 
 def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
     # burst = 2 windows x 1 s x 1 PID/s = 2 tokens: three new IDs leave the bucket at -1
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n"producer.id.quota.window.size.seconds" = 1\n'
-                          '"producer.id.quota.mode" = "reject"\n[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 1\n')
-    proxy = own_proxy("--quota-file", str(quota_file))
+    proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=1, mode="reject", window_size_s=1))
     create_topic(proxy.bootstrap, topic)
     spend_the_burst(proxy, topic, 3)
     pid = new_producer_id(proxy)

@@ -58,7 +58,8 @@ def test_login_then_produce_and_consume_as_that_user(sasl_proxy: ProxyProcess, t
     assert [record.value for record in consumer] == [b"hello"]
     consumer.close()
     # the <default> user quota gives each authenticated user a bucket of its own (Kafka's level 6)
-    assert f'kafka_quota_produce_byte_rate{{client_id="",user="{user}"}}' in metrics(sasl_proxy)
+    assert any(f'client_id="",user="{user}"}}' in key for key in metrics(sasl_proxy)
+               if key.startswith("kafka_quota_produce_byte_rate{"))
 
 
 def test_wrong_password_is_refused(sasl_proxy: ProxyProcess) -> None:
@@ -96,7 +97,8 @@ def test_proxy_logs_in_upstream_with_its_own_credentials(sasl_proxy: ProxyProces
     producer = KafkaProducer(bootstrap_servers=front.bootstrap, acks="all", client_id="via-front")
     producer.send(topic, b"through two proxies").get(timeout=30)
     producer.close()
-    assert 'kafka_quota_produce_byte_rate{client_id="",user="alice"}' in metrics(sasl_proxy)
+    assert any('client_id="",user="alice"}' in key for key in metrics(sasl_proxy)
+               if key.startswith("kafka_quota_produce_byte_rate{"))
 
 
 def test_users_added_while_running_can_log_in(sasl_proxy: ProxyProcess, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from quotas.config import (
     QuotaConfigError,
     QuotaEntity,
     QuotaKey,
+    QuotaScope,
     QuotaType,
     Window,
     load_quota_file,
@@ -72,6 +73,8 @@ EXAMPLE = '''
 "producer.id.quota.window.num" = 11
 "producer.id.quota.window.size.seconds" = 3600
 "producer.id.quota.mode" = "reject"
+"producer.id.quota.false.positive.rate" = 0.001
+"quota.scope" = "proxy"
 
 [[quota]]
 user = "alice"
@@ -95,6 +98,8 @@ def test_the_documented_file_format_loads(tmp_path: Path) -> None:
     config = load_quota_file(path)
     assert config.settings.producer_id_mode is PidQuotaMode.REJECT
     assert config.settings.producer_id_window == Window(11, 3600)
+    assert config.settings.producer_id_false_positive_rate == 0.001
+    assert config.settings.quota_scope is QuotaScope.PROXY
     assert config.entries[QuotaEntity("alice", "billing")] == {BYTES: 1048576, QuotaType.CONTROLLER_MUTATION_RATE: 10}
     assert config.entries[QuotaEntity("alice", None)] == {QuotaType.PRODUCER_IDS_RATE: 0.5}
     assert config.entries[QuotaEntity(None, DEFAULT)] == {BYTES: 2048}
@@ -115,6 +120,8 @@ def test_the_documented_file_format_loads(tmp_path: Path) -> None:
     ('[settings]\n"quota.window.num" = 0\n', r"\[settings\] quota.window.num: must be a positive number"),
     ('[settings]\n"producer.id.quota.mode" = "drop"\n', "one of throttle, reject"),
     ('[settings]\n"quota.window.sizes" = 1\n', "unknown key 'quota.window.sizes'"),
+    ('[settings]\n"quota.scope" = "cluster"\n', "quota.scope: one of broker, proxy"),
+    ('[settings]\n"producer.id.quota.false.positive.rate" = 1\n', "above 0 and below 0.5"),
     ('[quotas]\n', "unknown top-level key"),
     ("[[quota]\n", "not valid TOML"),
 ])

@@ -1,9 +1,20 @@
 from __future__ import annotations
 
 import psutil
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from quotas.config import DEFAULT, PidQuotaMode, QuotaConfig, QuotaEntity, QuotaKey, QuotaSettings, QuotaType, Window
+from quotas.config import (
+    DEFAULT,
+    PidQuotaMode,
+    QuotaConfig,
+    QuotaEntity,
+    QuotaKey,
+    QuotaScope,
+    QuotaSettings,
+    QuotaType,
+    Window,
+)
 from quotas.managers import (
     MIN_FILTER_PIDS,
     ClientQuotaManager,
@@ -36,12 +47,25 @@ def test_byte_quota_throttles_by_kafkas_formula_and_leaves_others_alone() -> Non
     # the rate divides by at least 10 s: unthrottled until more than 10 s of quota has passed
     assert throttles[:10] == [0] * 10
     assert all(t > 0 for t in throttles[10:])
-    # last request (+11.5 s): the ring of 11 samples dropped the first; the oldest starts at +1 s,
-    # so 22 MiB over 10.5 s -> (22 / 10.5 - 1) * 10.5 s = 11.5 s
+    # last request (+11.5 s): the first sample's last event (+0.5 s) is 11 windows old, so it is
+    # reset; the oldest starts at +1 s, so 22 MiB over 10.5 s -> (22 / 10.5 - 1) * 10.5 s = 11.5 s
     assert throttles[-1] == 11_500
     free = manager.record("ANONYMOUS", "fast", 100 * MIB, clock())
     assert (free.admitted, free.throttle_ms, free.key) == (True, 0, None)
     assert manager.throttled == 14
+
+
+@pytest.mark.parametrize(("scope", "throttled_on_second_broker"),
+                         [(QuotaScope.BROKER, False), (QuotaScope.PROXY, True)])
+def test_quota_scope_decides_whether_each_broker_has_its_own_budget(scope: QuotaScope,
+                                                                    throttled_on_second_broker: bool) -> None:
+    clock = FakeClock()
+    manager = ClientQuotaManager(config({QuotaEntity("alice", None): {BYTES: MIB}}, quota_scope=scope))
+    assert manager.record("alice", "a", 8 * MIB, clock(), broker="10.0.0.1:9092").throttle_ms == 0
+    second = manager.record("alice", "a", 8 * MIB, clock(), broker="10.0.0.2:9092")
+    assert (second.throttle_ms > 0) is throttled_on_second_broker  # 16 MiB over 10 s is 1.6 MiB/s
+    brokers = {key.broker for key, _ in manager.entities.items()}
+    assert brokers == ({""} if scope is QuotaScope.PROXY else {"10.0.0.1:9092", "10.0.0.2:9092"})
 
 
 def test_quota_changes_apply_from_the_next_request() -> None:
@@ -238,7 +262,7 @@ def test_metrics_follow_live_entities() -> None:
     mutations.admit_topics("u", "c", [20], strict=True, now_ms=clock())
     pids.check("u", batches([5]), clock())
     text = generate_latest(registry).decode()
-    assert 'kafka_quota_produce_byte_rate{client_id="c",user=""} 1000.0' in text
+    assert 'kafka_quota_produce_byte_rate{broker="",client_id="c",user=""} 1000.0' in text
     assert 'kafka_quota_controller_mutation_tokens{client_id="c",user=""} -9.0' in text
     assert 'kafka_quota_producer_id_tokens{user="u"} 39599.0' in text
     assert 'kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
