@@ -236,3 +236,39 @@ def test_a_failed_partition_count_lookup_is_answered_and_the_connection_goes_on(
         assert deleted.topics[0].error_code == 0  # type: ignore[attr-defined]  # not deleted: nothing was forwarded
     answer = decode_response(Api.DELETE_TOPICS, 6, memoryview(frames[1])[response_header_length(frames[1], True):])
     assert answer.responses[0].error_code == REQUEST_TIMED_OUT
+
+
+def test_pipelined_mutations_wait_for_the_throttle(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    proxy = limited_proxy(own_proxy, tmp_path, "pipeliner")
+    requests = [encode_request(Api.CREATE_TOPICS, 4, correlation_id=i, client_id="pipeliner", timeout_ms=30_000,
+                               validate_only=False, topics=[creatable(f"{topic}-{i}", 30 if i == 0 else 1)])
+                for i in range(3)]
+    with connect(proxy) as sock:
+        started = time.monotonic()
+        sock.sendall(b"".join(requests))  # 22 - 30 = -8 tokens: a 4 s throttle on the first
+        answered = []
+        for _ in requests:
+            frame = read_frame(sock)
+            answered.append((time.monotonic() - started,
+                             decode_response(Api.CREATE_TOPICS, 4, memoryview(frame)[response_header_length(frame,
+                                                                                                          False):])))
+    assert 3_900 <= answered[0][1].throttle_time_ms <= 4_000
+    # the second was not read (nor charged) before the first's throttle had run out
+    assert answered[1][0] - answered[0][0] >= 3.8
+    assert answered[1][1].throttle_time_ms <= 500  # charged when read: the bucket had refilled to about 0
+
+
+def test_librdkafka_admin_requests_are_held_to_the_quota(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    proxy = limited_proxy(own_proxy, tmp_path, "librdkafka-admin")
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap, "client.id": "librdkafka-admin"})
+    started = time.monotonic()
+    # one request each, sent without waiting: 30 partitions leave the bucket at -8 (4 s), then 2 more
+    futures = [admin.create_topics([NewTopic(f"{topic}-{i}", 30 if i == 0 else 1, 1)], operation_timeout=30)
+               for i in range(3)]
+    for future in futures:
+        for created in future.values():
+            created.result(timeout=60)
+    elapsed = time.monotonic() - started
+    assert elapsed >= 3.8, f"three CreateTopics past the quota answered in {elapsed:.1f} s"
