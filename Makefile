@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: run test unit integration lint bench clean
+.PHONY: run test test-cluster unit integration lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ test: $(STAMP)
 	$(BIN)/ruff check protocol quotas allocator proxy pipeline tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests
+
+# The integration tests against a running cluster: KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster
+test-cluster: $(STAMP)
+	@test -n "$(KAFKA_BOOTSTRAP)" || { echo "set KAFKA_BOOTSTRAP=host:port[,host:port...] (the cluster to test against)" >&2; exit 2; }
+	KAFKA_BOOTSTRAP="$(KAFKA_BOOTSTRAP)" $(BIN)/pytest -q tests/integration
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -1,4 +1,4 @@
-"""Starting the proxy through its CLI, as users and external tests do."""
+"""Starting the proxy through its CLI, as users and external tests do; the cluster behind it; raw frames."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from pathlib import Path
 from proxy.embedded_broker import LOOPBACK, free_port
 
 TANSU_NODE_ID = 111
+FOREIGN_PRODUCER_ID = (1 << 48) + 4242
+"""A producer ID no broker issued (the proxy's allocator starts at 2^48)."""
 
 
 def proxy_command() -> list[str]:
@@ -22,20 +24,84 @@ def proxy_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "proxy"]
 
 
-def free_broker_port_base(node_id: int = TANSU_NODE_ID) -> int:
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_broker_port_base(node_ids: tuple[int, ...] = (TANSU_NODE_ID,)) -> int:
+    """A base such that base + every node id is a free port."""
     while True:
-        base = free_port() - node_id
-        if base > 1024:
+        base = free_port() - min(node_ids)
+        if base > 1024 and all(base + node_id < 65536 and _port_is_free(base + node_id) for node_id in node_ids):
             return base
+
+
+class Cluster:
+    """The Kafka cluster under the integration tests: Tansu started here, or ``KAFKA_BOOTSTRAP``'s.
+
+    Tests decide what they can check from what the cluster answers (its ApiVersions, its metadata,
+    how it treats a request), never from its name.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self.node_ids: tuple[int, ...] = ()
+
+    def wait_until_ready(self, timeout_s: float = 120.0) -> Cluster:
+        """Wait until the cluster answers ApiVersions and names its brokers and controller."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=10) as sock:
+                    versions = call(sock, 18, 0)
+                    metadata = call(sock, 3, 4, topics=[], allow_auto_topic_creation=False)
+                if versions.error_code == 0 and metadata.brokers and metadata.controller_id >= 0:  # type: ignore[attr-defined]
+                    self.api_versions = {api.api_key: (api.min_version, api.max_version)
+                                         for api in versions.api_keys}  # type: ignore[attr-defined]
+                    self.node_ids = tuple(sorted(b.node_id for b in metadata.brokers))  # type: ignore[attr-defined]
+                    return self
+            except (OSError, AssertionError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster at {self.bootstrap} is not ready after {timeout_s} s")
+            time.sleep(1)
+
+    def supports(self, api_key: int, version: int = 0) -> bool:
+        low, high = self.api_versions.get(api_key, (0, -1))
+        return low <= version <= high
+
+    def leader(self, topic: str, partition: int = 0) -> tuple[int, str, int]:
+        """Node id, host and port of the partition's leader, as the cluster advertises it."""
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.create_connection((self.host, self.port), timeout=10) as sock:
+                metadata = call(sock, 3, 4, topics=[{"name": topic}], allow_auto_topic_creation=False)
+            brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}  # type: ignore[attr-defined]
+            leaders = [p.leader_id for t in metadata.topics for p in t.partitions  # type: ignore[attr-defined]
+                       if p.partition_index == partition and p.leader_id in brokers]
+            if leaders:
+                return (leaders[0], *brokers[leaders[0]])
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no leader for {topic}-{partition}")
+            time.sleep(0.2)
 
 
 class ProxyProcess:
     """The proxy CLI in a child process; ``bootstrap`` is where clients connect."""
 
-    def __init__(self, upstream: str, log_path: Path, *extra_args: str) -> None:
+    def __init__(self, upstream: str, log_path: Path, *extra_args: str,
+                 node_ids: tuple[int, ...] = (TANSU_NODE_ID,)) -> None:
         self.port = free_port()
         self.bootstrap = f"{LOOPBACK}:{self.port}"
-        self.broker_port_base = free_broker_port_base()
+        self.broker_port_base = free_broker_port_base(node_ids)
         self.metrics_port = free_port()
         self.log_path = log_path
         self.state_dir = log_path.parent / f"{log_path.stem}-state"
@@ -87,6 +153,38 @@ def encode_request(api_key: int, api_version: int, correlation_id: int = 1, clie
     request = build(request_class(api_key)[api_version], dict(fields))
     request.with_header(correlation_id=correlation_id, client_id=client_id)
     return bytes(request.encode(header=True, framed=True))
+
+
+def leader_port(proxy: ProxyProcess, topic: str, partition: int = 0) -> int:
+    """The proxy's port for the partition's leader, from a Metadata answer through the proxy (raw
+    Produce and Fetch frames must reach the leader when the cluster has several brokers)."""
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.create_connection((LOOPBACK, proxy.port), timeout=10) as sock:
+            metadata = call(sock, 3, 4, topics=[{"name": topic}], allow_auto_topic_creation=False)
+        ports = {b.node_id: b.port for b in metadata.brokers}  # type: ignore[attr-defined]
+        leaders = [p.leader_id for t in metadata.topics for p in t.partitions  # type: ignore[attr-defined]
+                   if p.partition_index == partition and p.leader_id in ports]
+        if leaders:
+            return int(ports[leaders[0]])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no leader for {topic}-{partition} through the proxy")
+        time.sleep(0.2)
+
+
+def connect_to_leader(proxy: ProxyProcess, topic: str, timeout_s: float = 30) -> socket.socket:
+    return socket.create_connection((LOOPBACK, leader_port(proxy, topic)), timeout=timeout_s)
+
+
+def create_topic_on_one_broker(cluster: Cluster, topic: str, partitions: int = 1) -> None:
+    """Every partition led by the same broker, so one raw Produce can carry several partitions."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    node = cluster.node_ids[0]
+    admin.create_topics([NewTopic(topic, replica_assignments={i: [node] for i in range(partitions)})])
+    admin.close()
 
 
 def record_batch(values: list[bytes], producer_id: int = -1, producer_epoch: int = -1,
@@ -166,14 +264,14 @@ def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, wi
 
 
 class TcpRelay:
-    """A loopback TCP relay to ``target_port``, for putting a slow or vanishing hop before a broker.
+    """A loopback TCP relay to a broker, for putting a slow or vanishing hop (or a load balancer) before it.
 
     ``response_delay_s`` holds each chunk coming back from the target for that long. ``stop`` closes
     the listening socket and every relayed connection.
     """
 
-    def __init__(self, target_port: int, response_delay_s: float = 0.0) -> None:
-        self._target_port = target_port
+    def __init__(self, target_host: str, target_port: int, response_delay_s: float = 0.0) -> None:
+        self._target = (target_host, target_port)
         self._delay_s = response_delay_s
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
@@ -185,7 +283,7 @@ class TcpRelay:
         while True:
             try:
                 client, _ = self._listener.accept()
-                server = socket.create_connection(("127.0.0.1", self._target_port))
+                server = socket.create_connection(self._target)
             except OSError:
                 return
             with self._lock:

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
 
-from tests.support import ProxyProcess, encode_request, read_frame
+from tests.support import ProxyProcess, connect_to_leader, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -40,7 +40,7 @@ def test_a_client_that_stops_reading_does_not_grow_the_proxy(own_proxy, topic: s
         for i in range(fetches))
     process = psutil.Process(proxy.process.pid)
     rss_before = process.memory_info().rss
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         sock.sendall(requests)
         peak = 0

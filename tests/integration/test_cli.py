@@ -16,7 +16,7 @@ from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest
 
 from proxy.embedded_broker import EmbeddedBroker, free_port
-from tests.support import ProxyProcess, encode_request, proxy_command, read_frame
+from tests.support import Cluster, ProxyProcess, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +53,11 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_zero(own_proxy, topic:
     assert "stopping" in log and "stopped" in log
 
 
-def test_settings_come_from_config_file_and_flags_win(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_settings_come_from_config_file_and_flags_win(broker: Cluster, tmp_path: Path) -> None:
     config = tmp_path / "proxy.toml"
     config.write_text(f'upstream = "{broker.bootstrap}"\nlisten = "127.0.0.1:1"\n'
                       'idle-timeout-seconds = 1\n[allocator]\npid_source = "upstream"\n')
-    proxy = ProxyProcess(broker.bootstrap, tmp_path / "p.log", "--config", str(config))
+    proxy = ProxyProcess(broker.bootstrap, tmp_path / "p.log", "--config", str(config), node_ids=broker.node_ids)
     proxy.args.remove("--upstream")
     proxy.args.remove(broker.bootstrap)
     proxy.start()

@@ -9,8 +9,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from proxy.embedded_broker import EmbeddedBroker
-from tests.support import TANSU_NODE_ID, ProxyProcess
+from tests.support import Cluster, ProxyProcess
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +120,7 @@ def read_committed(bootstrap: str, topic: str) -> list[bytes]:
     return values
 
 
-def test_transactions_commit_and_abort(proxy: ProxyProcess, broker: EmbeddedBroker, topic: str) -> None:
+def test_transactions_commit_and_abort(proxy: ProxyProcess, broker: Cluster, topic: str) -> None:
     create_topic(proxy.bootstrap, topic)
     run_transaction(proxy.bootstrap, topic, "committed", commit=True)
     run_transaction(proxy.bootstrap, topic, "aborted", commit=False)
@@ -136,7 +135,7 @@ def test_transactions_commit_and_abort(proxy: ProxyProcess, broker: EmbeddedBrok
     assert through_proxy in (committed, committed + [f"aborted-{i}".encode() for i in range(10)])
 
 
-def test_clients_only_learn_proxy_addresses(proxy: ProxyProcess, topic: str) -> None:
+def test_clients_only_learn_proxy_addresses(proxy: ProxyProcess, broker: Cluster, topic: str) -> None:
     create_topic(proxy.bootstrap, topic)
     consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, group_id=f"g-{uuid.uuid4().hex[:6]}",
                              auto_offset_reset="earliest", consumer_timeout_ms=1_000)
@@ -144,5 +143,5 @@ def test_clients_only_learn_proxy_addresses(proxy: ProxyProcess, topic: str) -> 
     brokers = {(b.node_id, b.host, b.port) for b in consumer._client.cluster.brokers()}
     coordinator_id = consumer._coordinator.coordinator_id
     consumer.close()
-    assert brokers == {(TANSU_NODE_ID, "127.0.0.1", proxy.broker_port_base + TANSU_NODE_ID)}
-    assert coordinator_id in {TANSU_NODE_ID, f"coordinator-{TANSU_NODE_ID}"}
+    assert brokers == {(node_id, "127.0.0.1", proxy.broker_port_base + node_id) for node_id in broker.node_ids}
+    assert coordinator_id in {*broker.node_ids, *(f"coordinator-{node_id}" for node_id in broker.node_ids)}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 
@@ -10,7 +9,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 
-from tests.support import ProxyProcess, encode_request, produce_request, read_frame, record_batch
+from tests.support import ProxyProcess, connect_to_leader, encode_request, produce_request, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +21,7 @@ def test_a_large_produce_sent_slowly_then_a_small_request_both_answered(proxy: P
     values = [bytes([i % 251]) * 100_000 for i in range(30)]  # a 3 MB request
     large = produce_request(topic, record_batch(values), correlation_id=1)
     small = encode_request(18, 0, correlation_id=2)
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         for start in range(0, len(large) - 1000, 300_000):
             sock.sendall(large[start:start + 300_000])
             time.sleep(0.02)

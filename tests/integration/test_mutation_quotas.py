@@ -11,9 +11,8 @@ import pytest
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.header import response_header_length
-from proxy.embedded_broker import EmbeddedBroker
 from tests.integration.test_produce_quotas import metrics
-from tests.support import TANSU_NODE_ID, ProxyProcess, TcpRelay, call, encode_request, read_frame
+from tests.support import Cluster, ProxyProcess, TcpRelay, call, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
 THROTTLING_QUOTA_EXCEEDED = 89
@@ -129,7 +128,7 @@ def test_minus_one_partitions_is_charged_what_the_cluster_created(own_proxy, tmp
         response = call(sock, Api.CREATE_TOPICS, 7, client_id="defaults", timeout_ms=30_000, validate_only=False,
                         topics=[creatable(topic, -1) | {"replication_factor": -1}])
         created = response.topics[0]  # type: ignore[attr-defined]
-        assert created.error_code == 0 and created.num_partitions > 1  # Tansu's default is 3
+        assert created.error_code == 0  # the cluster's num.partitions (Tansu: 3, which it does not report)
     tokens = metrics(proxy)['kafka_quota_controller_mutation_tokens{client_id="defaults",user=""}']
     assert tokens < 1.1 - created.num_partitions + 0.5  # charged the real count, not the fallback of 1
 
@@ -197,9 +196,9 @@ def test_a_name_given_twice_is_refused_every_time_and_costs_nothing(own_proxy, t
 
 
 def test_the_throttle_sent_is_what_is_left_of_it_when_the_answer_leaves(  # type: ignore[no-untyped-def]
-        own_proxy, broker: EmbeddedBroker, tmp_path: Path, topic: str) -> None:
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
     """Kafka deducts the time a mutation took from its throttle: a slow CreateTopics is not throttled twice."""
-    relay = TcpRelay(broker.port, response_delay_s=1.5)  # every answer of the cluster takes 1.5 s more
+    relay = TcpRelay(broker.host, broker.port, response_delay_s=1.5)  # every answer of the cluster takes 1.5 s more
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text('[[quota]]\nclient-id = "slow"\ncontroller_mutation_rate = 2\n')
     proxy = own_proxy("--quota-file", str(quota_file), upstream=f"127.0.0.1:{relay.port}")
@@ -215,12 +214,12 @@ def test_the_throttle_sent_is_what_is_left_of_it_when_the_answer_leaves(  # type
 
 
 def test_a_failed_partition_count_lookup_is_answered_and_the_connection_goes_on(  # type: ignore[no-untyped-def]
-        own_proxy, broker: EmbeddedBroker, tmp_path: Path, topic: str) -> None:
-    relay = TcpRelay(broker.port)  # the proxy's own requests to the cluster go through it
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    relay = TcpRelay(broker.host, broker.port)  # the proxy's own requests to the cluster go through it
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text('[[quota]]\nclient-id = "deleter"\ncontroller_mutation_rate = 2\n')
     proxy = own_proxy("--quota-file", str(quota_file), upstream=f"127.0.0.1:{relay.port}")
-    broker_listener = proxy.broker_port_base + TANSU_NODE_ID  # connects to the broker itself, not the relay
+    broker_listener = proxy.broker_port_base + broker.node_ids[0]  # connects to a broker itself, not the relay
     with socket.create_connection(("127.0.0.1", broker_listener), timeout=30) as sock:
         assert create(sock, "unlimited", creatable(topic, 2)) == [0]
         relay.stop()  # the cluster can no longer be asked for partition counts
@@ -272,3 +271,26 @@ def test_librdkafka_admin_requests_are_held_to_the_quota(own_proxy, tmp_path: Pa
             created.result(timeout=60)
     elapsed = time.monotonic() - started
     assert elapsed >= 3.8, f"three CreateTopics past the quota answered in {elapsed:.1f} s"
+
+
+def test_create_partitions_is_charged_the_increase(own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    if not broker.supports(Api.CREATE_PARTITIONS, 3):
+        pytest.skip("the cluster does not serve CreatePartitions v3 (Tansu 0.6 lacks the API)")
+    proxy = limited_proxy(own_proxy, tmp_path, "grower")
+    first, second = f"{topic}-a", f"{topic}-b"
+
+    def grow(*counts: tuple[str, int]) -> list[int]:
+        response = call(sock, Api.CREATE_PARTITIONS, 3, client_id="grower", timeout_ms=30_000, validate_only=False,
+                        topics=[{"name": name, "count": count, "assignments": None} for name, count in counts])
+        return [r.error_code for r in response.results]  # type: ignore[attr-defined]
+
+    with connect(proxy) as sock:
+        assert create(sock, "unlimited", creatable(first, 2), creatable(second, 1)) == [0, 0]
+        assert grow((first, 22)) == [0]  # 20 new partitions: 22 -> 2
+        # no increase: Kafka's INVALID_PARTITIONS, free; then 5 more are admitted (2 >= 0): -> -3
+        assert grow((first, 22), (second, 6)) == [INVALID_PARTITIONS, 0]
+        assert grow((second, 7)) == [THROTTLING_QUOTA_EXCEEDED]
+        grown = call(sock, Api.METADATA, 4, client_id="unlimited", topics=[{"name": first}, {"name": second}],
+                     allow_auto_topic_creation=False)
+        counts = {t.name: len(t.partitions) for t in grown.topics}  # type: ignore[attr-defined]
+    assert counts == {first: 22, second: 6}

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
@@ -22,7 +21,17 @@ from protocol.header import response_header_length
 from protocol.produce import INVALID_RECORD
 from protocol.responses import THROTTLING_QUOTA_EXCEEDED
 from tests.integration.test_produce_quotas import pid_quota_file
-from tests.support import ProxyProcess, call, encode_request, produce_request, read_frame, record_batch
+from tests.support import (
+    Cluster,
+    ProxyProcess,
+    call,
+    connect_to_leader,
+    create_topic_on_one_broker,
+    encode_request,
+    produce_request,
+    read_frame,
+    record_batch,
+)
 
 pytestmark = pytest.mark.integration
 PRODUCE_VERSION = 8  # the first with per-partition error messages
@@ -57,27 +66,22 @@ def read_all(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     return values
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1)])
-    admin.close()
-
-
 def spend_the_burst(proxy: ProxyProcess, topic: str, producers: int) -> None:
     """Admit ``producers`` new producer IDs, one request each, leaving the bucket at -1."""
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         for i in range(producers):
             sock.sendall(idempotent_request(topic, new_producer_id(proxy), 0, correlation_id=i))
             assert partition_errors(read_frame(sock)) == {0: 0}
 
 
-def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
     # burst = 2 windows x 1 s x 1 PID/s = 2 tokens: three new IDs leave the bucket at -1
     proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=1, mode="reject", window_size_s=1))
-    create_topic(proxy.bootstrap, topic)
+    create_topic_on_one_broker(broker, topic)
     spend_the_burst(proxy, topic, 3)
     pid = new_producer_id(proxy)
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         # a producer pipelining its first two batches while its ID is over the quota
         sock.sendall(idempotent_request(topic, pid, 0, correlation_id=1) + idempotent_request(topic, pid, 1, 2))
         first, second = produce_response(read_frame(sock)), read_frame(sock)
@@ -98,13 +102,13 @@ def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(own_proxy, tm
 
 
 def test_reject_mode_closes_an_acks_0_connection_instead_of_dropping_its_records(  # type: ignore[no-untyped-def]
-        own_proxy, tmp_path: Path, topic: str) -> None:
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
     # burst = 2 windows x 5 s x 0.1/s = 1 token: two new IDs leave the bucket at -1
     proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=0.1, mode="reject"))
-    create_topic(proxy.bootstrap, topic)
+    create_topic_on_one_broker(broker, topic)
     spend_the_burst(proxy, topic, 2)
     pid = new_producer_id(proxy)
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         sock.sendall(idempotent_request(topic, pid, 0, correlation_id=1, acks=0))
         sock.sendall(encode_request(Api.API_VERSIONS, 0, correlation_id=2))
         assert read_frame(sock) == b"", "the connection stays open: the producer cannot tell its records were lost"
@@ -117,17 +121,17 @@ def two_batches(value: bytes) -> bytes:
 
 @pytest.mark.parametrize("scanning", ["producer-id quota", "no quota"])
 def test_an_invalid_partition_gets_invalid_record_and_the_others_are_written(  # type: ignore[no-untyped-def]
-        own_proxy, tmp_path: Path, topic: str, scanning: str) -> None:
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str, scanning: str) -> None:
     # with a producer-ID quota the proxy reads the batches and answers the invalid partition itself
     extra = ["--quota-file", pid_quota_file(tmp_path, rate=100, mode="throttle")] if scanning != "no quota" else []
     proxy = own_proxy(*extra)
-    create_topic(proxy.bootstrap, topic, partitions=3)
+    create_topic_on_one_broker(broker, topic, partitions=3)
     partitions = [{"index": 0, "records": record_batch([b"good-0"])},
                   {"index": 1, "records": two_batches(b"bad")},
                   {"index": 2, "records": record_batch([b"good-2"])}]
     request = encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=7, transactional_id=None, acks=-1,
                              timeout_ms=30_000, topic_data=[{"name": topic, "partition_data": partitions}])
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         sock.sendall(request + encode_request(Api.API_VERSIONS, 0, correlation_id=8))
         response = read_frame(sock)
         assert struct.unpack_from(">i", response)[0] == 7
@@ -142,13 +146,13 @@ def test_an_invalid_partition_gets_invalid_record_and_the_others_are_written(  #
 
 
 def test_acks_0_with_an_invalid_partition_writes_the_rest_then_closes(  # type: ignore[no-untyped-def]
-        own_proxy, tmp_path: Path, topic: str) -> None:
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
     proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=100, mode="throttle"))
-    create_topic(proxy.bootstrap, topic, partitions=2)
+    create_topic_on_one_broker(broker, topic, partitions=2)
     partitions = [{"index": 0, "records": record_batch([b"good"])}, {"index": 1, "records": b""}]
     request = encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=1, transactional_id=None, acks=0,
                              timeout_ms=30_000, topic_data=[{"name": topic, "partition_data": partitions}])
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+    with connect_to_leader(proxy, topic) as sock:
         sock.sendall(request)
         assert read_frame(sock) == b""
     assert read_all(proxy.bootstrap, topic) == {0: [b"good"]}

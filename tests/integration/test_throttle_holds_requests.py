@@ -9,7 +9,6 @@ much as one that waits (kafka-python). Each case is compared with that model
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import threading
 import time
@@ -20,7 +19,14 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 
 from tests.integration.test_produce_quotas import count_messages, create_topic, produce, usage_totals
-from tests.support import ProxyProcess, kafka_produce_model_s, produce_request, read_frame, record_batch
+from tests.support import (
+    ProxyProcess,
+    connect_to_leader,
+    kafka_produce_model_s,
+    produce_request,
+    read_frame,
+    record_batch,
+)
 
 pytestmark = pytest.mark.integration
 MIB = 1 << 20
@@ -44,7 +50,7 @@ def test_pipelined_raw_produce_requests_wait_for_the_throttle(own_proxy, tmp_pat
     frames = [produce_request(topic, record_batch([bytes([i]) * (MIB - 200)]), correlation_id=i, acks=1)
               for i in range(25)]
     answered: list[tuple[int, int, float]] = []  # correlation id, throttle_time_ms, seconds since the first write
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=60) as sock:
+    with connect_to_leader(proxy, topic, timeout_s=60) as sock:
         started = time.monotonic()
         writer = threading.Thread(target=sock.sendall, args=(b"".join(frames),))  # all pipelined at once
         writer.start()

@@ -32,6 +32,30 @@ def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_bro
         assert (ROOT / path).exists()
 
 
+def test_every_broker_is_published_for_the_tests_against_apache_kafka() -> None:
+    """`make test-cluster` in .github/workflows/apache-kafka.yml reaches each broker on localhost:1909N."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    workflow = yaml.safe_load((ROOT / ".github/workflows/apache-kafka.yml").read_text())
+    bootstrap = workflow["jobs"]["apache-kafka"]["env"]["KAFKA_BOOTSTRAP"].split(",")
+    brokers = {name: service for name, service in compose["services"].items() if name.startswith("kafka-")}
+    assert all(service["image"].startswith("apache/kafka:4.") for service in brokers.values())
+    advertised = set()
+    for service in brokers.values():
+        environment = service["environment"]
+        assert environment["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
+        external = next(listener for listener in environment["KAFKA_ADVERTISED_LISTENERS"].split(",")
+                        if listener.startswith("EXTERNAL://"))
+        host_port = external.removeprefix("EXTERNAL://")
+        port = host_port.rsplit(":", 1)[1]
+        assert f"{port}:{port}" in service["ports"]
+        assert f"EXTERNAL://:{port}" in environment["KAFKA_LISTENERS"]
+        advertised.add(host_port)
+    assert set(bootstrap) == advertised
+    steps = workflow["jobs"]["apache-kafka"]["steps"]
+    assert any(step.get("run") == "docker compose up -d " + " ".join(sorted(brokers)) for step in steps)
+    assert any("make test-cluster" in step.get("run", "") for step in steps)
+
+
 def test_prometheus_scrapes_the_proxy_metrics_port() -> None:
     prometheus = yaml.safe_load((ROOT / "examples/prometheus.yml").read_text())
     targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
