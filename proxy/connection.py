@@ -313,6 +313,7 @@ class ClientConnection(asyncio.Protocol):
                                           time.perf_counter(), outcome.throttle_since_ms))
         elif outcome.close_after_response:
             self._close_when_answered = True
+            self._pause_if_holding()
         if outcome.throttle_ms:
             self._throttled(outcome.throttle_ms, outcome.expects_response)
         return outcome.forward and outcome.replacement is None
@@ -579,7 +580,7 @@ class ClientConnection(asyncio.Protocol):
         self._unmute()
 
     def _unmute(self) -> None:
-        if self._throttled_response_pending:
+        if self._throttled_response_pending or self._close_when_answered:
             return
         self.gate.resume(PauseReason.THROTTLED)
         self._release_held()

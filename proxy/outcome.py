@@ -43,6 +43,8 @@ class Outcome(NamedTuple):
     """A whole request frame (size prefix included) forwarded instead of the client's."""
     finish: ResponseFinisher | None = None
     close_after_response: bool = False
+    """Close the connection once the response is sent; without a response (acks=0), once the earlier
+    requests are answered, reading nothing after this one (Kafka closes such a connection)."""
     throttle_since_ms: int | None = None
     """Quota time ``throttle_ms`` was computed at, when it shrinks by the time the request then takes
     until its response is sent (Kafka's ``AbstractControllerMutationQuota.throttleTime``)."""

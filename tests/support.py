@@ -216,6 +216,15 @@ def read_frame(sock: socket.socket) -> bytes:
     return _read_exactly(sock, int.from_bytes(prefix, "big", signed=True))
 
 
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the peer closed instead of answering. A peer that closes with our unread requests still
+    in its buffer resets the connection rather than ending it cleanly; both are a close."""
+    try:
+        return read_frame(sock) == b""
+    except ConnectionResetError:
+        return True
+
+
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
