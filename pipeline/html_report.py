@@ -18,7 +18,8 @@ from pyspark.sql import functions as F  # noqa: E402
 from quotas.config import QuotaConfig, QuotaType, load_quota_file  # noqa: E402
 
 CHARTED_PRINCIPALS = 20
-_PANELS = (("byte_rate", "bytes/s", QuotaType.PRODUCER_BYTE_RATE),
+_PANELS = (("byte_rate", "produced bytes/s", QuotaType.PRODUCER_BYTE_RATE),
+           ("fetch_byte_rate", "fetched bytes/s", QuotaType.CONSUMER_BYTE_RATE),
            ("new_pid_rate", "new producer IDs/s", QuotaType.PRODUCER_IDS_RATE),
            ("mutation_rate", "partition mutations/s", QuotaType.CONTROLLER_MUTATION_RATE))
 
@@ -28,7 +29,8 @@ def _minute_series(usage: DataFrame, principals: list[tuple[str, str]]) -> dict[
     wanted = usage.join(usage.sparkSession.createDataFrame(principals, "user string, client_id string"),
                         ["user", "client_id"])
     rows = (wanted.groupBy("user", "client_id", (F.col("time") - F.col("time") % 60).alias("minute"))
-            .agg(F.max("bytes").alias("byte_rate"), F.max("new_pids").alias("new_pid_rate"),
+            .agg(F.max("bytes").alias("byte_rate"), F.max("fetch_bytes").alias("fetch_byte_rate"),
+                 F.max("new_pids").alias("new_pid_rate"),
                  F.max("mutations").alias("mutation_rate"), F.max("throttle_ms").alias("throttle_ms"))
             .orderBy("minute").collect())
     series: dict[tuple[str, str], list[Any]] = {principal: [] for principal in principals}
@@ -39,7 +41,7 @@ def _minute_series(usage: DataFrame, principals: list[tuple[str, str]]) -> dict[
 
 def _chart(path: Path, user: str, client_id: str, rows: list[Any], quotas: QuotaConfig | None) -> None:
     times = [datetime.datetime.fromtimestamp(row["minute"], datetime.UTC) for row in rows]
-    figure, axes = plt.subplots(len(_PANELS), 1, figsize=(9, 7), sharex=True)
+    figure, axes = plt.subplots(len(_PANELS), 1, figsize=(9, 9), sharex=True)
     for axis, (column, unit, quota_type) in zip(axes, _PANELS, strict=True):
         axis.plot(times, [row[column] for row in rows], drawstyle="steps-post", label="busiest second of the minute")
         quota = None if quotas is None else quotas.resolve(quota_type, user, client_id)
@@ -65,7 +67,7 @@ def _file_name(index: int, user: str, client_id: str) -> str:
 def write_report(out_dir: Path, usage: DataFrame, summary: list[dict[str, Any]], churners: list[dict[str, Any]],
                  malformed: int, lines: int, quota_file: Path | None) -> Path:
     quotas = load_quota_file(quota_file) if quota_file is not None else None
-    busiest = sorted(summary, key=lambda row: -row["total_bytes"])[:CHARTED_PRINCIPALS]
+    busiest = sorted(summary, key=lambda row: -(row["total_bytes"] + row["total_fetch_bytes"]))[:CHARTED_PRINCIPALS]
     principals = [(row["user"], row["client_id"]) for row in busiest]
     series = _minute_series(usage, principals) if principals else {}
     sections = []
@@ -76,8 +78,8 @@ def write_report(out_dir: Path, usage: DataFrame, summary: list[dict[str, Any]],
                         f'<img src="{html.escape(name)}" alt="rates of {html.escape(user)} / '
                         f'{html.escape(client_id)} over time">')
     columns = ["user", "client_id", "seconds", "byte_rate_p50", "byte_rate_p95", "byte_rate_p99", "byte_rate_max",
-               "new_pid_rate_p99", "new_pid_rate_max", "mutation_rate_p99", "mutation_rate_max",
-               "throttled_share", "rejections"]
+               "fetch_byte_rate_p99", "fetch_byte_rate_max", "new_pid_rate_p99", "new_pid_rate_max",
+               "mutation_rate_p99", "mutation_rate_max", "throttled_share", "rejections"]
     table = _table(columns, summary)
     churn_table = _table(["user", "max_new_pids_per_hour", "total_new_pids", "max_ledger_new_pids_per_hour"],
                          churners)
@@ -94,7 +96,8 @@ percentiles are exact. <a href="recommended-quotas.toml">Recommended quotas</a>.
 <h2>Top producer-ID churners</h2>
 {churn_table}
 <h2>Usage against quota over time</h2>
-<p>The {len(principals)} principals with the most bytes; each point is the busiest second of a minute.</p>
+<p>The {len(principals)} principals with the most bytes produced and fetched; each point is the busiest
+second of a minute.</p>
 {chr(10).join(sections)}
 </body></html>
 """

@@ -31,22 +31,19 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType  # n
 
 from allocator.ledger import read_ledger_file  # noqa: E402
 from pipeline.html_report import write_report  # noqa: E402
+from quotas.usage_record import USAGE_FIELDS  # noqa: E402
 
+COUNTERS = USAGE_FIELDS
 USAGE_SCHEMA = StructType([
     StructField("time", LongType()),
     StructField("user", StringType()),
     StructField("client_id", StringType()),
-    StructField("bytes", LongType()),
-    StructField("produce_requests", LongType()),
-    StructField("new_pids", LongType()),
-    StructField("mutations", LongType()),
-    StructField("throttle_ms", LongType()),
-    StructField("rejections", LongType()),
+    *(StructField(counter, LongType()) for counter in COUNTERS),
     StructField("_corrupt", StringType()),
 ])
-"""The usage log's columns (``proxy.usage_log.USAGE_FIELDS``), read without schema inference."""
-COUNTERS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections")
-RATES = {"bytes": "byte_rate", "new_pids": "new_pid_rate", "mutations": "mutation_rate"}
+"""The usage log's columns, read without schema inference (a counter a line lacks reads as 0)."""
+RATES = {"bytes": "byte_rate", "fetch_bytes": "fetch_byte_rate", "new_pids": "new_pid_rate",
+         "mutations": "mutation_rate"}
 PERCENTILES = (0.5, 0.95, 0.99)
 LEDGER_SCHEMA = StructType([
     StructField("pid", LongType()),
@@ -106,6 +103,7 @@ def summarize(usage: DataFrame) -> DataFrame:
         F.sum("throttle_ms").alias("throttle_ms"),
         F.sum("rejections").alias("rejections"),
         F.sum("bytes").alias("total_bytes"),
+        F.sum("fetch_bytes").alias("total_fetch_bytes"),
         F.sum("new_pids").alias("total_new_pids"),
         F.sum("mutations").alias("total_mutations"),
     ]
@@ -151,15 +149,17 @@ def read_ledger(spark: SparkSession, ledger_dir: str) -> DataFrame:
 # ---- recommended quotas -------------------------------------------------------------------------
 
 def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
-    """The proxy's quota file: p99 x headroom rounded up, per (user, client id) for bytes and
-    mutations and per user (its busiest client's p99) for new producer IDs. A rate whose p99 is 0
+    """The proxy's quota file: p99 x headroom rounded up, per (user, client id) for produced and
+    fetched bytes and mutations and per user (its busiest client's p99) for new producer IDs. A rate whose p99 is 0
     gets no quota (a rate must be positive)."""
     lines = [f"# Recommended by `kafka-quota-proxy report`: p99 of each rate x {headroom:g}, rounded up.",
              "# Per (user, client id) for bytes and mutations; per user for new producer IDs."]
+    byte_rates = {"producer_byte_rate": "byte_rate_p99", "consumer_byte_rate": "fetch_byte_rate_p99",
+                  "controller_mutation_rate": "mutation_rate_p99"}
     per_user_pids: dict[str, float] = {}
     for row in summary:
         per_user_pids[row["user"]] = max(per_user_pids.get(row["user"], 0.0), row["new_pid_rate_p99"] or 0.0)
-        values = {"producer_byte_rate": row["byte_rate_p99"], "controller_mutation_rate": row["mutation_rate_p99"]}
+        values = {key: row[column] for key, column in byte_rates.items()}
         body = [f"{key} = {math.ceil(value * headroom)}" for key, value in values.items() if value and value > 0]
         if body:
             entity = [f"user = {json.dumps(row['user'])}", f"client-id = {json.dumps(row['client_id'])}"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from proxy.usage_log import usage_file_name
+from quotas.usage_record import usage_file_name
 
 START = 1_790_000_000 - 1_790_000_000 % 3600
 PRINCIPALS = [("alice", "billing"), ("alice", "search"), ("bob", "etl"), ("ANONYMOUS", "legacy"), ("carol", "app")]
@@ -30,7 +30,8 @@ def rows(count: int, seed: int = 7) -> Iterator[dict[str, Any]]:
         second = START + index // len(principals)
         row = {"time": second, "user": user, "client_id": client_id,
                "bytes": generator.randrange(1_000, 2_000_000), "produce_requests": generator.randrange(1, 50),
-               "new_pids": 0, "mutations": 0, "throttle_ms": 0, "rejections": 0}
+               "new_pids": 0, "mutations": 0, "throttle_ms": 0, "rejections": 0,
+               "fetch_bytes": generator.randrange(0, 4_000_000)}
         if (user, client_id) == MISBEHAVING:
             row["bytes"] = generator.randrange(5_000_000, 50_000_000)
             row["new_pids"] = generator.randrange(0, 40)

@@ -1,6 +1,6 @@
 """Raising ``throttle_time_ms`` in a response without re-encoding it.
 
-The field is the first of the body for CreateTopics (v2+), DeleteTopics (v1+), CreatePartitions,
+The field is the first of the body for Fetch (v1+), CreateTopics (v2+), DeleteTopics (v1+), CreatePartitions,
 InitProducerId and AllocateProducerIds; in Produce (v1+) it follows the ``responses`` array, which
 is walked (never decoded) to find it. SPEC §1.
 """
@@ -17,8 +17,8 @@ _INT16 = Struct(">h")
 _INT32 = Struct(">i")
 
 # api key -> first version whose response body starts with throttle_time_ms
-_LEADING_THROTTLE: dict[int, int] = {Api.CREATE_TOPICS: 2, Api.DELETE_TOPICS: 1, Api.CREATE_PARTITIONS: 0,
-                     Api.INIT_PRODUCER_ID: 0, Api.ALLOCATE_PRODUCER_IDS: 0}
+_LEADING_THROTTLE: dict[int, int] = {Api.FETCH: 1, Api.CREATE_TOPICS: 2, Api.DELETE_TOPICS: 1,
+                                     Api.CREATE_PARTITIONS: 0, Api.INIT_PRODUCER_ID: 0, Api.ALLOCATE_PRODUCER_IDS: 0}
 _FIRST_PRODUCE_THROTTLE_VERSION = 1
 
 

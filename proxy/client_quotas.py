@@ -1,11 +1,11 @@
 """AlterClientQuotas and DescribeClientQuotas for the quota types the proxy enforces.
 
-``producer_byte_rate``, ``controller_mutation_rate`` and ``producer_ids_rate`` on user and
-client-id entities are the proxy's: set in ``QuotaService`` (persisted, winning over the quota
-file) and described from the quotas in force. Every other key (e.g. ``consumer_byte_rate``) or
-entity type (``ip``) belongs to the cluster: those parts are forwarded upstream, and the answers
-are merged in request order. A cluster that lacks the API gets nothing forwarded; its parts are
-answered UNSUPPORTED_VERSION.
+``producer_byte_rate``, ``consumer_byte_rate``, ``controller_mutation_rate`` and
+``producer_ids_rate`` on user and client-id entities are the proxy's: set in ``QuotaService``
+(persisted, winning over the quota file) and described from the quotas in force. Every other key
+(e.g. ``request_percentage``) or entity type (``ip``) belongs to the cluster: those parts are
+forwarded upstream, and the answers are merged in request order. A cluster that lacks the API
+gets nothing forwarded; its parts are answered UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from protocol.throttle import raise_throttle
 from proxy.config import HostPort, ProxyConfig
 from proxy.flow import PauseReason, ReadGate
 from proxy.metrics import ProxyMetrics
-from proxy.outcome import FORWARD, Caller, Decided, Outcome, ResponseFinisher
+from proxy.outcome import FORWARD, Caller, Decided, Outcome, ResponseCharge, ResponseFinisher
 from proxy.produce_handler import ProduceHandler
 from proxy.quota_service import now_ms
 from proxy.sasl import SaslServer
@@ -68,6 +68,7 @@ class InFlight(NamedTuple):
     moves in whole milliseconds, coarser than most requests take)."""
     throttle_since_ms: int | None = None
     """See ``Outcome.throttle_since_ms``."""
+    charge_response: ResponseCharge | None = None
 
 
 class ProxyContext(Protocol):
@@ -310,7 +311,7 @@ class ClientConnection(asyncio.Protocol):
             api_key, api_version, correlation_id = peek_request(frame)
             self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
                                           outcome.local_response, outcome.finish, outcome.close_after_response,
-                                          time.perf_counter(), outcome.throttle_since_ms))
+                                          time.perf_counter(), outcome.throttle_since_ms, outcome.charge_response))
         elif outcome.close_after_response:
             self._close_when_answered = True
             self._pause_if_holding()
@@ -455,13 +456,17 @@ class ClientConnection(asyncio.Protocol):
                 raise ProtocolError("response without a request", offset=start)
             request = self._in_flight.popleft()
             self._metrics.observe_latency(request.api_key, now - request.read_at)
+            frame_start = start + SIZE_PREFIX_BYTES
+            if request.charge_response is not None:
+                charged_ms = request.charge_response(view[frame_start:end])
+                if charged_ms > request.throttle_ms:
+                    request = request._replace(throttle_ms=charged_ms)
             if request.throttle_ms:
                 if request.throttle_since_ms is not None:
                     request = request._replace(throttle_ms=remaining_throttle_ms(
                         request.throttle_ms, request.throttle_since_ms, now_ms()))
                 mute_ms = max(mute_ms or 0, request.throttle_ms)
             self._close_after_write |= request.close_after_response
-            frame_start = start + SIZE_PREFIX_BYTES
             correlation_id = response_correlation_id(chunk, frame_start)
             if correlation_id != request.correlation_id:
                 raise ProtocolError(

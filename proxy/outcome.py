@@ -16,6 +16,8 @@ PRINCIPAL_PREFIX = "User:"
 
 ResponseFinisher = Callable[[memoryview], bytes]
 """Turns the upstream response body (header excluded) into the body the client gets."""
+ResponseCharge = Callable[[memoryview], int]
+"""Charges the upstream response (header included, no size prefix) to a quota; returns the throttle."""
 
 
 class Caller(NamedTuple):
@@ -48,6 +50,9 @@ class Outcome(NamedTuple):
     throttle_since_ms: int | None = None
     """Quota time ``throttle_ms`` was computed at, when it shrinks by the time the request then takes
     until its response is sent (Kafka's ``AbstractControllerMutationQuota.throttleTime``)."""
+    charge_response: ResponseCharge | None = None
+    """What the response costs is known only when it arrives (a Fetch): its throttle is raised into
+    it, and the connection muted after it, as for a throttle decided on the request."""
 
 
 FORWARD = Outcome()

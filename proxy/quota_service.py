@@ -1,4 +1,4 @@
-"""The quota engines as the proxy runs them: one configuration, three managers, live reloads.
+"""The quota engines as the proxy runs them: one configuration, four managers, live reloads.
 
 The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas,
 which are kept in ``<state-dir>/client-quotas.json`` (so they survive restarts) and win over the
@@ -47,9 +47,10 @@ class QuotaService:
         self._file_config = self._load() if quota_file is not None else QuotaConfig()
         config = self._effective()
         self.produce = ClientQuotaManager(config)
+        self.fetch = ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE)
         self.mutations = ControllerMutationQuotaManager(config)
         self.producer_ids = ProducerIdQuotaManager(config)
-        QuotaMetrics(registry, self.produce, self.mutations, self.producer_ids, now_ms)
+        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms)
 
     @property
     def config(self) -> QuotaConfig:
@@ -74,7 +75,7 @@ class QuotaService:
         return QuotaConfig(self._file_config.settings, entries)
 
     def apply(self, config: QuotaConfig) -> None:
-        for manager in (self.produce, self.mutations, self.producer_ids):
+        for manager in (self.produce, self.fetch, self.mutations, self.producer_ids):
             manager.update_config(config)
 
     def reload_if_changed(self) -> None:

@@ -20,6 +20,7 @@ from proxy.client_quotas import ClientQuotaHandlers
 from proxy.cluster_info import ClusterInfo
 from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
+from proxy.fetch_handler import FetchHandler
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.produce_handler import ProduceHandler
 from proxy.producer_ids import (
@@ -86,6 +87,7 @@ class ProxyServer:
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
         client_quotas = ClientQuotaHandlers(self.quotas, lambda: self.upstream_api_keys, config.admin_principals)
         self.handlers: Mapping[int, RequestHandler] = {
+            Api.FETCH: FetchHandler(self.quotas, self.usage),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,

@@ -13,26 +13,20 @@ import json
 import logging
 import queue
 import threading
-import time
 from pathlib import Path
 from typing import NamedTuple
 
+from quotas.usage_record import USAGE_FIELDS, usage_file_name
+
 log = logging.getLogger(__name__)
 
-USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections")
-"""The counters of one line, besides ``time`` (epoch seconds), ``user`` and ``client_id``."""
-
-_BYTES, _PRODUCE_REQUESTS, _NEW_PIDS, _MUTATIONS, _THROTTLE_MS, _REJECTIONS = range(len(USAGE_FIELDS))
+_BYTES, _PRODUCE_REQUESTS, _NEW_PIDS, _MUTATIONS, _THROTTLE_MS, _REJECTIONS, _FETCH_BYTES = range(len(USAGE_FIELDS))
 _MAX_QUEUED_SECONDS = 3600
 
 
 class UsageSecond(NamedTuple):
     epoch_s: int
     counters: dict[tuple[str, str], list[int]]
-
-
-def usage_file_name(epoch_s: int) -> str:
-    return time.strftime("usage-%Y-%m-%dT%H.jsonl", time.gmtime(epoch_s))
 
 
 class UsageLog:
@@ -65,6 +59,11 @@ class UsageLog:
         """Producer IDs of a request already counted by ``produce`` (checked once it was complete)."""
         entry = self._entry(user, client_id)
         entry[_NEW_PIDS] += new_pids
+        entry[_THROTTLE_MS] += throttle_ms
+
+    def fetch(self, user: str, client_id: str, size_bytes: int, throttle_ms: int) -> None:
+        entry = self._entry(user, client_id)
+        entry[_FETCH_BYTES] += size_bytes
         entry[_THROTTLE_MS] += throttle_ms
 
     def mutations(self, user: str, client_id: str, count: int, throttle_ms: int, rejected_topics: int) -> None:

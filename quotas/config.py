@@ -22,12 +22,13 @@ DEFAULT = "<default>"
 
 class QuotaType(enum.StrEnum):
     PRODUCER_BYTE_RATE = "producer_byte_rate"
+    CONSUMER_BYTE_RATE = "consumer_byte_rate"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
     PRODUCER_IDS_RATE = "producer_ids_rate"
 
 
-# Kafka types producer_byte_rate as a LONG (whole bytes/s); the others are DOUBLEs.
-_INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE})
+# Kafka types the byte rates as LONGs (whole bytes/s); the others are DOUBLEs.
+_INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE})
 _USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE})
 
 
@@ -108,7 +109,7 @@ class Window:
 
 @dataclass(frozen=True)
 class QuotaSettings:
-    produce_window: Window = Window(11, 1)
+    byte_rate_window: Window = Window(11, 1)
     mutation_window: Window = Window(11, 1)
     producer_id_window: Window = Window(11, 3600)
     producer_id_mode: PidQuotaMode = PidQuotaMode.THROTTLE
@@ -118,7 +119,8 @@ class QuotaSettings:
 
     def window_for(self, quota_type: QuotaType) -> Window:
         return {
-            QuotaType.PRODUCER_BYTE_RATE: self.produce_window,
+            QuotaType.PRODUCER_BYTE_RATE: self.byte_rate_window,
+            QuotaType.CONSUMER_BYTE_RATE: self.byte_rate_window,
             QuotaType.CONTROLLER_MUTATION_RATE: self.mutation_window,
             QuotaType.PRODUCER_IDS_RATE: self.producer_id_window,
         }[quota_type]
@@ -189,8 +191,8 @@ def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> No
 # ---- the TOML file ---------------------------------------------------------------------------
 
 _WINDOW_SETTINGS = {
-    "quota.window.num": ("produce_window", "num"),
-    "quota.window.size.seconds": ("produce_window", "size_s"),
+    "quota.window.num": ("byte_rate_window", "num"),
+    "quota.window.size.seconds": ("byte_rate_window", "size_s"),
     "controller.quota.window.num": ("mutation_window", "num"),
     "controller.quota.window.size.seconds": ("mutation_window", "size_s"),
     "producer.id.quota.window.num": ("producer_id_window", "num"),
@@ -237,7 +239,7 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
             raise QuotaConfigError(f"[settings] {key}: must be a whole number of at least 2, got {value!r}")
         windows.setdefault(window_name, {})[part] = value
     resolved = {}
-    for window_name in ("produce_window", "mutation_window", "producer_id_window"):
+    for window_name in ("byte_rate_window", "mutation_window", "producer_id_window"):
         default: Window = getattr(defaults, window_name)
         given = windows.get(window_name, {})
         resolved[window_name] = Window(int(given.get("num", default.num)), float(given.get("size_s", default.size_s)))

@@ -120,9 +120,9 @@ class _Counters:
         self.rejected = 0
 
 
-# ---- produce bytes (KIP-13) -------------------------------------------------------------------
+# ---- produce and fetch bytes (KIP-13) ---------------------------------------------------------
 
-class ProduceRateState(EntityState):
+class ByteRateState(EntityState):
     __slots__ = ("rate", "last_throttle_ms")
 
     def __init__(self) -> None:
@@ -132,27 +132,28 @@ class ProduceRateState(EntityState):
 
 
 class ClientQuotaManager(_Counters):
-    """``producer_byte_rate``: record the request size, throttle when the rate is above the quota."""
+    """``producer_byte_rate`` or ``consumer_byte_rate``: record the bytes (a Produce request's size, a
+    Fetch response's), throttle when the rate is above the quota. Kafka runs one of these per type."""
 
-    quota_type = QuotaType.PRODUCER_BYTE_RATE
-
-    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+    def __init__(self, config: QuotaConfig, quota_type: QuotaType = QuotaType.PRODUCER_BYTE_RATE,
+                 idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
         super().__init__()
         self.config = config
-        self.entities: EntityTable[ProduceRateState] = EntityTable(idle_expiry_ms)
+        self.quota_type = quota_type
+        self.entities: EntityTable[ByteRateState] = EntityTable(idle_expiry_ms)
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
 
     def record(self, user: str, client_id: str, size_bytes: int, now_ms: int, broker: str = "") -> Decision:
-        """``broker``: the upstream broker the request goes to (its own budget in ``broker`` scope)."""
+        """``broker``: the upstream broker the bytes go to or come from (its own budget in ``broker`` scope)."""
         quota = self.config.resolve(self.quota_type, user, client_id)
         if quota is None:
             return UNLIMITED
         settings = self.config.settings
-        window = settings.produce_window
+        window = settings.byte_rate_window
         key = quota.key._replace(broker=broker) if settings.quota_scope is QuotaScope.BROKER else quota.key
-        state = self.entities.get_or_create(key, now_ms, ProduceRateState)
+        state = self.entities.get_or_create(key, now_ms, ByteRateState)
         state.rate.record(size_bytes, now_ms, window)
         rate, window_ms = state.rate.measure_with_window(now_ms, window)
         if rate <= quota.limit:
@@ -162,6 +163,15 @@ class ClientQuotaManager(_Counters):
             state.last_throttle_ms = throttle_ms
             self.throttled += 1
         return Decision(True, throttle_ms, key)
+
+    def max_value_in_window(self, user: str, client_id: str) -> float | None:
+        """The most that can be recorded at once without a certain throttle, or None without a quota:
+        ``quota x (num - 1) x size`` (Kafka's ``getMaxValueInQuotaWindow``, which caps a Fetch's max_bytes)."""
+        quota = self.config.resolve(self.quota_type, user, client_id)
+        if quota is None:
+            return None
+        window = self.config.settings.byte_rate_window
+        return quota.limit * (window.num - 1) * window.size_s
 
 
 # ---- token-bucket quotas (KIP-599, KIP-936) ----------------------------------------------------

@@ -20,10 +20,11 @@ _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
 
 
 class QuotaMetrics(Collector):
-    def __init__(self, registry: CollectorRegistry, produce: ClientQuotaManager,
+    def __init__(self, registry: CollectorRegistry, produce: ClientQuotaManager, fetch: ClientQuotaManager,
                  mutations: ControllerMutationQuotaManager, producer_ids: ProducerIdQuotaManager,
                  clock_ms: Callable[[], int]) -> None:
         self._produce = produce
+        self._fetch = fetch
         self._mutations = mutations
         self._producer_ids = producer_ids
         self._clock_ms = clock_ms
@@ -31,7 +32,8 @@ class QuotaMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now_ms = self._clock_ms()
-        yield from self._produce_metrics(now_ms)
+        yield from self._byte_rate_metrics("produce", "Produce", self._produce, now_ms)
+        yield from self._byte_rate_metrics("consume", "Fetch response", self._fetch, now_ms)
         yield from self._bucket_metrics("controller_mutation", "partition mutations", self._mutations, now_ms,
                                         _ENTITY_LABELS)
         yield from self._bucket_metrics("producer_id", "new producer IDs", self._producer_ids, now_ms, ["user"])
@@ -41,7 +43,7 @@ class QuotaMetrics(Collector):
         rejected = CounterMetricFamily("kafka_quota_rejected_requests",
                                        "Requests (or their topics) refused with THROTTLING_QUOTA_EXCEEDED",
                                        labels=["quota_type"])
-        for manager in (self._produce, self._mutations, self._producer_ids):
+        for manager in (self._produce, self._fetch, self._mutations, self._producer_ids):
             throttled.add_metric([manager.quota_type.value], manager.throttled)
             rejected.add_metric([manager.quota_type.value], manager.rejected)
         yield throttled
@@ -49,15 +51,16 @@ class QuotaMetrics(Collector):
         yield CounterMetricFamily("kafka_quota_producer_ids_admitted", "New producer IDs charged to a quota",
                                   value=self._producer_ids.admitted_pids)
 
-    def _produce_metrics(self, now_ms: int) -> Iterator[Metric]:
-        rate = GaugeMetricFamily("kafka_quota_produce_byte_rate",
-                                 "Produce bytes/s (Kafka's byte-rate); broker is empty in proxy scope",
+    @staticmethod
+    def _byte_rate_metrics(prefix: str, what: str, manager: ClientQuotaManager, now_ms: int) -> Iterator[Metric]:
+        rate = GaugeMetricFamily(f"kafka_quota_{prefix}_byte_rate",
+                                 f"{what} bytes/s (Kafka's byte-rate); broker is empty in proxy scope",
                                  labels=_BYTE_RATE_LABELS)
-        throttle = GaugeMetricFamily("kafka_quota_produce_throttle_time_ms",
-                                     "Last produce throttle time given (Kafka's throttle-time)",
+        throttle = GaugeMetricFamily(f"kafka_quota_{prefix}_throttle_time_ms",
+                                     f"Last {prefix} throttle time given (Kafka's throttle-time)",
                                      labels=_BYTE_RATE_LABELS)
-        window = self._produce.config.settings.produce_window
-        for key, state in self._produce.entities.items():
+        window = manager.config.settings.byte_rate_window
+        for key, state in manager.entities.items():
             labels = [key.user, key.client_id, key.broker]
             rate.add_metric(labels, state.rate.measure(now_ms, window))
             throttle.add_metric(labels, state.last_throttle_ms)

@@ -257,18 +257,29 @@ def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, wi
     sent and its throttle has run out (``SocketServer`` mutes the channel); its size is recorded
     when it is handled. Computed with the project's own rate (Kafka's ``SampledStat``).
     """
+    return kafka_shared_quota_model_s([request_bytes], quota_bytes_per_s, window_num, window_size_s)
+
+
+def kafka_shared_quota_model_s(bytes_per_connection: list[list[int]], quota_bytes_per_s: float,
+                               window_num: int = 11, window_size_s: float = 1.0) -> float:
+    """``kafka_produce_model_s`` for several connections charging one quota (a user's consumers):
+    each connection is muted for its own throttle; the next charge is the connection ready first."""
     from quotas.config import Window
     from quotas.rate import SampledRate, rate_throttle_ms
 
     window = Window(window_num, window_size_s)
     rate = SampledRate()
-    start_ms = now_ms = 1_000_000_000
-    answered_ms = now_ms
-    for size in request_bytes:
-        rate.record(size, now_ms, window)
+    start_ms = 1_000_000_000
+    ready_ms = [start_ms] * len(bytes_per_connection)
+    remaining = [list(sizes) for sizes in bytes_per_connection]
+    answered_ms = start_ms
+    while any(remaining):
+        connection = min((i for i, sizes in enumerate(remaining) if sizes), key=lambda i: ready_ms[i])
+        now_ms = answered_ms = ready_ms[connection]
+        rate.record(remaining[connection].pop(0), now_ms, window)
         measured, window_ms = rate.measure_with_window(now_ms, window)
-        answered_ms = now_ms
-        now_ms += rate_throttle_ms(measured, quota_bytes_per_s, window_ms) if measured > quota_bytes_per_s else 0
+        if measured > quota_bytes_per_s:
+            ready_ms[connection] = now_ms + rate_throttle_ms(measured, quota_bytes_per_s, window_ms)
     return (answered_ms - start_ms) / 1000
 
 

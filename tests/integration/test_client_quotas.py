@@ -63,10 +63,10 @@ def test_api_override_wins_over_the_quota_file(own_proxy, tmp_path: Path) -> Non
     quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 1000000\nproducer_ids_rate = 5\n')
     proxy = own_proxy("--quota-file", str(quota_file))
     assert quotas_command(proxy, "alter", "--entity-type", "users", "--entity-default",
-                          "--add-config", "producer_byte_rate=2000000").returncode == 0
+                          "--add-config", "producer_byte_rate=2000000,consumer_byte_rate=3000000").returncode == 0
     described = quotas_command(proxy, "describe", "--entity-type", "users", "--entity-default")
     assert described.stdout.strip() == ("Quota configs for the default user-principal are "
-                                        "producer_byte_rate=2000000,producer_ids_rate=5")
+                                        "consumer_byte_rate=3000000,producer_byte_rate=2000000,producer_ids_rate=5")
 
 
 def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broker: Cluster, topic: str) -> None:  # type: ignore[no-untyped-def]
@@ -81,9 +81,10 @@ def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broke
             {"entity": [{"entity_type": "client-id", "entity_name": "app"}],
              "ops": [{"key": "producer_ids_rate", "value": 1.0, "remove": False}]},
             {"entity": [{"entity_type": "user", "entity_name": bob}],
-             "ops": [{"key": "consumer_byte_rate", "value": 1.0, "remove": False}]},
+             "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]},
             {"entity": [{"entity_type": "user", "entity_name": carol}],
-             "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]},
+             "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False},
+                     {"key": "consumer_byte_rate", "value": 2048.0, "remove": False}]},
         ])
         codes = [entry.error_code for entry in response.entries]  # type: ignore[attr-defined]
         # negative rate; PID quota on a client id; a key the cluster owns (forwarded, or refused when the
@@ -94,10 +95,10 @@ def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broke
                          components=[{"entity_type": "user", "match_type": 2, "match": None}])
         entries = {(entry.entity[0].entity_name, value.key, value.value)  # type: ignore[attr-defined]
                    for entry in described.entries for value in entry.values}  # type: ignore[attr-defined]
-        assert (carol, "producer_byte_rate", 1024.0) in entries
-        assert ((bob, "consumer_byte_rate", 1.0) in entries) is forwarded
+        assert {(carol, "producer_byte_rate", 1024.0), (carol, "consumer_byte_rate", 2048.0)} <= entries
+        assert ((bob, "request_percentage", 1.0) in entries) is forwarded
         assert not any(name == "alice" for name, _, _ in entries)
         if forwarded:  # leave the shared cluster as it was
             call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
                 {"entity": [{"entity_type": "user", "entity_name": bob}],
-                 "ops": [{"key": "consumer_byte_rate", "value": 0.0, "remove": True}]}])
+                 "ops": [{"key": "request_percentage", "value": 0.0, "remove": True}]}])

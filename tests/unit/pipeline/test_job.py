@@ -92,6 +92,8 @@ def test_recommended_quotas_load_in_the_proxy(report: tuple[Any, list[dict[str, 
     mallory = next(row for row in result.summary if (row["user"], row["client_id"]) == MISBEHAVING)
     resolved = config.resolve(QuotaType.PRODUCER_BYTE_RATE, *MISBEHAVING)
     assert resolved is not None and resolved.limit == math.ceil(mallory["byte_rate_p99"] * 1.5)
+    fetched = config.resolve(QuotaType.CONSUMER_BYTE_RATE, *MISBEHAVING)
+    assert fetched is not None and fetched.limit == math.ceil(mallory["fetch_byte_rate_p99"] * 1.5)
     pids = config.resolve(QuotaType.PRODUCER_IDS_RATE, "mallory", "any-client")
     assert pids is not None and pids.limit == math.ceil(mallory["new_pid_rate_p99"] * 1.5)
     assert config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, "bob", "etl") is None  # p99 of 0: no quota
@@ -108,10 +110,13 @@ def test_the_html_report_references_charts_that_exist(report: tuple[Any, list[di
 
 
 def test_recommendations_skip_zero_rates_and_round_up() -> None:
-    summary = [{"user": "u", "client_id": "c", "byte_rate_p99": 100.2, "mutation_rate_p99": 0.0,
-                "new_pid_rate_p99": 0.4}]
+    summary = [{"user": "u", "client_id": "c", "byte_rate_p99": 100.2, "fetch_byte_rate_p99": 0.0,
+                "mutation_rate_p99": 0.0, "new_pid_rate_p99": 0.4},
+               {"user": "v", "client_id": "c", "byte_rate_p99": 0.0, "fetch_byte_rate_p99": 50.6,
+                "mutation_rate_p99": 0.0, "new_pid_rate_p99": 0.0}]
     text = recommended_quotas(summary, 2.0)
     assert "producer_byte_rate = 201" in text and "controller_mutation_rate" not in text
+    assert text.count("consumer_byte_rate") == 1 and "consumer_byte_rate = 102" in text
     assert "producer_ids_rate = 1" in text
 
 

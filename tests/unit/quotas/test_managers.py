@@ -28,6 +28,7 @@ from tests.unit.quotas.clock import FakeClock
 BYTES = QuotaType.PRODUCER_BYTE_RATE
 MUTATIONS = QuotaType.CONTROLLER_MUTATION_RATE
 PIDS = QuotaType.PRODUCER_IDS_RATE
+FETCH = QuotaType.CONSUMER_BYTE_RATE
 MIB = 1024 * 1024
 
 
@@ -66,6 +67,24 @@ def test_quota_scope_decides_whether_each_broker_has_its_own_budget(scope: Quota
     assert (second.throttle_ms > 0) is throttled_on_second_broker  # 16 MiB over 10 s is 1.6 MiB/s
     brokers = {key.broker for key, _ in manager.entities.items()}
     assert brokers == ({""} if scope is QuotaScope.PROXY else {"10.0.0.1:9092", "10.0.0.2:9092"})
+
+
+def test_consumer_quota_is_its_own_manager_with_the_same_formula_and_kafkas_fetch_cap() -> None:
+    clock = FakeClock()
+    quotas = config({QuotaEntity("alice", None): {FETCH: MIB}, QuotaEntity("bob", None): {BYTES: MIB}},
+                    byte_rate_window=Window(4, 1))
+    fetch = ClientQuotaManager(quotas, FETCH)
+    produce = ClientQuotaManager(quotas)
+    # getMaxValueInQuotaWindow: quota x (num - 1) x size, None without a quota (Kafka: Double.MaxValue)
+    assert fetch.max_value_in_window("alice", "c") == 3 * MIB
+    assert fetch.max_value_in_window("bob", "c") is None
+    assert produce.max_value_in_window("bob", "c") == 3 * MIB
+    assert fetch.record("alice", "c", 3 * MIB, clock()).throttle_ms == 0  # the cap is never throttled alone
+    # 4 MiB over the 3 s minimum window: (4/3 - 1) x 3 s = 1 s
+    assert fetch.record("alice", "c", MIB, clock()).throttle_ms == 1000
+    assert produce.record("alice", "c", 100 * MIB, clock()).throttle_ms == 0  # alice has no produce quota
+    assert fetch.record("bob", "c", 100 * MIB, clock()).throttle_ms == 0
+    assert (fetch.throttled, produce.throttled) == (1, 0)
 
 
 def test_quota_changes_apply_from_the_next_request() -> None:
@@ -252,20 +271,26 @@ def test_reject_mode_never_lets_a_later_batch_of_a_refused_producer_through_firs
 
 def test_metrics_follow_live_entities() -> None:
     clock = FakeClock()
-    quotas = config({QuotaEntity(None, "c"): {BYTES: 100, MUTATIONS: 1}, QuotaEntity("u", None): {PIDS: 1}})
+    quotas = config({QuotaEntity(None, "c"): {BYTES: 100, FETCH: 100, MUTATIONS: 1},
+                     QuotaEntity("u", None): {PIDS: 1}})
     produce = ClientQuotaManager(quotas, idle_expiry_ms=60_000)
+    fetch = ClientQuotaManager(quotas, FETCH, idle_expiry_ms=60_000)
     mutations = ControllerMutationQuotaManager(quotas)
     pids = ProducerIdQuotaManager(quotas)
     registry = CollectorRegistry()
-    QuotaMetrics(registry, produce, mutations, pids, clock)
+    QuotaMetrics(registry, produce, fetch, mutations, pids, clock)
     produce.record("u", "c", 10_000, clock())
+    fetch.record("u", "c", 20_000, clock(), broker="b:1")
     mutations.admit_topics("u", "c", [20], strict=True, now_ms=clock())
     pids.check("u", batches([5]), clock())
     text = generate_latest(registry).decode()
     assert 'kafka_quota_produce_byte_rate{broker="",client_id="c",user=""} 1000.0' in text
     assert 'kafka_quota_controller_mutation_tokens{client_id="c",user=""} -9.0' in text
     assert 'kafka_quota_producer_id_tokens{user="u"} 39599.0' in text
+    assert 'kafka_quota_consume_byte_rate{broker="b:1",client_id="c",user=""} 2000.0' in text
+    assert 'kafka_quota_consume_throttle_time_ms{broker="b:1",client_id="c",user=""} 190000.0' in text
     assert 'kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
+    assert 'kafka_quota_throttled_requests_total{quota_type="consumer_byte_rate"} 1.0' in text
     clock.advance(60_000)
     produce.entities.expire(clock())
     assert "kafka_quota_produce_byte_rate{" not in generate_latest(registry).decode()

@@ -1,0 +1,16 @@
+"""The usage log's record: shared by the proxy, which writes it, and the reporting job, which reads it.
+
+One JSON line per (user, client id) for each second with traffic: ``time`` (epoch seconds),
+``user``, ``client_id`` and these counters. A field added here is a column of the report; lines
+written before it existed read it as 0.
+"""
+
+import time
+
+USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections", "fetch_bytes")
+"""``bytes``: Produce request bytes; ``fetch_bytes``: Fetch response bytes charged to a consumer."""
+
+
+def usage_file_name(epoch_s: int) -> str:
+    """The hour's file the proxy appends a second's lines to."""
+    return time.strftime("usage-%Y-%m-%dT%H.jsonl", time.gmtime(epoch_s))

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.apis import Api, request_class, response_class
+from protocol.codecs import decode_request
+from protocol.fetch import capped_fetch_request, fetch_replica_id, fetch_response_size
+from protocol.header import encode_response_header, parse_request_header
+from protocol.throttle import raise_throttle
+from tests.unit.protocol.schema_strategies import message_strategy
+
+FETCH_VERSIONS = st.integers(0, 18)
+
+
+def fetch_request(data: st.DataObject, version: int) -> tuple[object, bytes]:
+    message = data.draw(message_strategy(request_class(Api.FETCH), version))
+    message.with_header(correlation_id=7, client_id=data.draw(st.text(max_size=20)))
+    return message, bytes(message.encode(header=True, framed=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), version=FETCH_VERSIONS, limit=st.integers(0, 2**31 - 1))
+def test_the_cap_lowers_max_bytes_and_min_bytes_and_nothing_else(data: st.DataObject, version: int,
+                                                                  limit: int) -> None:
+    message, frame = fetch_request(data, version)
+    header = parse_request_header(frame, version >= 12)
+    capped = capped_fetch_request(frame, header, limit)
+    original = decode_request(Api.FETCH, version, frame[header.length:])
+    if version < 3 or original.max_bytes <= limit:
+        assert capped is None  # before v3 there is no max_bytes to cap
+        return
+    assert capped is not None and len(capped) == len(frame) and capped[:header.length] == frame[:header.length]
+    decoded = decode_request(Api.FETCH, version, capped[header.length:])
+    assert decoded.max_bytes == limit and decoded.min_bytes == min(original.min_bytes, limit)
+    decoded.max_bytes, decoded.min_bytes = original.max_bytes, original.min_bytes
+    assert decoded.to_dict() == original.to_dict()
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), version=FETCH_VERSIONS)
+def test_the_replica_id_is_read_where_the_version_has_it(data: st.DataObject, version: int) -> None:
+    message, frame = fetch_request(data, version)
+    header = parse_request_header(frame, version >= 12)
+    expected = decode_request(Api.FETCH, version, frame[header.length:]).replica_id if version < 15 else -1
+    assert fetch_replica_id(frame, header) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), version=st.integers(1, 18), throttle_ms=st.integers(0, 2**31 - 1))
+def test_a_fetch_response_is_charged_4_plus_its_body_and_takes_a_throttle(data: st.DataObject, version: int,
+                                                                           throttle_ms: int) -> None:
+    message = data.draw(message_strategy(response_class(Api.FETCH), version))
+    body = bytes(message.encode(version=version))
+    flexible = version >= 12
+    assert fetch_response_size(encode_response_header(3, flexible) + body, flexible) == 4 + len(body)
+    patched = raise_throttle(Api.FETCH, version, body, throttle_ms)
+    if patched is None:
+        assert message.throttle_time_ms >= throttle_ms
+        return
+    decoded = response_class(Api.FETCH)[version].decode(patched)
+    assert decoded.throttle_time_ms == max(message.throttle_time_ms, throttle_ms)
