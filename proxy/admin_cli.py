@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.apis import Api
-from proxy.client_quotas import CLIENT_ID, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, USER
+from proxy.client_quotas import CLIENT_ID, IP, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, USER
 from proxy.config import ConfigError, HostPort, UpstreamSasl
 from proxy.sasl import (
     MECHANISMS,
@@ -30,7 +30,7 @@ from proxy.sasl import (
 )
 from proxy.upstream_client import UPSTREAM_ERRORS, request_once
 
-_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID}
+_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP}
 _CLIENT_QUOTAS_VERSION = 1
 _TIMEOUT_S = 30.0
 _MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -190,6 +190,6 @@ def _number(value: float) -> str:
 
 
 def _describe_entity(components: list[Any]) -> str:
-    words = {USER: "user-principal", CLIENT_ID: "client-id"}
+    words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip"}
     return " and ".join(f"the default {words[entity_type]}" if match == MATCH_DEFAULT
                         else f"{words[entity_type]} '{name}'" for entity_type, match, name in components)

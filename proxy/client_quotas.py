@@ -1,10 +1,10 @@
 """AlterClientQuotas and DescribeClientQuotas for the quota types the proxy enforces.
 
 ``producer_byte_rate``, ``consumer_byte_rate``, ``controller_mutation_rate`` and
-``producer_ids_rate`` on user and client-id entities are the proxy's: set in ``QuotaService``
-(persisted, winning over the quota file) and described from the quotas in force. Every other key
-(e.g. ``request_percentage``) or entity type (``ip``) belongs to the cluster: those parts are
-forwarded upstream, and the answers are merged in request order. A cluster that lacks the API
+``producer_ids_rate`` on user and client-id entities, and ``connection_creation_rate`` on ip
+entities, are the proxy's: set in ``QuotaService`` (persisted, winning over the quota file) and
+described from the quotas in force. Every other key (e.g. ``request_percentage``) belongs to the
+cluster: those parts are forwarded upstream, and the answers are merged in request order. A cluster that lacks the API
 gets nothing forwarded; its parts are answered UNSUPPORTED_VERSION.
 """
 
@@ -22,7 +22,8 @@ from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, val
 
 USER = "user"
 CLIENT_ID = "client-id"
-_PROXY_ENTITY_TYPES = {USER, CLIENT_ID}
+IP = "ip"
+_PROXY_ENTITY_TYPES = {USER, CLIENT_ID, IP}
 _PROXY_KEYS = {str(quota_type) for quota_type in QuotaType}
 
 INVALID_REQUEST = 42
@@ -40,10 +41,12 @@ def entity_key(components: Iterable[Any]) -> EntityKey:
 
 
 def quota_entity(key: EntityKey) -> QuotaEntity:
-    """The proxy's entity for a user/client-id entity key (raises QuotaConfigError otherwise)."""
+    """The proxy's entity for a user/client-id or ip entity key (raises QuotaConfigError otherwise)."""
     names = dict(key)
-    if len(names) != len(key) or not names or set(names) - _PROXY_ENTITY_TYPES:
-        raise QuotaConfigError("an entity is a user, a client-id or both, each named once")
+    if len(names) != len(key) or not names or set(names) - _PROXY_ENTITY_TYPES or (IP in names and len(names) > 1):
+        raise QuotaConfigError("an entity is a user, a client-id or both, or an ip alone, each named once")
+    if IP in names:
+        return QuotaEntity(ip=DEFAULT if names[IP] is None else names[IP])
 
     def part(entity_type: str) -> str | None:
         if entity_type not in names:
@@ -55,6 +58,8 @@ def quota_entity(key: EntityKey) -> QuotaEntity:
 
 
 def _components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
+    if entity.ip is not None:
+        return [(IP, None if entity.ip == DEFAULT else entity.ip)]
     parts = []
     if entity.user is not None:
         parts.append((USER, None if entity.user == DEFAULT else entity.user))

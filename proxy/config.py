@@ -10,6 +10,8 @@ from typing import Any
 from proxy.outcome import PRINCIPAL_PREFIX
 from proxy.sasl import MECHANISMS
 from proxy.toml_file import read_toml
+from quotas.config import DEFAULT, QuotaConfigError, normalized_ip
+from quotas.connection_quotas import ConnectionLimits
 
 MIB = 1024 * 1024
 
@@ -66,6 +68,9 @@ class ProxyConfig:
     default_num_partitions: int = 1
     """Partitions a CreateTopics with num_partitions = -1 is charged for when the cluster does not
     say its ``num.partitions`` (DescribeConfigs)."""
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    """Kafka's ``max.connections``, ``max.connections.per.ip`` (+ overrides) and the listener's
+    ``max.connection.creation.rate``, over all the client listeners."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections of the TOML file that other subsystems read (e.g. ``[allocator]``)."""
 
@@ -88,6 +93,10 @@ _SETTINGS = {
     "shutdown_grace_s": "shutdown-grace-seconds",
     "sasl_users": "sasl-users",
     "default_num_partitions": "default-num-partitions",
+    "max_connections": "max-connections",
+    "max_connections_per_ip": "max-connections-per-ip",
+    "max_connections_per_ip_overrides": "max-connections-per-ip-overrides",
+    "max_connection_creation_rate": "max-connection-creation-rate",
 }
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
 _ADMIN_SECTION = "admin"
@@ -121,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(without it every connection is user ANONYMOUS)")
     add("--default-num-partitions", type=int,
         help="partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell (default 1)")
+    add("--max-connections", type=int,
+        help="open client connections over all listeners; beyond it new ones wait to be accepted")
+    add("--max-connections-per-ip", type=int, help="beyond it an IP's new connections are closed at once")
+    add("--max-connections-per-ip-overrides", help="IP:COUNT[,IP:COUNT...] (Kafka's max.connections.per.ip.overrides)")
+    add("--max-connection-creation-rate", type=float,
+        help="new connections/s over all listeners; beyond it accepting waits (Kafka's listener setting)")
     return parser
 
 
@@ -184,6 +199,11 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
                      "default_num_partitions")
     }
     sasl_users = settings.get("sasl_users")
+    connection_limits = ConnectionLimits(
+        max_connections=_optional_positive("max_connections", settings, int),
+        max_connections_per_ip=_optional_positive("max_connections_per_ip", settings, int),
+        max_connections_per_ip_overrides=_ip_overrides(settings.get("max_connections_per_ip_overrides")),
+        max_connection_creation_rate=_optional_positive("max_connection_creation_rate", settings, float))
     return ProxyConfig(
         upstream=upstream,
         listen=listen,
@@ -196,9 +216,37 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         sasl_users=Path(sasl_users) if sasl_users else None,
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
         admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
+        connection_limits=connection_limits,
         extra=extra,
         **tunables,
     )
+
+
+def _optional_positive(name: str, settings: dict[str, Any], kind: type) -> Any:
+    value = settings.get(name)
+    if value is None:
+        return None
+    if kind is int and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
+        raise ConfigError(f"{_SETTINGS[name]}: expected a whole number, got {value!r}")
+    return _positive(name, value, kind)
+
+
+def _ip_overrides(value: Any) -> dict[str, int]:
+    """Kafka's ``IP:COUNT,IP:COUNT`` (an IPv6 address keeps its colons: the count follows the last)."""
+    if value is None:
+        return {}
+    where = _SETTINGS["max_connections_per_ip_overrides"]
+    overrides: dict[str, int] = {}
+    for part in str(value).split(","):
+        host, _, count = part.strip().rpartition(":")
+        try:
+            ip = normalized_ip(host)
+            overrides[ip] = int(count)
+        except (QuotaConfigError, ValueError):
+            raise ConfigError(f"{where}: expected IP:COUNT[,IP:COUNT...], got {part!r}") from None
+        if ip == DEFAULT or overrides[ip] < 0:
+            raise ConfigError(f"{where}: expected IP:COUNT with an IP address and a count >= 0, got {part!r}")
+    return overrides
 
 
 def principal_list(value: Any, where: str) -> frozenset[str]:

@@ -83,6 +83,9 @@ class ProxyContext(Protocol):
     handlers: Mapping[int, RequestHandler]
 
     def new_sasl_server(self) -> SaslServer | None: ...
+    def api_versions_answer(self, frame: memoryview) -> Decided:
+        """ApiVersions answered by the proxy from the cluster's list (before a login, when no upstream
+        connection may be open yet)."""
 
     def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]: ...
     def connection_opened(self, connection: ClientConnection) -> None: ...
@@ -166,19 +169,26 @@ class ClientConnection(asyncio.Protocol):
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
         self.gate = ReadGate(transport)
-        self.gate.pause(PauseReason.CONNECTING)
         self._context.connection_opened(self)
         self._loop = loop = asyncio.get_running_loop()
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
-        self._connect_task = loop.create_task(self._connect_upstream())
+        if self._sasl is None:
+            self._start_upstream()
+        # with SASL, the upstream connection opens once the client has logged in: a client that cannot
+        # log in (or a flood of connections) never costs the cluster a connection
+
+    def _start_upstream(self) -> None:
+        """Open the upstream connection; requests read meanwhile wait for it, in order."""
+        self.gate.pause(PauseReason.CONNECTING)
+        self._connect_task = self._loop.create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
         self._last_activity = self._loop.time()
-        if self._upstream is None:
-            # uvloop may deliver bytes that were already read when connection_made paused reading
+        if self._connect_task is not None and self._upstream is None:
+            # uvloop may deliver bytes that were already read when reading was paused for the connect
             self._before_upstream += data
             if len(self._before_upstream) > self._config.max_frame_bytes:
                 self.close("sent more than a frame before the upstream connection opened", warn=True)
@@ -231,8 +241,7 @@ class ClientConnection(asyncio.Protocol):
         view = memoryview(chunk)
         start = 0
         forward_from = 0
-        upstream = self._upstream
-        assert upstream is not None
+        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
         for end in ends:
             frame = view[start + SIZE_PREFIX_BYTES:end]
             decided = self._decide(frame, end - start - SIZE_PREFIX_BYTES)
@@ -266,7 +275,7 @@ class ClientConnection(asyncio.Protocol):
     def _holding(self) -> bool:
         """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
         return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
-                or self._close_when_answered)
+                or self._close_when_answered or (self._connect_task is not None and self._upstream is None))
 
     def _release_held(self) -> None:
         """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
@@ -293,9 +302,13 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
         if self._sasl is not None and (not self._sasl.done or api_key in _SASL_APIS):
+            if api_key == Api.API_VERSIONS and self._upstream is None:
+                return self._context.api_versions_answer(frame)
             outcome = self._sasl.handle(frame)
             if self._sasl.user is not None:
                 self._user = self._sasl.user  # logged in: the principal of every later request
+                if self._connect_task is None:
+                    self._start_upstream()
             return outcome
         caller = Caller(self._user, now_ms(), self._upstream_broker)
         if api_key == Api.PRODUCE:
@@ -335,8 +348,7 @@ class ClientConnection(asyncio.Protocol):
             return
         self._settling = None
         self.gate.resume(PauseReason.AWAITING_CLUSTER)
-        upstream = self._upstream
-        assert upstream is not None
+        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
         try:
             if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
                 upstream.write(frame)
@@ -622,7 +634,8 @@ class ClientConnection(asyncio.Protocol):
         self._upstream_gate = ReadGate(transport)
         log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
         self.gate.resume(PauseReason.CONNECTING)
-        if self._before_upstream:
+        self._release_held()
+        if self._before_upstream and not self._closed:
             early, self._before_upstream = bytes(self._before_upstream), bytearray()
             self.data_received(early)
 

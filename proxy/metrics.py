@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 from kafka.protocol.api_key import ApiKey
@@ -27,6 +27,25 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 """Upper bounds of the request latency histogram (seconds, from request read to response sent)."""
 
 
+BUSIEST_IPS = 100
+"""Connections per IP are exported for this many IPs, those with the most: a series per IP would not be bounded."""
+
+
+class ListenerCounts:
+    """What a listener's acceptor did with the connections it took (Kafka's ConnectionQuotas outcomes)."""
+
+    __slots__ = ("accepted", "refused", "throttled", "delayed")
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.refused = 0
+        """Closed at once: the IP had its maximum of connections."""
+        self.throttled = 0
+        """Closed after a delay: over the IP's connection creation rate."""
+        self.delayed = 0
+        """Accepted only after the acceptor waited (creation rate or max-connections)."""
+
+
 class ProxyMetrics(Collector):
     """Counters of the transport layer: connections, bytes and requests by api."""
 
@@ -39,11 +58,33 @@ class ProxyMetrics(Collector):
         self.upstream_connect_failures = 0
         self.closed_for_bad_input = 0
         self.muted_connections = 0
+        self._listeners: dict[str, ListenerCounts] = {}
+        self.busiest_ips: Callable[[int], list[tuple[str, int]]] = lambda limit: []
+        """Open connections of the IPs with the most, most first (set by the server)."""
         self.requests_by_api = [0] * (_MAX_API_KEY + 1)
         """Indexed by api key; keys outside Kafka's known set close the connection first."""
         self._latency_counts: dict[int, list[int]] = {}
         self._latency_sums: dict[int, float] = {}
         registry.register(self)
+
+    def listener_counts(self, listener: str) -> ListenerCounts:
+        return self._listeners.setdefault(listener, ListenerCounts())
+
+    def _connection_metrics(self) -> Iterator[Metric]:
+        outcomes = CounterMetricFamily("kafka_proxy_listener_connections",
+                                       "Connections taken by a listener's acceptor, by outcome: accepted, refused "
+                                       "(the IP's maximum), throttled (the IP's creation rate: closed after a "
+                                       "delay), delayed (accepted after waiting for the creation rate or "
+                                       "max-connections)", labels=["listener", "outcome"])
+        for listener, counts in sorted(self._listeners.items()):
+            for outcome in ListenerCounts.__slots__:
+                outcomes.add_metric([listener, outcome], getattr(counts, outcome))
+        yield outcomes
+        per_ip = GaugeMetricFamily("kafka_proxy_client_connections_per_ip",
+                                   f"Open client connections of the {BUSIEST_IPS} IPs with the most", labels=["ip"])
+        for ip, count in self.busiest_ips(BUSIEST_IPS):
+            per_ip.add_metric([ip], count)
+        yield per_ip
 
     def observe_latency(self, api_key: int, seconds: float) -> None:
         counts = self._latency_counts.get(api_key)
@@ -56,6 +97,7 @@ class ProxyMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("kafka_proxy_client_connections", "Open client connections",
                                 value=self.open_connections)
+        yield from self._connection_metrics()
         yield GaugeMetricFamily("kafka_proxy_muted_connections", "Client connections muted for a quota throttle",
                                 value=self.muted_connections)
         simple = (

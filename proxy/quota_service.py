@@ -1,4 +1,4 @@
-"""The quota engines as the proxy runs them: one configuration, four managers, live reloads.
+"""The quota engines as the proxy runs them: one configuration, five managers, live reloads.
 
 The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas,
 which are kept in ``<state-dir>/client-quotas.json`` (so they survive restarts) and win over the
@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from allocator.durable import write_durably
 from proxy.watched_file import WatchedFile
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
+from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
 
@@ -40,7 +41,8 @@ def now_ms() -> int:
 
 
 class QuotaService:
-    def __init__(self, quota_file: Path | None, registry: CollectorRegistry, state_dir: Path | None = None) -> None:
+    def __init__(self, quota_file: Path | None, registry: CollectorRegistry, state_dir: Path | None = None,
+                 connection_limits: ConnectionLimits | None = None) -> None:
         self._quota_file = None if quota_file is None else WatchedFile(quota_file)
         self._overrides_path = None if state_dir is None else state_dir / OVERRIDES_FILE
         self.overrides: Overrides = self._load_overrides()
@@ -50,6 +52,7 @@ class QuotaService:
         self.fetch = ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE)
         self.mutations = ControllerMutationQuotaManager(config)
         self.producer_ids = ProducerIdQuotaManager(config)
+        self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms)
 
     @property
@@ -77,6 +80,7 @@ class QuotaService:
     def apply(self, config: QuotaConfig) -> None:
         for manager in (self.produce, self.fetch, self.mutations, self.producer_ids):
             manager.update_config(config)
+        self.connections.window = config.settings.byte_rate_window
 
     def reload_if_changed(self) -> None:
         if self._quota_file is None or not self._quota_file.changed():
@@ -113,7 +117,7 @@ class QuotaService:
             document = json.loads(path.read_text(encoding="utf-8"))
             overrides: Overrides = {}
             for raw in document["entries"]:
-                entity = QuotaEntity(raw.get("user"), raw.get("client-id"))
+                entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
                 overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
@@ -131,6 +135,8 @@ class QuotaService:
                 raw["user"] = entity.user
             if entity.client_id is not None:
                 raw["client-id"] = entity.client_id
+            if entity.ip is not None:
+                raw["ip"] = entity.ip
             raw["quotas"] = {str(key): value for key, value in quotas.items()}
             entries.append(raw)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,15 +13,17 @@ from prometheus_client import CollectorRegistry
 
 from allocator.block_log import BlockLog
 from protocol.addresses import ADDRESS_BEARING_APIS, BrokerAddress
-from protocol.api_versions import VersionRange
+from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import Api
-from protocol.codecs import max_version
+from protocol.codecs import encode_response, max_version
+from protocol.header import RequestHeader, read_request_header
 from proxy.client_quotas import ClientQuotaHandlers
 from proxy.cluster_info import ClusterInfo
 from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
 from proxy.fetch_handler import FetchHandler
 from proxy.metrics import ProxyMetrics, serve_metrics
+from proxy.outcome import Decided, Outcome, local_answer
 from proxy.produce_handler import ProduceHandler
 from proxy.producer_ids import (
     AllocateProducerIdsHandler,
@@ -35,19 +37,23 @@ from proxy.producer_ids import (
     remote_fetcher,
     seal_ledger,
 )
-from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService
+from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
 from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
 from proxy.topic_mutations import TopicMutationHandler
-from proxy.upstream_client import UPSTREAM_ERRORS, fetch_brokers
+from proxy.upstream_client import UPSTREAM_ERRORS, fetch_brokers, request_any
 from proxy.usage_log import UsageLog
 from proxy.watched_file import WatchedFile
+from quotas.config import normalized_ip
+from quotas.connection_quotas import Verdict
 
 log = logging.getLogger(__name__)
 
 _LISTEN_BACKLOG = 1024
+_ACCEPT_RETRY_S = 0.1
+UNSUPPORTED_VERSION = 35
 # APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
 _DECODED_APIS = ADDRESS_BEARING_APIS | {
-    Api.API_VERSIONS, Api.PRODUCE, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
+    Api.API_VERSIONS, Api.PRODUCE, Api.FETCH, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
     Api.INIT_PRODUCER_ID, Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS}
 _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
@@ -69,11 +75,21 @@ def _served_versions(sasl: bool) -> dict[int, VersionRange]:
     return served
 
 
+def peer_ip(address: object) -> str:
+    """The IP a client's connections count against (IPv4-mapped IPv6 as IPv4)."""
+    host = address[0] if isinstance(address, tuple) else str(address)
+    try:
+        return normalized_ip(host)
+    except ValueError:  # a Unix socket or an unparsable name: one bucket of its own
+        return str(host)
+
+
 class ProxyServer:
     def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
         self.config = config
         self.metrics = ProxyMetrics(registry or CollectorRegistry())
-        self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir)
+        self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits)
+        self.metrics.busiest_ips = self.quotas.connections.busiest_ips
         self.usage = UsageLog(config.state_dir / "usage")
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
@@ -100,11 +116,21 @@ class ProxyServer:
         self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
         self.served_api_versions: Mapping[int, VersionRange] = _served_versions(self.users is not None)
         self.upstream_api_keys: frozenset[int] | None = None
+        self._cluster_api_versions: list[dict[str, int]] | None = None
+        """The cluster's ApiVersions list, asked once, for the answers given before a login."""
+        self._asking_api_versions: asyncio.Task[list[dict[str, int]]] | None = None
         """The api keys the cluster lists, learnt from the first ApiVersions answer passing through."""
         self._upstream_brokers: dict[int, HostPort] = {}
-        self._broker_servers: dict[int, asyncio.Task[asyncio.Server] | None] = {}
+        self._broker_listeners: set[int] = set()
+        """Node ids whose listener was opened (or could not be)."""
+        self._acceptors: list[tuple[asyncio.Task[None], socket.socket]] = []
+        self._attaching: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
-        self._connections: set[ClientConnection] = set()
+        self._connections: dict[ClientConnection, str] = {}
+        """Open client connections and the IP each counts against."""
+        self._admitted: dict[ClientConnection, str] = {}
+        """Connections accepted and counted, not yet attached to their socket."""
+        self._slot_freed = asyncio.Event()
         self._bootstrap_turn = itertools.count()
         self._refresh: asyncio.Task[None] | None = None
 
@@ -123,14 +149,54 @@ class ProxyServer:
         return None if self.users is None else SaslServer(self.users)
 
     def connection_opened(self, connection: ClientConnection) -> None:
-        self._connections.add(connection)
+        self._connections[connection] = self._admitted.pop(connection)
         self.metrics.open_connections += 1
         self.metrics.connections_accepted += 1
 
     def connection_closed(self, connection: ClientConnection) -> None:
-        if connection in self._connections:
-            self._connections.discard(connection)
+        ip = self._connections.pop(connection, None)
+        if ip is not None:
             self.metrics.open_connections -= 1
+        else:
+            ip = self._admitted.pop(connection, None)  # its socket could not be attached
+        if ip is not None:
+            self.quotas.connections.release(ip)
+            self._slot_freed.set()
+
+    def api_versions_answer(self, frame: memoryview) -> Decided:
+        header = read_request_header(frame)
+        if self._cluster_api_versions is not None:
+            return self._local_api_versions(header)
+        return self._api_versions_once_known(header)
+
+    async def _api_versions_once_known(self, header: RequestHeader) -> Outcome:
+        if self._asking_api_versions is None or self._asking_api_versions.done():
+            self._asking_api_versions = asyncio.get_running_loop().create_task(self._ask_api_versions())
+        self._cluster_api_versions = await asyncio.shield(self._asking_api_versions)
+        return self._local_api_versions(header)
+
+    async def _ask_api_versions(self) -> list[dict[str, int]]:
+        config = self.config
+        response = await request_any(config.upstream, Api.API_VERSIONS, 0, {}, config.connect_timeout_s,
+                                     config.max_frame_bytes, config.upstream_sasl)
+        return [{"api_key": k.api_key, "min_version": k.min_version, "max_version": k.max_version}
+                for k in response.api_keys]
+
+    def _local_api_versions(self, header: RequestHeader) -> Outcome:
+        """As a broker answers ApiVersions itself; a version the proxy cannot encode gets Kafka's
+        UNSUPPORTED_VERSION answer, in v0, naming the ApiVersions versions it can."""
+        version = header.api_version
+        newest = max_version(Api.API_VERSIONS)
+        if version > newest:
+            body = encode_response(Api.API_VERSIONS, 0, {"error_code": UNSUPPORTED_VERSION, "api_keys": [
+                {"api_key": Api.API_VERSIONS, "min_version": 0, "max_version": newest}]})
+            return local_answer(header, body)
+        assert self._cluster_api_versions is not None
+        body = encode_response(Api.API_VERSIONS, version, {"error_code": 0, "api_keys": self._cluster_api_versions,
+                                                           "throttle_time_ms": 0})
+        adapted = adapt_api_versions(body, version, self.api_version_ceilings, self.served_api_versions)
+        self.upstream_api_keys = adapted.upstream_api_keys
+        return local_answer(header, adapted.body or body)
 
     # ---- brokers and listeners ----------------------------------------------------------------
 
@@ -142,11 +208,12 @@ class ProxyServer:
         """
         self._upstream_brokers[broker.node_id] = HostPort(broker.host, broker.port)
         port = self.config.broker_port_base + broker.node_id
-        if broker.node_id not in self._broker_servers:
-            self._broker_servers[broker.node_id] = self._open_broker_listener(broker.node_id, port)
+        if broker.node_id not in self._broker_listeners:
+            self._broker_listeners.add(broker.node_id)
+            self._open_broker_listener(broker.node_id, port)
         return self.config.advertised_host, port
 
-    def _open_broker_listener(self, node_id: int, port: int) -> asyncio.Task[asyncio.Server] | None:
+    def _open_broker_listener(self, node_id: int, port: int) -> None:
         name = f"broker {node_id}"
         try:
             if not 0 < port < 65536:
@@ -154,16 +221,68 @@ class ProxyServer:
             sock = socket.create_server((self.config.listen.host, port), backlog=_LISTEN_BACKLOG)
         except OSError as error:
             log.error("cannot listen for %s on %s:%s: %s", name, self.config.listen.host, port, error)
-            return None
+            return
         log.info("listening for %s on %s:%d (upstream %s)", name, self.config.listen.host, port,
                  self._upstream_brokers[node_id])
-        return asyncio.get_running_loop().create_task(self._serve(sock, name, self._broker_resolver(node_id)))
+        self._serve(sock, name, self._broker_resolver(node_id))
 
-    async def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> asyncio.Server:
+    def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
+        sock.setblocking(False)
+        task = asyncio.get_running_loop().create_task(self._accept_connections(sock, name, resolver))
+        self._acceptors.append((task, sock))
+
+    async def _accept_connections(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
+        """Kafka's acceptor: take a connection, then wait (accepting nothing more) while the creation
+        rate or ``max-connections`` says so; then the IP's rate and count decide its fate."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientConnection(self, resolver, name), sock=sock)
-        self._servers.append(server)
-        return server
+        quotas = self.quotas
+        limits = quotas.connections
+        counts = self.metrics.listener_counts(name)
+        while True:
+            try:
+                client, address = await loop.sock_accept(sock)
+            except OSError as error:  # e.g. EMFILE: wait for descriptors to be freed rather than spin
+                log.warning("cannot accept on %s: %s", name, error)
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            delay_ms = limits.creation_delay_ms(now_ms())
+            if delay_ms or not limits.slot_available():
+                counts.delayed += 1
+                await asyncio.sleep(delay_ms / 1000)
+                while not limits.slot_available():
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
+            ip = peer_ip(address)
+            admission = limits.admit(ip, quotas.config.connection_rate_for(ip), now_ms())
+            if admission.verdict is Verdict.TOO_MANY:
+                counts.refused += 1
+                log.info("refused a connection from %s on %s: it has its maximum of %d connections",
+                         ip, name, limits.connections_of(ip))
+                client.close()
+            elif admission.verdict is Verdict.THROTTLED:
+                counts.throttled += 1
+                log.debug("closing a connection from %s on %s in %d ms: over its creation rate",
+                          ip, name, admission.delay_ms)
+                loop.call_later(admission.delay_ms / 1000, client.close)
+            else:
+                counts.accepted += 1
+                self._start_connection(client, ip, name, resolver)
+
+    def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:
+        connection = ClientConnection(self, resolver, name)
+        self._admitted[connection] = ip
+
+        async def attach() -> None:
+            try:
+                await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock=client)
+            except OSError as error:
+                log.warning("cannot serve a connection from %s on %s: %s", ip, name, error)
+                client.close()
+                self.connection_closed(connection)
+
+        task = asyncio.get_running_loop().create_task(attach())
+        self._attaching.add(task)
+        task.add_done_callback(self._attaching.discard)
 
     def _broker_resolver(self, node_id: int) -> UpstreamResolver:
         async def resolve() -> HostPort:
@@ -195,19 +314,13 @@ class ProxyServer:
             return
         for broker in brokers:
             self.advertise_broker(broker)
-        await self._listeners_started()
-
-    async def _listeners_started(self) -> None:
-        pending = [task for task in self._broker_servers.values() if task is not None]
-        if pending:
-            await asyncio.gather(*pending)
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         listen = self.config.listen
         sock = socket.create_server((listen.host, listen.port), backlog=_LISTEN_BACKLOG)
-        await self._serve(sock, "bootstrap", self._bootstrap_target)
+        self._serve(sock, "bootstrap", self._bootstrap_target)
         log.info("listening for bootstrap on %s (upstream %s)", listen,
                  ",".join(map(str, self.config.upstream)))
         await self.refresh_brokers()
@@ -228,6 +341,9 @@ class ProxyServer:
         """Stop accepting, let in-flight requests finish within the grace period, then force."""
         for task in self._maintenance:
             task.cancel()
+        for task, sock in self._acceptors:
+            task.cancel()
+            sock.close()
         for server in self._servers:
             server.close()
         for connection in list(self._connections):

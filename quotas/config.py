@@ -8,6 +8,7 @@ tags. Facts: SPEC §3 (``DefaultQuotaCallback.quotaMetricTags``/``quotaLimit``).
 from __future__ import annotations
 
 import enum
+import ipaddress
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -25,11 +26,14 @@ class QuotaType(enum.StrEnum):
     CONSUMER_BYTE_RATE = "consumer_byte_rate"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
     PRODUCER_IDS_RATE = "producer_ids_rate"
+    CONNECTION_CREATION_RATE = "connection_creation_rate"
 
 
-# Kafka types the byte rates as LONGs (whole bytes/s); the others are DOUBLEs.
-_INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE})
+# Kafka types the byte rates as LONGs (whole bytes/s) and the connection rate as an INT; the others are DOUBLEs.
+_INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE,
+                             QuotaType.CONNECTION_CREATION_RATE})
 _USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE})
+_IP_TYPES = frozenset({QuotaType.CONNECTION_CREATION_RATE})
 
 
 class QuotaScope(enum.StrEnum):
@@ -54,25 +58,47 @@ class QuotaConfigError(ValueError):
 
 @dataclass(frozen=True)
 class QuotaEntity:
-    """``user``/``client_id``: a name, ``DEFAULT``, or None when that part is absent."""
+    """``user``/``client_id``: a name, ``DEFAULT``, or None when that part is absent; or, alone, an
+    ``ip`` (an address, or ``DEFAULT``), the entity of Kafka's connection creation rate."""
 
     user: str | None = None
     client_id: str | None = None
+    ip: str | None = None
 
     def __post_init__(self) -> None:
+        if self.ip is not None:
+            if self.user is not None or self.client_id is not None:
+                raise QuotaConfigError("an ip entity stands alone (no user or client-id)")
+            object.__setattr__(self, "ip", normalized_ip(self.ip))
+            return
         if self.user is None and self.client_id is None:
-            raise QuotaConfigError("an entity needs a user, a client-id or both")
+            raise QuotaConfigError("an entity needs a user, a client-id or both, or an ip")
         for part, value in (("user", self.user), ("client-id", self.client_id)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise QuotaConfigError(f"{part} must be a non-empty string, got {value!r}")
 
     def describe(self) -> str:
+        if self.ip is not None:
+            return f"ip={self.ip}"
         parts = []
         if self.user is not None:
             parts.append(f"user={self.user}")
         if self.client_id is not None:
             parts.append(f"client-id={self.client_id}")
         return ", ".join(parts)
+
+
+def normalized_ip(text: object) -> str:
+    """An IP address as the proxy compares them (IPv4-mapped IPv6 as IPv4), or ``DEFAULT``."""
+    if text == DEFAULT:
+        return DEFAULT
+    try:
+        address = ipaddress.ip_address(text)  # type: ignore[arg-type]
+    except ValueError:
+        raise QuotaConfigError(f"ip must be an IP address or {DEFAULT}, got {text!r}") from None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return str(address)
 
 
 class QuotaKey(NamedTuple):
@@ -123,6 +149,7 @@ class QuotaSettings:
             QuotaType.CONSUMER_BYTE_RATE: self.byte_rate_window,
             QuotaType.CONTROLLER_MUTATION_RATE: self.mutation_window,
             QuotaType.PRODUCER_IDS_RATE: self.producer_id_window,
+            QuotaType.CONNECTION_CREATION_RATE: self.byte_rate_window,  # Kafka's quota.window.* too
         }[quota_type]
 
 
@@ -132,7 +159,7 @@ _RESOLUTION_CACHE_SIZE = 65_536
 class QuotaConfig:
     """An immutable snapshot of every quota; replaced whole when the configuration changes."""
 
-    __slots__ = ("settings", "entries", "_by_type", "_cached_resolve")
+    __slots__ = ("settings", "entries", "_by_type", "_ip_rates", "_cached_resolve")
 
     def __init__(self, settings: QuotaSettings | None = None,
                  entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None) -> None:
@@ -141,16 +168,25 @@ class QuotaConfig:
         # keyed by (user, client_id) tuples: lookups build keys for names that are not valid entities
         self._by_type: dict[QuotaType, dict[tuple[str | None, str | None], tuple[QuotaEntity, float]]] = {
             t: {} for t in QuotaType}
+        self._ip_rates: dict[str, float] = {}
         for entity, quotas in self.entries.items():
             for quota_type, limit in quotas.items():
                 validate_quota(entity, quota_type, limit)
-                self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit))
+                if entity.ip is not None:
+                    self._ip_rates[entity.ip] = float(limit)
+                else:
+                    self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit))
         # Bounded: millions of distinct client ids must not grow memory without limit.
         self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
 
     def resolve(self, quota_type: QuotaType, user: str, client_id: str) -> ResolvedQuota | None:
         """The quota applying to (user, client_id), or None when it is unlimited."""
         return self._cached_resolve(quota_type, user, client_id)
+
+    def connection_rate_for(self, ip: str) -> float | None:
+        """The IP's ``connection_creation_rate`` (its own, else the ``<default>`` IP's), or None."""
+        rates = self._ip_rates
+        return rates.get(ip, rates.get(DEFAULT)) if rates else None
 
     def _resolve(self, quota_type: QuotaType, user: str, client_id: str) -> ResolvedQuota | None:
         quotas = self._by_type[quota_type]
@@ -178,6 +214,9 @@ class QuotaConfig:
 
 
 def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
+    if (entity.ip is not None) != (quota_type in _IP_TYPES):
+        raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
+                               f"(an ip entity takes {', '.join(_IP_TYPES)} only, and only an ip entity does)")
     if quota_type in _USER_ONLY_TYPES and (entity.user is None or entity.client_id is not None):
         raise QuotaConfigError(f"{quota_type} applies to users only, not to {entity.describe()}")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
@@ -201,7 +240,7 @@ _WINDOW_SETTINGS = {
 _MODE_SETTING = "producer.id.quota.mode"
 _FALSE_POSITIVE_SETTING = "producer.id.quota.false.positive.rate"
 _SCOPE_SETTING = "quota.scope"
-_ENTITY_KEYS = {"user", "client-id"}
+_ENTITY_KEYS = {"user", "client-id", "ip"}
 
 
 def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
@@ -254,7 +293,7 @@ def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEnti
         if not isinstance(raw, dict):
             raise QuotaConfigError(f"{label}: must be a table")
         try:
-            entity = QuotaEntity(raw.get("user"), raw.get("client-id"))
+            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
         except QuotaConfigError as error:
             raise QuotaConfigError(f"{label}: {error}") from None
         label = f"{label} ({entity.describe()})"

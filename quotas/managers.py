@@ -38,21 +38,22 @@ class EntityState:
 
 
 State = TypeVar("State", bound=EntityState)
+Key = TypeVar("Key", bound=Hashable)
 
 
-class EntityTable(Generic[State]):
+class EntityTable(Generic[Key, State]):
     """Per-entity state, least recently used first; idle entries go as new ones arrive."""
 
     __slots__ = ("_entries", "_idle_expiry_ms")
 
     def __init__(self, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
-        self._entries: OrderedDict[QuotaKey, State] = OrderedDict()
+        self._entries: OrderedDict[Key, State] = OrderedDict()
         self._idle_expiry_ms = idle_expiry_ms
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get_or_create(self, key: QuotaKey, now_ms: int, create: Callable[[], State]) -> State:
+    def get_or_create(self, key: Key, now_ms: int, create: Callable[[], State]) -> State:
         entries = self._entries
         state = entries.get(key)
         if state is None:
@@ -71,11 +72,11 @@ class EntityTable(Generic[State]):
                 return
             del entries[key]
 
-    def get(self, key: QuotaKey) -> State | None:
+    def get(self, key: Key) -> State | None:
         """The entity's state, without touching its idle time."""
         return self._entries.get(key)
 
-    def items(self) -> list[tuple[QuotaKey, State]]:
+    def items(self) -> list[tuple[Key, State]]:
         return list(self._entries.items())
 
 
@@ -140,7 +141,7 @@ class ClientQuotaManager(_Counters):
         super().__init__()
         self.config = config
         self.quota_type = quota_type
-        self.entities: EntityTable[ByteRateState] = EntityTable(idle_expiry_ms)
+        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms)
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
@@ -194,7 +195,7 @@ class _BucketManager(_Counters):
     def __init__(self, config: QuotaConfig, idle_expiry_ms: int) -> None:
         super().__init__()
         self.config = config
-        self.entities: EntityTable[BucketState] = EntityTable(idle_expiry_ms)
+        self.entities: EntityTable[QuotaKey, BucketState] = EntityTable(idle_expiry_ms)
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config

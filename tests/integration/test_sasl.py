@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
@@ -107,3 +109,31 @@ def test_users_added_while_running_can_log_in(sasl_proxy: ProxyProcess, tmp_path
     producer = KafkaProducer(bootstrap_servers=sasl_proxy.bootstrap,
                              **sasl_settings("SCRAM-SHA-512", "dave", "dave-secret"))
     producer.close()
+
+
+def test_no_upstream_connection_before_a_login(sasl_proxy: ProxyProcess) -> None:
+    assert sasl_proxy.process is not None
+    process = psutil.Process(sasl_proxy.process.pid)
+
+    def upstream_connections() -> int:
+        """The proxy's connections that it opened: their local port is none of its listeners'."""
+        connections = process.net_connections(kind="tcp")
+        listening = {c.laddr.port for c in connections if c.status == "LISTEN"}
+        return sum(1 for c in connections if c.status == "ESTABLISHED" and c.laddr.port not in listening)
+
+    waiting = [socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) for _ in range(20)]
+    try:
+        for sock in waiting:  # ApiVersions is answered before a login, from the cluster's list
+            versions = call(sock, Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+            keys = {k.api_key for k in versions.api_keys}  # type: ignore[attr-defined]
+            assert versions.error_code == 0 and {Api.PRODUCE, Api.FETCH, Api.SASL_HANDSHAKE} <= keys  # type: ignore[attr-defined]
+        time.sleep(0.5)
+        assert upstream_connections() == 0
+        producer = KafkaProducer(bootstrap_servers=sasl_proxy.bootstrap,
+                                 **sasl_settings("PLAIN", "bob", PASSWORDS["bob"]))  # type: ignore[arg-type]
+        producer.partitions_for("any-topic")  # logged in: now connections go upstream
+        assert upstream_connections() >= 1
+        producer.close()
+    finally:
+        for sock in waiting:
+            sock.close()

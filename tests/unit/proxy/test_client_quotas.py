@@ -16,6 +16,7 @@ from tests.support import encode_request
 
 BYTES = QuotaType.PRODUCER_BYTE_RATE
 PIDS = QuotaType.PRODUCER_IDS_RATE
+RATE = QuotaType.CONNECTION_CREATION_RATE
 
 
 def component(entity_type: str, match_type: int, match: str | None = None) -> SimpleNamespace:
@@ -25,7 +26,9 @@ def component(entity_type: str, match_type: int, match: str | None = None) -> Si
 def test_entities_from_the_wire() -> None:
     assert quota_entity((("user", "alice"),)) == QuotaEntity("alice")
     assert quota_entity((("client-id", None), ("user", "alice"))) == QuotaEntity("alice", DEFAULT)
-    for bad in ((), (("ip", "1.2.3.4"),), (("user", "a"), ("user", "b"))):
+    assert quota_entity((("ip", "1.2.3.4"),)) == QuotaEntity(ip="1.2.3.4")
+    assert quota_entity((("ip", None),)) == QuotaEntity(ip=DEFAULT)
+    for bad in ((), (("ip", "1.2.3.4"), ("user", "a")), (("ip", "not-an-ip"),), (("user", "a"), ("user", "b"))):
         with pytest.raises(QuotaConfigError):
             quota_entity(bad)
 
@@ -57,6 +60,8 @@ def test_overrides_persist_win_over_the_file_and_removals_hide_it(tmp_path: Path
     assert quotas.config.entries[QuotaEntity("alice")] == {BYTES: 2000}
     assert quotas.config.resolve(BYTES, "bob", "app") is not None
 
+    quotas.override({QuotaEntity(ip="10.0.0.7"): {RATE: 3}})
+    assert quotas.config.connection_rate_for("10.0.0.7") == 3
     restarted = service(tmp_path, text)
     assert restarted.config.entries == quotas.config.entries
     restarted.override({QuotaEntity(None, "app"): {BYTES: None}})

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+
+from quotas.config import DEFAULT, QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, Window, parse_entries
+from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas, Verdict
+from tests.unit.quotas.clock import FakeClock
+
+WINDOW = Window(11, 1)
+RATE = QuotaType.CONNECTION_CREATION_RATE
+
+
+def test_the_per_ip_maximum_refuses_the_next_connection_and_overrides_win() -> None:
+    quotas = ConnectionQuotas(ConnectionLimits(max_connections_per_ip=2,
+                                               max_connections_per_ip_overrides={"10.0.0.9": 3}), WINDOW)
+    verdicts = [quotas.admit("10.0.0.1", None, 0).verdict for _ in range(3)]
+    assert verdicts == [Verdict.ACCEPT, Verdict.ACCEPT, Verdict.TOO_MANY]
+    assert [quotas.admit("10.0.0.9", None, 0).verdict for _ in range(4)][-2:] == [Verdict.ACCEPT, Verdict.TOO_MANY]
+    assert (quotas.connections_of("10.0.0.1"), quotas.total) == (2, 5)  # a refused one is not counted
+    quotas.release("10.0.0.1")
+    assert quotas.admit("10.0.0.1", None, 0).verdict is Verdict.ACCEPT
+    assert quotas.busiest_ips(1) == [("10.0.0.9", 3)]
+
+
+def test_max_connections_is_a_slot_the_acceptor_waits_for() -> None:
+    quotas = ConnectionQuotas(ConnectionLimits(max_connections=2), WINDOW)
+    for ip in ("a", "b"):
+        assert quotas.slot_available()
+        quotas.admit(ip, None, 0)
+    assert not quotas.slot_available()
+    quotas.release("a")
+    assert quotas.slot_available()
+
+
+def test_the_listener_rate_delays_accepting_by_kafkas_bounded_throttle() -> None:
+    clock = FakeClock()
+    quotas = ConnectionQuotas(ConnectionLimits(max_connection_creation_rate=10), WINDOW)
+    delays = [quotas.creation_delay_ms(clock()) for _ in range(102)]
+    # the rate divides by at least 10 s: 100 connections are 10/s; the 101st is over
+    assert delays[:100] == [0] * 100
+    assert delays[100] == 100  # (101 / 10 s - 10) / 10 x 10 s = 0.1 s
+    for _ in range(200):
+        delay = quotas.creation_delay_ms(clock())
+    assert delay == WINDOW.size_ms  # never more than one window (QuotaUtils.boundedThrottleTime)
+
+
+def test_an_ip_over_its_creation_rate_is_throttled_and_not_counted() -> None:
+    clock = FakeClock()
+    quotas = ConnectionQuotas(ConnectionLimits(max_connection_creation_rate=1000), WINDOW)
+    admitted = []
+    for _ in range(25):
+        quotas.creation_delay_ms(clock())
+        admitted.append(quotas.admit("10.0.0.1", 2, clock()))
+    assert [a.verdict for a in admitted[:20]] == [Verdict.ACCEPT] * 20  # 20 in the 10 s minimum window
+    assert all(a.verdict is Verdict.THROTTLED and 0 < a.delay_ms <= 1000 for a in admitted[20:])
+    assert quotas.connections_of("10.0.0.1") == 20
+    assert quotas.admit("10.0.0.2", 2, clock()).verdict is Verdict.ACCEPT  # each IP its own rate
+    clock.advance(11_000)
+    assert quotas.admit("10.0.0.1", 2, clock()).verdict is Verdict.ACCEPT  # throttled ones were un-recorded
+
+
+def test_ip_entities_in_the_quota_file() -> None:
+    entries = parse_entries([{"ip": "10.0.0.7", "connection_creation_rate": 5},
+                             {"ip": DEFAULT, "connection_creation_rate": 50},
+                             {"ip": "::ffff:10.0.0.8", "connection_creation_rate": 1}])
+    config = QuotaConfig(entries=entries)
+    assert config.connection_rate_for("10.0.0.7") == 5
+    assert config.connection_rate_for("10.0.0.8") == 1  # IPv4-mapped addresses are IPv4
+    assert config.connection_rate_for("192.168.1.1") == 50
+    assert QuotaConfig().connection_rate_for("10.0.0.7") is None
+    for bad, message in (({"ip": "db.example", "connection_creation_rate": 5}, "IP address"),
+                         ({"ip": "10.0.0.7", "user": "alice", "connection_creation_rate": 5}, "stands alone"),
+                         ({"ip": "10.0.0.7", "producer_byte_rate": 5}, "does not apply"),
+                         ({"user": "alice", "connection_creation_rate": 5}, "does not apply"),
+                         ({"ip": "10.0.0.7", "connection_creation_rate": 2.5}, "whole number")):
+        with pytest.raises(QuotaConfigError, match=message):
+            parse_entries([bad])
+    assert QuotaEntity(ip="10.0.0.7").describe() == "ip=10.0.0.7"
