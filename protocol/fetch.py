@@ -59,6 +59,7 @@ def _check_fixed_fields(frame: bytes | memoryview, header: RequestHeader) -> Non
                             api_version=header.api_version, offset=len(frame))
 
 
-def fetch_response_size(frame: bytes | memoryview, flexible: bool) -> int:
-    """What Kafka charges a consumer for a response (header included in ``frame``, no size prefix)."""
-    return len(frame) - response_header_length(frame, flexible) + 4
+def fetch_response_size(start: bytes | memoryview, frame_bytes: int, flexible: bool) -> int:
+    """What Kafka charges a consumer for a response of ``frame_bytes`` (header included, no size
+    prefix), from its ``start`` (at least its header): the response may still be arriving."""
+    return frame_bytes - response_header_length(start, flexible) + 4

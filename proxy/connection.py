@@ -50,7 +50,9 @@ _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
 _SASL_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
 CUT_THROUGH_AFTER_BYTES = 64 * 1024
 """A request frame still incomplete after this many bytes is forwarded as it arrives: holding a
-megabyte-sized produce request until its last byte adds a loopback transfer to every request."""
+megabyte-sized produce request until its last byte adds a loopback transfer to every request. The
+same holds for a Fetch response, the one large response whose only rewrite (its throttle) is at its
+start."""
 
 
 class InFlight(NamedTuple):
@@ -144,6 +146,9 @@ class ClientConnection(asyncio.Protocol):
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
         self._cut_through_copy: bytearray | None = None
+        self._response_cut_through_remaining = 0
+        """Bytes of a response frame still to come that go to the client without buffering."""
+        self._mute_after_cut_through_ms = 0
         self._held = bytearray()
         """Whole request frames read but not yet decided: they wait behind a request whose handler
         asks the cluster first, or behind a throttle (``_holding``)."""
@@ -269,8 +274,11 @@ class ClientConnection(asyncio.Protocol):
         self._close_if_answered()
 
     def _close_if_answered(self) -> None:
-        if self._close_when_answered and not self._in_flight:
+        if self._close_when_answered and not self._awaiting_responses():
             self.close("closed after an acks=0 request with a partition error (as Kafka does)", warn=True)
+
+    def _awaiting_responses(self) -> bool:
+        return bool(self._in_flight) or self._response_cut_through_remaining > 0
 
     def _holding(self) -> bool:
         """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
@@ -431,9 +439,13 @@ class ClientConnection(asyncio.Protocol):
         self._last_activity = self._loop.time()
         self._metrics.bytes_out += len(data)
         try:
-            chunk, ends = self._responses.feed(data)
-            if ends:
-                self._route_responses(chunk, ends)
+            if self._response_cut_through_remaining:
+                data = self._cut_through_response(data)
+            if data and not self._closed:
+                chunk, ends = self._responses.feed(data)
+                if ends:
+                    self._route_responses(chunk, ends)
+                self._maybe_cut_through_response()
         except ProtocolError as error:
             self.close(f"bad response from upstream: {error}", warn=True)
             return
@@ -447,7 +459,7 @@ class ClientConnection(asyncio.Protocol):
         self._close_if_answered()
         if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
             self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
-        if self._draining and not self._in_flight and self._settling is None:
+        if self._draining and not self._awaiting_responses() and self._settling is None:
             self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
 
     def _route_responses(self, chunk: bytes, ends: list[int]) -> None:
@@ -456,7 +468,6 @@ class ClientConnection(asyncio.Protocol):
         untouched_from = 0
         start = 0
         mute_ms: int | None = None
-        now = time.perf_counter()
         for end in ends:
             local = self._local_responses_due()
             if local:
@@ -464,27 +475,11 @@ class ClientConnection(asyncio.Protocol):
                     pieces.append(view[untouched_from:start])
                 pieces.extend(local)
                 untouched_from = start
-            if not self._in_flight:
-                raise ProtocolError("response without a request", offset=start)
-            request = self._in_flight.popleft()
-            self._metrics.observe_latency(request.api_key, now - request.read_at)
-            frame_start = start + SIZE_PREFIX_BYTES
-            if request.charge_response is not None:
-                charged_ms = request.charge_response(view[frame_start:end])
-                if charged_ms > request.throttle_ms:
-                    request = request._replace(throttle_ms=charged_ms)
+            request = self._answered_request(view[start + SIZE_PREFIX_BYTES:end], end - start - SIZE_PREFIX_BYTES,
+                                             start)
             if request.throttle_ms:
-                if request.throttle_since_ms is not None:
-                    request = request._replace(throttle_ms=remaining_throttle_ms(
-                        request.throttle_ms, request.throttle_since_ms, now_ms()))
                 mute_ms = max(mute_ms or 0, request.throttle_ms)
-            self._close_after_write |= request.close_after_response
-            correlation_id = response_correlation_id(chunk, frame_start)
-            if correlation_id != request.correlation_id:
-                raise ProtocolError(
-                    f"correlation id {correlation_id} does not match request {request.correlation_id}",
-                    api_key=request.api_key, api_version=request.api_version, offset=start)
-            replacement = self._rewrite_response(request, view[frame_start:end])
+            replacement = self._rewrite_response(request, view[start + SIZE_PREFIX_BYTES:end])
             if replacement is not None:
                 if untouched_from < start:
                     pieces.append(view[untouched_from:start])
@@ -498,15 +493,81 @@ class ClientConnection(asyncio.Protocol):
             if untouched_from < len(chunk):
                 pieces.append(view[untouched_from:])
             self._transport.writelines(pieces)
+        self._responses_sent(mute_ms)
+
+    def _answered_request(self, frame: memoryview, frame_bytes: int, offset: int) -> InFlight:
+        """Take the request the response ``frame`` answers (the whole frame or, cut through, its
+        start; ``frame_bytes`` long without its size prefix), its throttle settled."""
+        if not self._in_flight:
+            raise ProtocolError("response without a request", offset=offset)
+        request = self._in_flight.popleft()
+        self._metrics.observe_latency(request.api_key, time.perf_counter() - request.read_at)
+        if request.charge_response is not None:
+            charged_ms = request.charge_response(frame, frame_bytes)
+            if charged_ms > request.throttle_ms:
+                request = request._replace(throttle_ms=charged_ms)
+        if request.throttle_ms and request.throttle_since_ms is not None:
+            request = request._replace(throttle_ms=remaining_throttle_ms(
+                request.throttle_ms, request.throttle_since_ms, now_ms()))
+        self._close_after_write |= request.close_after_response
+        correlation_id = response_correlation_id(frame, 0)
+        if correlation_id != request.correlation_id:
+            raise ProtocolError(
+                f"correlation id {correlation_id} does not match request {request.correlation_id}",
+                api_key=request.api_key, api_version=request.api_version, offset=offset)
+        return request
+
+    def _responses_sent(self, mute_ms: int | None) -> None:
+        """Whole responses were written: the proxy's own answers queued behind them follow, then the
+        close or the mute they asked for (after the response is written, as a Kafka broker does)."""
         self._send_local_responses_in_turn()
         if self._close_after_write:
             self.close("closed after its last response")
         elif mute_ms is not None:
-            self._mute(mute_ms)  # after the response is written, as a Kafka broker does
+            self._mute(mute_ms)
+
+    def _maybe_cut_through_response(self) -> None:
+        """Start forwarding a large Fetch response as it arrives, once its start is here: it is
+        charged by its size prefix, and its throttle field comes first in its body."""
+        if self._responses.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._closed or not self._in_flight:
+            return
+        request = self._in_flight[0]
+        if (request.api_key != Api.FETCH or request.local_response is not None or request.finish is not None
+                or carries_addresses(request.api_key, request.api_version)):
+            return
+        partial = self._responses.partial_frame(CUT_THROUGH_AFTER_BYTES)
+        assert partial is not None
+        prefix, frame_bytes = partial
+        frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
+        request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)
+        taken = self._responses.take_partial_frame()
+        head = memoryview(taken)[:len(prefix)]
+        if request.throttle_ms:
+            header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
+            body = raise_throttle(request.api_key, request.api_version, frame[header_length:], request.throttle_ms)
+            if body is not None:
+                head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
+        assert self._transport is not None
+        self._transport.writelines((head, memoryview(taken)[len(prefix):]))
+        self._response_cut_through_remaining = frame_bytes - len(taken)
+        self._mute_after_cut_through_ms = request.throttle_ms
+
+    def _cut_through_response(self, data: bytes) -> bytes:
+        """Send the client the part of ``data`` that belongs to the response being cut through;
+        return the rest."""
+        assert self._transport is not None
+        taken = min(len(data), self._response_cut_through_remaining)
+        self._transport.write(data if taken == len(data) else memoryview(data)[:taken])
+        self._response_cut_through_remaining -= taken
+        if not self._response_cut_through_remaining:
+            self._responses_sent(self._mute_after_cut_through_ms or None)
+        return data[taken:]
 
     def _local_responses_due(self) -> list[bytes]:
         """The proxy's own answers at the head of the queue: no earlier request is still out."""
-        due = []
+        due: list[bytes] = []
+        if self._response_cut_through_remaining:
+            return due  # they follow the response being cut through
         now = time.perf_counter()
         while self._in_flight and self._in_flight[0].local_response is not None:
             request = self._in_flight.popleft()
@@ -642,7 +703,7 @@ class ClientConnection(asyncio.Protocol):
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
             self.close("upstream closed the connection" if exc is None else f"upstream lost: {exc}",
-                       warn=bool(self._in_flight))
+                       warn=self._awaiting_responses())
 
     # ---- lifetime ------------------------------------------------------------------------------
 
@@ -651,7 +712,7 @@ class ClientConnection(asyncio.Protocol):
         self._draining = True
         if not self._closed:
             self.gate.pause(PauseReason.DRAINING)
-            if not self._in_flight and self._settling is None:
+            if not self._awaiting_responses() and self._settling is None:
                 self.close("closed for shutdown")
 
     def _check_idle(self) -> None:

@@ -34,8 +34,8 @@ class FetchHandler:
         flexible = header.flexible
         usage = self._usage
 
-        def charge(response: memoryview) -> int:
-            size = fetch_response_size(response, flexible)
+        def charge(response_start: memoryview, response_bytes: int) -> int:
+            size = fetch_response_size(response_start, response_bytes, flexible)
             throttle_ms = manager.record(user, client_id, size, now_ms(), broker).throttle_ms
             usage.fetch(user, client_id, size, throttle_ms)
             return throttle_ms

@@ -16,8 +16,9 @@ PRINCIPAL_PREFIX = "User:"
 
 ResponseFinisher = Callable[[memoryview], bytes]
 """Turns the upstream response body (header excluded) into the body the client gets."""
-ResponseCharge = Callable[[memoryview], int]
-"""Charges the upstream response (header included, no size prefix) to a quota; returns the throttle."""
+ResponseCharge = Callable[[memoryview, int], int]
+"""Charges an upstream response to a quota, given its start (header included, no size prefix) and
+its whole size (it may still be arriving); returns the throttle."""
 
 
 class Caller(NamedTuple):

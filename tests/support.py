@@ -263,7 +263,8 @@ def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, wi
 def kafka_shared_quota_model_s(bytes_per_connection: list[list[int]], quota_bytes_per_s: float,
                                window_num: int = 11, window_size_s: float = 1.0) -> float:
     """``kafka_produce_model_s`` for several connections charging one quota (a user's consumers):
-    each connection is muted for its own throttle; the next charge is the connection ready first."""
+    each connection is muted for its own throttle; the next charge is the connection ready first,
+    connections ready together taking turns (clients running side by side)."""
     from quotas.config import Window
     from quotas.rate import SampledRate, rate_throttle_ms
 
@@ -272,11 +273,13 @@ def kafka_shared_quota_model_s(bytes_per_connection: list[list[int]], quota_byte
     start_ms = 1_000_000_000
     ready_ms = [start_ms] * len(bytes_per_connection)
     remaining = [list(sizes) for sizes in bytes_per_connection]
+    charged = [0] * len(bytes_per_connection)
     answered_ms = start_ms
     while any(remaining):
-        connection = min((i for i, sizes in enumerate(remaining) if sizes), key=lambda i: ready_ms[i])
+        connection = min((i for i, sizes in enumerate(remaining) if sizes), key=lambda i: (ready_ms[i], charged[i]))
         now_ms = answered_ms = ready_ms[connection]
         rate.record(remaining[connection].pop(0), now_ms, window)
+        charged[connection] += 1
         measured, window_ms = rate.measure_with_window(now_ms, window)
         if measured > quota_bytes_per_s:
             ready_ms[connection] = now_ms + rate_throttle_ms(measured, quota_bytes_per_s, window_ms)

@@ -39,7 +39,7 @@ def test_a_metered_consumer_gets_kafkas_cap_and_pays_for_each_response(tmp_path:
     request = decode_request(Api.FETCH, 11, capped[header.length:])
     assert (request.max_bytes, request.min_bytes) == (10 * MIB, 10 * MIB)  # 1 MiB/s x (11 - 1) x 1 s
     response = encode_response_header(1, False) + bytes(12 * MIB)
-    assert outcome.charge_response(memoryview(response)) > 0  # 12 MiB in the 10 s minimum window
+    assert outcome.charge_response(memoryview(response), len(response)) > 0  # 12 MiB in the 10 s minimum window
     usage.start()
     usage.stop(1_790_000_000)
     [line] = (tmp_path / "usage").glob("usage-*.jsonl")
