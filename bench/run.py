@@ -6,6 +6,8 @@ Tansu's own Rust proxy, in one run. Writes bench/results.json (``make bench``).
 (c) produce request rate: 16 connections pipelining small requests (raw sockets, uvloop)
 (d) proxy resident memory with 1000 idle client connections
 (e) throughput through the proxy with quotas configured but not binding, against no quotas
+(f) consumer throughput: confluent-kafka reading 1 KB records, direct and through the proxy with a
+    consumer quota configured but not binding; the quota proxy's CPU per MB in both directions
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import psutil
 import uvloop
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -41,6 +43,7 @@ NON_BINDING_QUOTAS = """
 [[quota]]
 user = "<default>"
 producer_byte_rate = 100000000000
+consumer_byte_rate = 100000000000
 producer_ids_rate = 1000
 """
 
@@ -57,20 +60,74 @@ def throughput_mb_s(bootstrap: str, records: int, record_bytes: int = 1024) -> f
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 20, "batch.size": 1_000_000, "batch.num.messages": 100_000,
                          "queue.buffering.max.kbytes": 1_048_576, "compression.type": "none"})
-    payload = b"x" * record_bytes
     started = time.perf_counter()
+    produce_all(producer, topic, records, record_bytes)
+    elapsed = time.perf_counter() - started
+    delete_topic(bootstrap, topic)
+    return records * record_bytes / elapsed / 1e6
+
+
+def fill_topic(bootstrap: str, records: int, record_bytes: int = 1024) -> str:
+    topic = create_topic(bootstrap)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "queue.buffering.max.kbytes": 1_048_576})
+    produce_all(producer, topic, records, record_bytes)
+    return topic
+
+
+def produce_all(producer: Producer, topic: str, records: int, record_bytes: int) -> None:
+    payload = b"x" * record_bytes
     for _ in range(records):
         while True:
             try:
-                producer.produce(topic, payload)
+                producer.produce(topic, payload, partition=0)
                 break
             except BufferError:
                 producer.poll(0.005)
     if producer.flush(120) != 0:
         raise RuntimeError("producer did not deliver everything")
+
+
+def consume_mb_s(bootstrap: str, topic: str, records: int, record_bytes: int = 1024) -> float:
+    """Read the topic from the start with librdkafka's default fetch sizes, timed from the first
+    records received to the last: the consumer's start-up (about half a second, the same through the
+    proxy, mostly librdkafka's own) is latency, which (b) measures."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    count = first_count = 0
+    started = 0.0
+    while count < records:
+        messages = consumer.consume(10_000, timeout=5)
+        if not messages:
+            raise RuntimeError(f"no records after {count} of {records}")
+        count += sum(1 for message in messages if message.error() is None)
+        if not started:
+            started, first_count = time.perf_counter(), count
     elapsed = time.perf_counter() - started
-    delete_topic(bootstrap, topic)
-    return records * record_bytes / elapsed / 1e6
+    consumer.close()
+    return (records - first_count) * record_bytes / elapsed / 1e6
+
+
+class CpuPerMb:
+    """A process's CPU seconds per MB moved, over the measurements wrapped by ``measure``."""
+
+    def __init__(self, process: psutil.Process) -> None:
+        self._process = process
+        self.cpu_s = 0.0
+        self.mb = 0.0
+
+    def measure(self, mb: float, run: Any) -> Any:
+        before = self._process.cpu_times()
+        result = run()
+        after = self._process.cpu_times()
+        self.cpu_s += (after.user - before.user) + (after.system - before.system)
+        self.mb += mb
+        return result
+
+    @property
+    def ms_per_mb(self) -> float:
+        return 1000 * self.cpu_s / self.mb
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
@@ -273,9 +330,22 @@ def main() -> int:
             record("c_requests_per_s", interleaved_medians(
                 targets, args.rounds, lambda b: request_rate(b, 16, 8, args.rate_seconds)))
             results["d_idle_connections"] = idle_connections_rss_mb(ours, args.idle_connections)
+            assert with_quotas.process is not None
+            quota_proxy = psutil.Process(with_quotas.process.pid)
+            produce_cpu = CpuPerMb(quota_proxy)
+            mb = args.records * 1024 / 1e6
             record("e_quotas_not_binding_mb_s", interleaved_medians(
                 {"proxy": ours.bootstrap, "proxy_with_quotas": with_quotas.bootstrap}, args.rounds,
-                lambda b: throughput_mb_s(b, args.records)))
+                lambda b: (produce_cpu.measure(mb, lambda: throughput_mb_s(b, args.records))
+                           if b == with_quotas.bootstrap else throughput_mb_s(b, args.records))))
+            consume_cpu = CpuPerMb(quota_proxy)
+            filled = fill_topic(broker.bootstrap, args.records)
+            record("f_consume_mb_s", interleaved_medians(
+                {"direct": broker.bootstrap, "proxy_with_quotas": with_quotas.bootstrap}, args.rounds,
+                lambda b: (consume_cpu.measure(mb, lambda: consume_mb_s(b, filled, args.records))
+                           if b == with_quotas.bootstrap else consume_mb_s(b, filled, args.records))))
+            results["f_quota_proxy_cpu_ms_per_mb"] = {"produce": produce_cpu.ms_per_mb,
+                                                      "consume": consume_cpu.ms_per_mb}
         finally:
             rust.stop()
             ours.stop()
@@ -295,6 +365,10 @@ def main() -> int:
         "d_rss_mb_with_1000_idle": results["d_idle_connections"]["rss_with_idle_mb"],
         "e_throughput_with_quotas_vs_proxy": (results["e_quotas_not_binding_mb_s"]["proxy_with_quotas"]["median"]
                                               / results["e_quotas_not_binding_mb_s"]["proxy"]["median"]),
+        "f_consume_with_quotas_vs_direct": (results["f_consume_mb_s"]["proxy_with_quotas"]["median"]
+                                            / results["f_consume_mb_s"]["direct"]["median"]),
+        "f_cpu_ms_per_mb_produce": results["f_quota_proxy_cpu_ms_per_mb"]["produce"],
+        "f_cpu_ms_per_mb_consume": results["f_quota_proxy_cpu_ms_per_mb"]["consume"],
     }
     write_results(args.out, results)
     return 0
