@@ -16,22 +16,12 @@ from protocol.header import RequestHeader, response_header_length
 _INT32 = Struct(">i")
 FIRST_MAX_BYTES_VERSION = 3
 FIRST_VERSION_WITHOUT_REPLICA_ID = 15
-CONSUMER_REPLICA_ID = -1
 
 
 def _min_bytes_offset(header: RequestHeader) -> int:
     """Where ``min_bytes`` is: after replica_id (until v14) and max_wait_ms."""
     fields_before = 2 if header.api_version < FIRST_VERSION_WITHOUT_REPLICA_ID else 1
     return header.length + 4 * fields_before
-
-
-def fetch_replica_id(frame: bytes | memoryview, header: RequestHeader) -> int:
-    """The requesting replica: -1 (or below) for a consumer, a broker id for a follower. From v15 a
-    follower names itself in a tagged field, which only a broker listener sees: taken as a consumer."""
-    if header.api_version >= FIRST_VERSION_WITHOUT_REPLICA_ID:
-        return CONSUMER_REPLICA_ID
-    _check_fixed_fields(frame, header)
-    return int(_INT32.unpack_from(frame, header.length)[0])
 
 
 def capped_fetch_request(frame: bytes | memoryview, header: RequestHeader, limit: int) -> bytes | None:

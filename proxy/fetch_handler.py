@@ -10,7 +10,7 @@ Kafka does, a consumer's ``max_bytes`` is first capped to what the quota window 
 
 from __future__ import annotations
 
-from protocol.fetch import capped_fetch_request, fetch_replica_id, fetch_response_size
+from protocol.fetch import capped_fetch_request, fetch_response_size
 from protocol.header import read_request_header
 from proxy.outcome import FORWARD, Caller, Outcome, frame
 from proxy.quota_service import QuotaService, now_ms
@@ -28,8 +28,10 @@ class FetchHandler:
         client_id = header.client_id or ""
         user, _, broker = caller
         window_bytes = manager.max_value_in_window(user, client_id)
-        if window_bytes is None or fetch_replica_id(request, header) >= 0:
-            return FORWARD  # no quota; or a follower, which Kafka never charges to a client quota
+        if window_bytes is None:
+            return FORWARD
+        # a replica_id >= 0 is not believed: followers never come through a client listener, and
+        # trusting the field would let any consumer fetch uncharged
         capped = capped_fetch_request(request, header, int(min(window_bytes, 2**31 - 1)))
         flexible = header.flexible
         usage = self._usage

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from protocol.apis import Api, request_class, response_class
 from protocol.codecs import decode_request
-from protocol.fetch import capped_fetch_request, fetch_replica_id, fetch_response_size
+from protocol.fetch import capped_fetch_request, fetch_response_size
 from protocol.header import encode_response_header, parse_request_header
 from protocol.throttle import raise_throttle
 from tests.unit.protocol.schema_strategies import message_strategy
@@ -35,15 +35,6 @@ def test_the_cap_lowers_max_bytes_and_min_bytes_and_nothing_else(data: st.DataOb
     assert decoded.max_bytes == limit and decoded.min_bytes == min(original.min_bytes, limit)
     decoded.max_bytes, decoded.min_bytes = original.max_bytes, original.min_bytes
     assert decoded.to_dict() == original.to_dict()
-
-
-@settings(max_examples=200, deadline=None)
-@given(data=st.data(), version=FETCH_VERSIONS)
-def test_the_replica_id_is_read_where_the_version_has_it(data: st.DataObject, version: int) -> None:
-    message, frame = fetch_request(data, version)
-    header = parse_request_header(frame, version >= 12)
-    expected = decode_request(Api.FETCH, version, frame[header.length:]).replica_id if version < 15 else -1
-    assert fetch_replica_id(frame, header) == expected
 
 
 @settings(max_examples=200, deadline=None)

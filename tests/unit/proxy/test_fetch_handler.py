@@ -47,9 +47,10 @@ def test_a_metered_consumer_gets_kafkas_cap_and_pays_for_each_response(tmp_path:
     assert logged["fetch_bytes"] == 4 + 12 * MIB and logged["throttle_ms"] > 0  # Kafka charges 4 + body
 
 
-def test_consumers_without_a_quota_and_followers_pass_untouched(tmp_path: Path) -> None:
+def test_consumers_without_a_quota_pass_untouched_and_a_claimed_follower_is_charged(tmp_path: Path) -> None:
     fetch_handler, _ = handler(tmp_path)
     assert fetch_handler(fetch("free"), Caller("ANONYMOUS", 0)) is FORWARD
-    assert fetch_handler(fetch("metered", replica_id=3), Caller("ANONYMOUS", 0)) is FORWARD
+    claimed_follower = fetch_handler(fetch("metered", replica_id=3), Caller("ANONYMOUS", 0))
+    assert claimed_follower.charge_response is not None and claimed_follower.replacement is not None
     within = fetch_handler(fetch("metered", max_bytes=MIB), Caller("ANONYMOUS", 0))
     assert within.replacement is None and within.charge_response is not None
