@@ -17,7 +17,7 @@ from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import Api
 from protocol.codecs import encode_response, max_version
 from protocol.header import RequestHeader, read_request_header
-from proxy.client_quotas import ClientQuotaHandlers
+from proxy.client_quotas import UNSUPPORTED_VERSION, ClientQuotaHandlers
 from proxy.cluster_info import ClusterInfo
 from proxy.config import HostPort, ProxyConfig
 from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 _LISTEN_BACKLOG = 1024
 _ACCEPT_RETRY_S = 0.1
-UNSUPPORTED_VERSION = 35
 # APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
 _DECODED_APIS = ADDRESS_BEARING_APIS | {
     Api.API_VERSIONS, Api.PRODUCE, Api.FETCH, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
@@ -122,10 +121,10 @@ class ProxyServer:
         self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
         self.served_api_versions: Mapping[int, VersionRange] = _served_versions(self.users is not None)
         self.upstream_api_keys: frozenset[int] | None = None
+        """The api keys the cluster lists, learnt from the first ApiVersions answer passing through."""
         self._cluster_api_versions: list[dict[str, int]] | None = None
         """The cluster's ApiVersions list, asked once, for the answers given before a login."""
         self._asking_api_versions: asyncio.Task[list[dict[str, int]]] | None = None
-        """The api keys the cluster lists, learnt from the first ApiVersions answer passing through."""
         self._upstream_brokers: dict[int, HostPort] = {}
         self._broker_listeners: set[int] = set()
         """Node ids whose listener was opened (or could not be)."""
