@@ -14,23 +14,16 @@ class VersionRange(NamedTuple):
     max_version: int
 
 
-class AdaptedApiVersions(NamedTuple):
-    body: bytes | None
-    """The body to send instead, or None when the upstream's answer stands as it is."""
-    upstream_api_keys: frozenset[int]
-    """The api keys the upstream listed."""
-
-
 def adapt_api_versions(body: bytes | memoryview, api_version: int, ceilings: Mapping[int, int],
-                       served: Mapping[int, VersionRange] | None = None) -> AdaptedApiVersions:
+                       served: Mapping[int, VersionRange] | None = None) -> bytes | None:
     """Each api in ``ceilings`` limited to its ceiling; the apis the proxy ``served`` itself listed
-    with the proxy's versions, whether the upstream has them or not.
+    with the proxy's versions, whether the upstream has them or not. Returns the body to send
+    instead, or None when the upstream's answer stands as it is.
 
     A broker answering an ApiVersions version it does not know replies in v0 format with
     UNSUPPORTED_VERSION; that body is decoded and re-encoded as v0 too, and left without additions.
     """
     message = decode_response(Api.API_VERSIONS, api_version, body)
-    upstream_keys = frozenset(api.api_key for api in message.api_keys)
     changed = False
     for api in message.api_keys:
         ceiling = ceilings.get(api.api_key)
@@ -52,5 +45,5 @@ def adapt_api_versions(body: bytes | memoryview, api_version: int, ceilings: Map
         if changed:
             message.api_keys.sort(key=lambda api: api.api_key)
     if not changed:
-        return AdaptedApiVersions(None, upstream_keys)
-    return AdaptedApiVersions(encode_response(Api.API_VERSIONS, message.version, message), upstream_keys)
+        return None
+    return encode_response(Api.API_VERSIONS, message.version, message)

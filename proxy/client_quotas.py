@@ -6,17 +6,21 @@ entities, are the proxy's: set in ``QuotaService`` (persisted, winning over the 
 described from the quotas in force. Every other key (e.g. ``request_percentage``) belongs to the
 cluster: those parts are forwarded upstream, and the answers are merged in request order. A cluster that lacks the API
 gets nothing forwarded; its parts are answered UNSUPPORTED_VERSION.
+
+Both APIs are refused whole (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded) to principals not in
+``[admin] principals``, as Kafka's ``KafkaApis`` refuses them without ALTER_CONFIGS / DESCRIBE_CONFIGS
+on the cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from typing import Any
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.header import read_request_header
-from proxy.outcome import Caller, Outcome, local_answer, replacement_request
+from proxy.outcome import Caller, Decided, Outcome, local_answer, replacement_request
 from proxy.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, validate_quota
 
@@ -69,25 +73,27 @@ def _components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
 
 
 class ClientQuotaHandlers:
-    def __init__(self, quotas: QuotaService, upstream_api_versions: Callable[[], Container[int] | None],
-                 admin_principals: frozenset[str] | None) -> None:
-        """``upstream_api_versions`` returns the api keys the cluster serves, or None before it is known;
-        ``admin_principals``, when given, are the only principals allowed to alter quotas."""
+    def __init__(self, quotas: QuotaService, cluster_api_keys: Callable[[], Awaitable[Container[int]]],
+                 admin_principals: frozenset[str]) -> None:
+        """``cluster_api_keys`` answers the api keys the cluster serves, as the proxy's own ApiVersions
+        request learnt them (never a client's); only ``admin_principals`` may use these APIs."""
         self._quotas = quotas
-        self._upstream_apis = upstream_api_versions
+        self._cluster_api_keys = cluster_api_keys
         self._admin_principals = admin_principals
 
-    def _upstream_serves(self, api_key: int) -> bool:
-        """Only a cluster known to serve the API is asked (a client's ApiVersions tells the proxy)."""
-        apis = self._upstream_apis()
-        return apis is not None and api_key in apis
+    def _refused(self, caller: Caller) -> bool:
+        return caller.principal not in self._admin_principals
 
     # ---- AlterClientQuotas ----------------------------------------------------------------------
 
-    def alter(self, frame: memoryview, caller: Caller) -> Outcome:
+    def alter(self, frame: memoryview, caller: Caller) -> Decided:
         header = read_request_header(frame)
         version = header.api_version
         request = decode_request(Api.ALTER_CLIENT_QUOTAS, version, frame[header.length:])
+        if self._refused(caller):
+            refused = (CLUSTER_AUTHORIZATION_FAILED, f"{caller.principal} may not alter client quotas")
+            return local_answer(header, _alter_response(version, request.entries, [refused] * len(request.entries),
+                                                        {}, 0))
         results: list[tuple[int, str | None]] = []
         changes: dict[QuotaEntity, dict[QuotaType, float | None]] = {}
         forwarded_entries = []
@@ -98,7 +104,7 @@ class ClientQuotaHandlers:
                 forwarded_entries.append(_entry_with_ops(entry, theirs))
                 foreign.add(entity_key(entry.entity))
             ours = [op for op in entry.ops if op.key in _PROXY_KEYS]
-            results.append(self._check_entry(entity_key(entry.entity), ours, caller.principal, changes))
+            results.append(self._check_entry(entity_key(entry.entity), ours, changes))
         if changes and not request.validate_only:
             try:
                 self._quotas.override(changes)
@@ -107,26 +113,28 @@ class ClientQuotaHandlers:
                            for code, message in results]
         if not forwarded_entries:
             return local_answer(header, _alter_response(version, request.entries, results, {}, 0))
-        if not self._upstream_serves(Api.ALTER_CLIENT_QUOTAS):
-            unsupported = dict.fromkeys(foreign, (UNSUPPORTED_VERSION, "the cluster does not serve AlterClientQuotas"))
-            return local_answer(header, _alter_response(version, request.entries, results, unsupported, 0))
 
         def merge(upstream_body: memoryview) -> bytes:
             upstream = decode_response(Api.ALTER_CLIENT_QUOTAS, version, upstream_body)
             from_upstream = {entity_key(e.entity): (e.error_code, e.error_message) for e in upstream.entries}
             return _alter_response(version, request.entries, results, from_upstream, upstream.throttle_time_ms)
 
-        body = encode_request(Api.ALTER_CLIENT_QUOTAS, version,
-                              {"entries": forwarded_entries, "validate_only": request.validate_only})
-        return Outcome(replacement=replacement_request(frame, header, body), finish=merge)
+        async def forward_if_served() -> Outcome:
+            if Api.ALTER_CLIENT_QUOTAS not in await self._cluster_api_keys():
+                unsupported = dict.fromkeys(foreign, (UNSUPPORTED_VERSION,
+                                                      "the cluster does not serve AlterClientQuotas"))
+                return local_answer(header, _alter_response(version, request.entries, results, unsupported, 0))
+            body = encode_request(Api.ALTER_CLIENT_QUOTAS, version,
+                                  {"entries": forwarded_entries, "validate_only": request.validate_only})
+            return Outcome(replacement=replacement_request(frame, header, body), finish=merge)
 
-    def _check_entry(self, key: EntityKey, ops: list[Any], principal: str,
+        return forward_if_served()
+
+    def _check_entry(self, key: EntityKey, ops: list[Any],
                      changes: dict[QuotaEntity, dict[QuotaType, float | None]]) -> tuple[int, str | None]:
         """Validate one entry's proxy-owned ops; a valid entry adds its changes to ``changes``."""
         if not ops:
             return 0, None
-        if self._admin_principals is not None and principal not in self._admin_principals:
-            return CLUSTER_AUTHORIZATION_FAILED, f"{principal} may not alter client quotas"
         try:
             entity = quota_entity(key)
             entry_changes: dict[QuotaType, float | None] = {}
@@ -144,16 +152,17 @@ class ClientQuotaHandlers:
 
     # ---- DescribeClientQuotas -------------------------------------------------------------------
 
-    def describe(self, frame: memoryview, caller: Caller) -> Outcome:
+    def describe(self, frame: memoryview, caller: Caller) -> Decided:
         header = read_request_header(frame)
         request = decode_request(Api.DESCRIBE_CLIENT_QUOTAS, header.api_version, frame[header.length:])
         version = header.api_version
+        if self._refused(caller):
+            return local_answer(header, _describe_response(version, {}, 0, CLUSTER_AUTHORIZATION_FAILED,
+                                                           f"{caller.principal} may not describe client quotas"))
         error = _filter_error(request.components)
         if error is not None:
             return local_answer(header, _describe_response(version, {}, 0, INVALID_REQUEST, error))
         ours = self._matching(request.components, request.strict)
-        if not self._upstream_serves(Api.DESCRIBE_CLIENT_QUOTAS):
-            return local_answer(header, _describe_response(version, ours, 0, 0, None))
 
         def merge(upstream_body: memoryview) -> bytes:
             upstream = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, version, upstream_body)
@@ -168,7 +177,12 @@ class ClientQuotaHandlers:
                 merged.setdefault(key, {}).update(values)
             return _describe_response(version, merged, upstream.throttle_time_ms, 0, None)
 
-        return Outcome(finish=merge)
+        async def forward_if_served() -> Outcome:
+            if Api.DESCRIBE_CLIENT_QUOTAS not in await self._cluster_api_keys():
+                return local_answer(header, _describe_response(version, ours, 0, 0, None))
+            return Outcome(finish=merge)
+
+        return forward_if_served()
 
     def _matching(self, components: list[Any], strict: bool) -> dict[EntityKey, dict[str, float]]:
         found: dict[EntityKey, dict[str, float]] = {}

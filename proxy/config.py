@@ -63,8 +63,8 @@ class ProxyConfig:
     shutdown_grace_s: float = 5.0
     sasl_users: Path | None = None
     upstream_sasl: UpstreamSasl | None = None
-    admin_principals: frozenset[str] | None = None
-    """``[admin] principals``: who may alter client quotas (None: anyone who can connect)."""
+    admin_principals: frozenset[str] = frozenset()
+    """``[admin] principals``: who may use AlterClientQuotas and DescribeClientQuotas (none without it)."""
     default_num_partitions: int = 1
     """Partitions a CreateTopics with num_partitions = -1 is charged for when the cluster does not
     say its ``num.partitions`` (DescribeConfigs)."""
@@ -257,9 +257,9 @@ def principal_list(value: Any, where: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def _admin_principals(section: dict[str, Any] | None) -> frozenset[str] | None:
+def _admin_principals(section: dict[str, Any] | None) -> frozenset[str]:
     if section is None:
-        return None
+        return frozenset()
     where = f"[{_ADMIN_SECTION}]"
     if set(section) != {"principals"}:
         raise ConfigError(f"{where}: needs exactly the key principals")

@@ -22,6 +22,7 @@ from typing import NamedTuple, Protocol, cast
 from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
 from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import KNOWN_API_KEYS, Api, is_flexible_request
+from protocol.codecs import max_version
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameSplitter
 from protocol.header import (
@@ -47,6 +48,7 @@ ANONYMOUS = "ANONYMOUS"
 """The principal of every connection until SASL is terminated at the proxy."""
 
 _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
+NEWEST_API_VERSIONS = max_version(Api.API_VERSIONS)
 _SASL_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
 CUT_THROUGH_AFTER_BYTES = 64 * 1024
 """A request frame still incomplete after this many bytes is forwarded as it arrives: holding a
@@ -80,7 +82,6 @@ class ProxyContext(Protocol):
     metrics: ProxyMetrics
     api_version_ceilings: Mapping[int, int]
     served_api_versions: Mapping[int, VersionRange]
-    upstream_api_keys: frozenset[int] | None
     produce_handler: ProduceHandler
     handlers: Mapping[int, RequestHandler]
 
@@ -309,9 +310,11 @@ class ClientConnection(asyncio.Protocol):
         if api_key not in KNOWN_API_KEYS:
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
+        if api_key == Api.API_VERSIONS and (self._upstream is None or api_version > NEWEST_API_VERSIONS):
+            # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0
+            # with the versions served); before a login no upstream connection may be open yet
+            return self._context.api_versions_answer(frame)
         if self._sasl is not None and (not self._sasl.done or api_key in _SASL_APIS):
-            if api_key == Api.API_VERSIONS and self._upstream is None:
-                return self._context.api_versions_answer(frame)
             outcome = self._sasl.handle(frame)
             if self._sasl.user is not None:
                 self._user = self._sasl.user  # logged in: the principal of every later request
@@ -594,10 +597,8 @@ class ClientConnection(asyncio.Protocol):
         api_key, api_version = request.api_key, request.api_version
         if api_key == Api.API_VERSIONS:
             header_length = response_header_length(frame, flexible=False)
-            body, upstream_api_keys = adapt_api_versions(frame[header_length:], api_version,
-                                                         self._context.api_version_ceilings,
-                                                         self._context.served_api_versions)
-            self._context.upstream_api_keys = upstream_api_keys
+            body = adapt_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings,
+                                      self._context.served_api_versions)
         else:
             names_brokers = carries_addresses(api_key, api_version)
             if not request.throttle_ms and not names_brokers and request.finish is None:

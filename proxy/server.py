@@ -106,7 +106,7 @@ class ProxyServer:
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
-        client_quotas = ClientQuotaHandlers(self.quotas, lambda: self.upstream_api_keys, config.admin_principals)
+        client_quotas = ClientQuotaHandlers(self.quotas, self.cluster_api_keys, config.admin_principals)
         self.handlers: Mapping[int, RequestHandler] = {
             Api.FETCH: FetchHandler(self.quotas, self.usage),
             Api.CREATE_TOPICS: mutations,
@@ -120,10 +120,9 @@ class ProxyServer:
         self._maintenance: list[asyncio.Task[None]] = []
         self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
         self.served_api_versions: Mapping[int, VersionRange] = _served_versions(self.users is not None)
-        self.upstream_api_keys: frozenset[int] | None = None
-        """The api keys the cluster lists, learnt from the first ApiVersions answer passing through."""
         self._cluster_api_versions: list[dict[str, int]] | None = None
-        """The cluster's ApiVersions list, asked once, for the answers given before a login."""
+        """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
+        error or a version's subset): for the answers given before a login and for what is forwarded."""
         self._asking_api_versions: asyncio.Task[list[dict[str, int]]] | None = None
         self._upstream_brokers: dict[int, HostPort] = {}
         self._broker_listeners: set[int] = set()
@@ -170,15 +169,26 @@ class ProxyServer:
 
     def api_versions_answer(self, frame: memoryview) -> Decided:
         header = read_request_header(frame)
-        if self._cluster_api_versions is not None:
+        if self._cluster_api_versions is not None or header.api_version > max_version(Api.API_VERSIONS):
             return self._local_api_versions(header)
         return self._api_versions_once_known(header)
 
     async def _api_versions_once_known(self, header: RequestHeader) -> Outcome:
+        await self._learn_cluster_api_versions()
+        return self._local_api_versions(header)
+
+    async def cluster_api_keys(self) -> frozenset[int]:
+        """The api keys the cluster serves."""
+        versions = self._cluster_api_versions
+        if versions is None:
+            versions = await self._learn_cluster_api_versions()
+        return frozenset(entry["api_key"] for entry in versions)
+
+    async def _learn_cluster_api_versions(self) -> list[dict[str, int]]:
         if self._asking_api_versions is None or self._asking_api_versions.done():
             self._asking_api_versions = asyncio.get_running_loop().create_task(self._ask_api_versions())
         self._cluster_api_versions = await asyncio.shield(self._asking_api_versions)
-        return self._local_api_versions(header)
+        return self._cluster_api_versions
 
     async def _ask_api_versions(self) -> list[dict[str, int]]:
         config = self.config
@@ -196,12 +206,11 @@ class ProxyServer:
             body = encode_response(Api.API_VERSIONS, 0, {"error_code": UNSUPPORTED_VERSION, "api_keys": [
                 {"api_key": Api.API_VERSIONS, "min_version": 0, "max_version": newest}]})
             return local_answer(header, body)
-        assert self._cluster_api_versions is not None
+        assert self._cluster_api_versions is not None, "asked before answering"
         body = encode_response(Api.API_VERSIONS, version, {"error_code": 0, "api_keys": self._cluster_api_versions,
                                                            "throttle_time_ms": 0})
         adapted = adapt_api_versions(body, version, self.api_version_ceilings, self.served_api_versions)
-        self.upstream_api_keys = adapted.upstream_api_keys
-        return local_answer(header, adapted.body or body)
+        return local_answer(header, adapted or body)
 
     # ---- brokers and listeners ----------------------------------------------------------------
 

@@ -145,6 +145,15 @@ class ProxyProcess:
         return int(self.process.returncode)
 
 
+def admin_config(directory: Path, *principals: str) -> tuple[str, str]:
+    """Proxy flags naming ``principals`` (default ``User:ANONYMOUS``) in ``[admin]``: without them no
+    client may use AlterClientQuotas or DescribeClientQuotas."""
+    path = directory / "admin.toml"
+    names = ", ".join(f'"{principal}"' for principal in principals or ("User:ANONYMOUS",))
+    path.write_text(f"[admin]\nprincipals = [{names}]\n")
+    return "--config", str(path)
+
+
 def encode_request(api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
                    **fields: object) -> bytes:
     from protocol.apis import request_class

@@ -10,7 +10,8 @@ import pytest
 
 from protocol.apis import Api
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable
-from tests.support import Cluster, ProxyProcess, call, proxy_command
+from tests.integration.test_produce_quotas import metrics
+from tests.support import Cluster, ProxyProcess, admin_config, call, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 INVALID_REQUEST = 42
@@ -30,8 +31,9 @@ def create_two_topics(proxy: ProxyProcess, prefix: str) -> list[int]:
     return [t.error_code for t in response.topics]  # type: ignore[attr-defined]
 
 
-def test_altered_quota_is_enforced_described_and_survives_a_restart(own_proxy, topic: str) -> None:  # type: ignore[no-untyped-def]
-    proxy = own_proxy()
+def test_altered_quota_is_enforced_described_and_survives_a_restart(own_proxy, topic: str,  # type: ignore[no-untyped-def]
+                                                                   tmp_path: Path) -> None:
+    proxy = own_proxy(*admin_config(tmp_path))
     assert create_two_topics(proxy, f"{topic}-before") == [0, 0]
 
     altered = quotas_command(proxy, "alter", "--entity-type", "clients", "--entity-name", "admin",
@@ -46,7 +48,7 @@ def test_altered_quota_is_enforced_described_and_survives_a_restart(own_proxy, t
     assert described.stdout.strip() == "Quota configs for client-id 'admin' are controller_mutation_rate=1"
 
     proxy.stop()
-    restarted = own_proxy("--state-dir", str(proxy.state_dir))
+    restarted = own_proxy("--state-dir", str(proxy.state_dir), *admin_config(tmp_path))
     described = quotas_command(restarted, "describe", "--entity-type", "clients")
     assert "Quota configs for client-id 'admin' are controller_mutation_rate=1" in described.stdout
     assert create_two_topics(restarted, f"{topic}-restarted") == [0, THROTTLING_QUOTA_EXCEEDED]
@@ -61,7 +63,7 @@ def test_altered_quota_is_enforced_described_and_survives_a_restart(own_proxy, t
 def test_api_override_wins_over_the_quota_file(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 1000000\nproducer_ids_rate = 5\n')
-    proxy = own_proxy("--quota-file", str(quota_file))
+    proxy = own_proxy("--quota-file", str(quota_file), *admin_config(tmp_path))
     assert quotas_command(proxy, "alter", "--entity-type", "users", "--entity-default",
                           "--add-config", "producer_byte_rate=2000000,consumer_byte_rate=3000000").returncode == 0
     described = quotas_command(proxy, "describe", "--entity-type", "users", "--entity-default")
@@ -69,12 +71,11 @@ def test_api_override_wins_over_the_quota_file(own_proxy, tmp_path: Path) -> Non
                                         "consumer_byte_rate=3000000,producer_byte_rate=2000000,producer_ids_rate=5")
 
 
-def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broker: Cluster, topic: str) -> None:  # type: ignore[no-untyped-def]
-    proxy = own_proxy()
+def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broker: Cluster, topic: str,  # type: ignore[no-untyped-def]
+                                                                tmp_path: Path) -> None:
+    proxy = own_proxy(*admin_config(tmp_path))
     bob, carol = f"bob-{topic}", f"carol-{topic}"  # unique: the cluster may be shared
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
-        call(sock, Api.API_VERSIONS, 3, client_id="admin", client_software_name="test",
-             client_software_version="1")  # tells the proxy which APIs the cluster serves
         response = call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
             {"entity": [{"entity_type": "user", "entity_name": "alice"}],
              "ops": [{"key": "producer_ids_rate", "value": -1.0, "remove": False}]},
@@ -102,3 +103,37 @@ def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broke
             call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
                 {"entity": [{"entity_type": "user", "entity_name": bob}],
                  "ops": [{"key": "request_percentage", "value": 0.0, "remove": True}]}])
+
+
+def test_without_an_admin_table_nobody_may_alter_or_describe_quotas(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 1000000\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    removed = quotas_command(proxy, "alter", "--entity-type", "users", "--entity-default",
+                             "--delete-config", "producer_byte_rate")
+    assert removed.returncode == 1 and "error 31" in removed.stderr, removed.stderr
+    described = quotas_command(proxy, "describe", "--entity-type", "users")
+    assert described.returncode == 1 and "error 31" in described.stderr, described.stderr
+    proxy.stop()
+    allowed = own_proxy("--quota-file", str(quota_file), "--state-dir", str(proxy.state_dir), *admin_config(tmp_path))
+    described = quotas_command(allowed, "describe", "--entity-type", "users")
+    assert described.stdout.strip() == "Quota configs for the default user-principal are producer_byte_rate=1000000"
+
+
+def test_a_clients_api_versions_request_does_not_change_what_the_proxy_forwards(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    # The cluster here is a second proxy, which serves AlterClientQuotas whatever is behind it: the proxy
+    # under test must forward a cluster-owned key to it after a client's ApiVersions v5 (which the cluster
+    # answers with UNSUPPORTED_VERSION and a list naming ApiVersions alone).
+    cluster = own_proxy(*admin_config(tmp_path))
+    proxy = own_proxy(*admin_config(tmp_path), upstream=cluster.bootstrap)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        newest = bytearray(encode_request(Api.API_VERSIONS, 3, correlation_id=7, client_id="probe",
+                                          client_software_name="probe", client_software_version="1"))
+        newest[6:8] = (5).to_bytes(2, "big")  # a version after the newest anyone serves
+        sock.sendall(newest)
+        read_frame(sock)
+        call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+            {"entity": [{"entity_type": "user", "entity_name": "bob"}],
+             "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
+    assert metrics(cluster)['kafka_proxy_requests_total{api="AlterClientQuotas"}'] == 1

@@ -16,7 +16,7 @@ import pytest
 from protocol.apis import Api
 from tests.integration.test_client_quotas import quotas_command
 from tests.integration.test_produce_quotas import metrics
-from tests.support import ProxyProcess, closed_by_peer, encode_request, read_frame
+from tests.support import ProxyProcess, admin_config, closed_by_peer, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
 LOCAL = "127.0.0.1"
@@ -118,8 +118,9 @@ def test_an_ips_creation_rate_closes_its_extra_connections_after_a_delay(own_pro
     assert metrics(proxy)['kafka_proxy_listener_connections_total{listener="bootstrap",outcome="throttled"}'] >= 8
 
 
-def test_ip_quotas_are_set_and_described_like_kafka_configs_entity_type_ips(own_proxy) -> None:  # type: ignore[no-untyped-def]
-    proxy = own_proxy()
+def test_ip_quotas_are_set_and_described_like_kafka_configs_entity_type_ips(own_proxy,  # type: ignore[no-untyped-def]
+                                                                            tmp_path: Path) -> None:
+    proxy = own_proxy(*admin_config(tmp_path))
     altered = quotas_command(proxy, "alter", "--entity-type", "ips", "--entity-name", "10.1.2.3",
                              "--add-config", "connection_creation_rate=7")
     assert altered.returncode == 0, altered.stderr

@@ -75,7 +75,7 @@ def test_mutated_messages_in_every_decoder(case: tuple[int, int, str, bytes]) ->
     if api_key in (0, 3, 10, 60):
         only_protocol_errors(lambda: rewrite_broker_addresses(api_key, version, body, _advertise))
     if api_key == 18:
-        only_protocol_errors(lambda: adapt_api_versions(body, version, {0: 3}).body)
+        only_protocol_errors(lambda: adapt_api_versions(body, version, {0: 3}))
     if api_key != 0:
         only_protocol_errors(lambda: decode_response(api_key, version, body))
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from proxy.client_quotas import MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, ClientQuotaHandlers, _matches, quota_entity
-from proxy.outcome import Caller
+from proxy.outcome import Caller, Outcome
 from proxy.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
 from tests.support import encode_request
@@ -91,9 +91,13 @@ def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[
     return [entry.error_code for entry in answer.entries]
 
 
+async def no_cluster_apis() -> frozenset[int]:
+    return frozenset()
+
+
 def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_path: Path) -> None:
     quotas = service(tmp_path)
-    handlers = ClientQuotaHandlers(quotas, lambda: frozenset(), frozenset({"User:ops"}))
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
     assert alter_codes(handlers, "mallory", key="producer_ids_rate", value=5.0, remove=False) == [31]
     assert quotas.overrides == {}
     assert alter_codes(handlers, "ops", key="producer_ids_rate", value=5.0, remove=False) == [0]
@@ -103,3 +107,25 @@ def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_p
          "ops": [{"key": "producer_ids_rate", "value": 9.0, "remove": False}]}])
     handlers.alter(memoryview(frame)[4:], Caller("ops", 0))
     assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
+
+
+def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_forwarded(tmp_path: Path) -> None:
+    quotas = service(tmp_path, '[[quota]]\nuser = "alice"\nproducer_byte_rate = 1000\n')
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset())
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}],
+         "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]},
+        {"entity": [{"entity_type": "user", "entity_name": "bob"}],
+         "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
+    refused = handlers.alter(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
+    assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
+    assert [entry.error_code for entry in answer.entries] == [31, 31]
+    assert quotas.config.entries[QuotaEntity("alice")] == {BYTES: 1000}
+
+    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
+                           components=[{"entity_type": "user", "match_type": MATCH_ANY, "match": None}])
+    refused = handlers.describe(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
+    assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
+    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
+    assert answer.error_code == 31 and not answer.entries
