@@ -21,6 +21,7 @@ def main() -> int:
             "--upstream", upstream,
             "--listen", os.environ.get("PROXY_LISTEN", "127.0.0.1:9092"),
             "--metrics-listen", os.environ.get("PROXY_METRICS_LISTEN", "127.0.0.1:9100"),
+            "--config", "examples/proxy.toml",
             "--quota-file", "examples/quotas.toml",
             "--state-dir", "state",
             *sys.argv[1:],

@@ -28,7 +28,7 @@ def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_bro
     assert config.listen.port in published
     assert {config.broker_port_base + n for n in node_ids} <= published
     assert config.metrics_listen is not None and config.metrics_listen.port in published
-    for path in ("examples/quotas.toml", "examples/prometheus.yml", "Dockerfile"):
+    for path in ("examples/quotas.toml", "examples/proxy.toml", "examples/prometheus.yml", "Dockerfile"):
         assert (ROOT / path).exists()
 
 
