@@ -18,11 +18,12 @@ class FrameSplitter:
     as it is. Only an incomplete trailing frame is kept, bounded by ``max_frame_bytes``.
     """
 
-    __slots__ = ("_pending", "_max_frame_bytes", "_min_frame_bytes")
+    __slots__ = ("_pending", "max_frame_bytes", "_min_frame_bytes")
 
     def __init__(self, max_frame_bytes: int, min_frame_bytes: int) -> None:
         self._pending = bytearray()
-        self._max_frame_bytes = max_frame_bytes
+        self.max_frame_bytes = max_frame_bytes
+        """Frames announcing more are refused (it may change between frames, e.g. at a login)."""
         self._min_frame_bytes = min_frame_bytes
 
     @property
@@ -66,9 +67,9 @@ class FrameSplitter:
         available = len(buf)
         while available - pos >= SIZE_PREFIX_BYTES:
             (size,) = _SIZE.unpack_from(buf, pos)
-            if size < self._min_frame_bytes or size > self._max_frame_bytes:
+            if size < self._min_frame_bytes or size > self.max_frame_bytes:
                 raise ProtocolError(
-                    f"frame size {size} outside [{self._min_frame_bytes}, {self._max_frame_bytes}]",
+                    f"frame size {size} outside [{self._min_frame_bytes}, {self.max_frame_bytes}]",
                     offset=pos)
             end = pos + SIZE_PREFIX_BYTES + size
             if end > available:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.outcome import PRINCIPAL_PREFIX
-from proxy.sasl import MECHANISMS
+from proxy.sasl import MECHANISMS, LoginSettings
 from proxy.toml_file import read_toml
 from quotas.config import DEFAULT, QuotaConfigError, normalized_ip
 from quotas.connection_quotas import ConnectionLimits
@@ -62,6 +62,12 @@ class ProxyConfig:
     max_in_flight_requests: int = 1000
     shutdown_grace_s: float = 5.0
     sasl_users: Path | None = None
+    sasl_mode: str = "none"
+    """``none`` (every client ANONYMOUS), ``terminate`` (the proxy verifies logins against ``sasl_users``)
+    or ``inspect`` (the cluster verifies them; the proxy reads the user name)."""
+    login: LoginSettings = field(default_factory=LoginSettings)
+    login_threads: int = 1
+    """Threads hashing PLAIN passwords, off the event loop: a flood of logins takes no more CPU than this."""
     upstream_sasl: UpstreamSasl | None = None
     admin_principals: frozenset[str] = frozenset()
     """``[admin] principals``: who may use AlterClientQuotas and DescribeClientQuotas (none without it)."""
@@ -92,6 +98,13 @@ _SETTINGS = {
     "max_in_flight_requests": "max-in-flight-requests",
     "shutdown_grace_s": "shutdown-grace-seconds",
     "sasl_users": "sasl-users",
+    "sasl_mode": "sasl-mode",
+    "sasl_login_timeout_s": "sasl-login-timeout-seconds",
+    "sasl_failed_authentication_delay_ms": "sasl-failed-authentication-delay-ms",
+    "sasl_max_receive_bytes": "sasl-max-receive-bytes",
+    "sasl_login_threads": "sasl-login-threads",
+    "oauthbearer_principal_claim": "oauthbearer-principal-claim",
+    "oauthbearer_unsecured_jwt": "oauthbearer-unsecured-jwt",
     "default_num_partitions": "default-num-partitions",
     "max_connections": "max-connections",
     "max_connections_per_ip": "max-connections-per-ip",
@@ -99,6 +112,7 @@ _SETTINGS = {
     "max_connection_creation_rate": "max-connection-creation-rate",
 }
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
+SASL_MODES = ("none", "terminate", "inspect")
 _ADMIN_SECTION = "admin"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -128,6 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
     add("--sasl-users", help="TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512 "
         "(without it every connection is user ANONYMOUS)")
+    add("--sasl-mode", choices=SASL_MODES,
+        help="terminate: clients log in to the proxy (--sasl-users); inspect: clients log in to the cluster "
+        "through the proxy, which takes the user name once the cluster accepts it (default: terminate with "
+        "--sasl-users, else none)")
+    add("--sasl-login-timeout-seconds", dest="sasl_login_timeout_s", type=float,
+        help="close a connection not logged in by then (default 10)")
+    add("--sasl-failed-authentication-delay-ms", type=int,
+        help="a failed login is answered and closed this late (Kafka's connection.failed.authentication.delay.ms, "
+        "default 100)")
+    add("--sasl-max-receive-bytes", type=int,
+        help="largest frame before a login completes (Kafka's sasl.server.max.receive.size, default 524288)")
+    add("--sasl-login-threads", type=int, help="threads hashing PLAIN passwords (default 1)")
+    add("--oauthbearer-principal-claim", help="JWT claim naming the principal (default sub)")
     add("--default-num-partitions", type=int,
         help="partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell (default 1)")
     add("--max-connections", type=int,
@@ -199,6 +226,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
                      "default_num_partitions")
     }
     sasl_users = settings.get("sasl_users")
+    sasl_mode, login = _login_settings(settings)
     connection_limits = ConnectionLimits(
         max_connections=_optional_positive("max_connections", settings, int),
         max_connections_per_ip=_optional_positive("max_connections_per_ip", settings, int),
@@ -214,12 +242,40 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         state_dir=Path(settings.get("state_dir", "state")),
         log_level=log_level,
         sasl_users=Path(sasl_users) if sasl_users else None,
+        sasl_mode=sasl_mode,
+        login=login,
+        login_threads=_optional_positive("sasl_login_threads", settings, int) or 1,
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
         admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
         connection_limits=connection_limits,
         extra=extra,
         **tunables,
     )
+
+
+def _login_settings(settings: dict[str, Any]) -> tuple[str, LoginSettings]:
+    mode = settings.get("sasl_mode") or ("terminate" if settings.get("sasl_users") else "none")
+    if mode not in SASL_MODES:
+        raise ConfigError(f"sasl-mode: one of {', '.join(SASL_MODES)}, got {mode!r}")
+    if (mode == "terminate") != bool(settings.get("sasl_users")):
+        raise ConfigError("sasl-users: needed with sasl-mode terminate, and only with it")
+    defaults = LoginSettings()
+    claim = settings.get("oauthbearer_principal_claim", defaults.oauthbearer_principal_claim)
+    if not isinstance(claim, str) or not claim:
+        raise ConfigError(f"oauthbearer-principal-claim: a claim name, got {claim!r}")
+    unsecured = settings.get("oauthbearer_unsecured_jwt", False)
+    if not isinstance(unsecured, bool) or (unsecured and mode != "terminate"):
+        raise ConfigError("oauthbearer-unsecured-jwt: true or false, and true only with sasl-mode terminate")
+    delay_ms = settings.get("sasl_failed_authentication_delay_ms", defaults.failed_delay_s * 1000)
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)) or delay_ms < 0:
+        raise ConfigError(f"sasl-failed-authentication-delay-ms: a number >= 0, got {delay_ms!r}")
+    return mode, LoginSettings(
+        mode=mode,
+        timeout_s=_optional_positive("sasl_login_timeout_s", settings, float) or defaults.timeout_s,
+        failed_delay_s=delay_ms / 1000,
+        max_receive_bytes=_optional_positive("sasl_max_receive_bytes", settings, int) or defaults.max_receive_bytes,
+        oauthbearer_principal_claim=claim,
+        oauthbearer_unsecured_jwt=unsecured)
 
 
 def _optional_positive(name: str, settings: dict[str, Any], kind: type) -> Any:

@@ -39,6 +39,7 @@ from proxy.outcome import FORWARD, Caller, Decided, Outcome, ResponseCharge, Res
 from proxy.produce_handler import ProduceHandler
 from proxy.quota_service import now_ms
 from proxy.sasl import SaslServer
+from proxy.sasl_inspect import SaslInspector
 from proxy.upstream_client import UPSTREAM_ERRORS, open_upstream
 from quotas.token_bucket import remaining_throttle_ms
 
@@ -85,7 +86,9 @@ class ProxyContext(Protocol):
     produce_handler: ProduceHandler
     handlers: Mapping[int, RequestHandler]
 
-    def new_sasl_server(self) -> SaslServer | None: ...
+    def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
+        """The connection's SASL login, or None when the proxy takes no logins (every client ANONYMOUS)."""
+
     def api_versions_answer(self, frame: memoryview) -> Decided:
         """ApiVersions answered by the proxy from the cluster's list (before a login, when no upstream
         connection may be open yet)."""
@@ -159,7 +162,11 @@ class ClientConnection(asyncio.Protocol):
         """A request without a response (acks=0) asked to close the connection: Kafka handles requests
         one at a time, so the ones before it are answered first and the ones after it never read."""
         self._settling: asyncio.Task[None] | None = None
-        self._sasl: SaslServer | None = context.new_sasl_server()
+        self._sasl: SaslServer | SaslInspector | None = None
+        self._login_step_pending = False
+        """Before a login completes, one request at a time: the next waits unread until this one's answer
+        is sent (no pipelined password guesses)."""
+        self._login_timer: asyncio.TimerHandle | None = None
         self._close_after_write = False
         self._login_writer: asyncio.StreamWriter | None = None
         self._upstream_broker = ""
@@ -179,10 +186,15 @@ class ClientConnection(asyncio.Protocol):
         self._loop = loop = asyncio.get_running_loop()
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
-        if self._sasl is None:
+        self._sasl = self._context.new_login(self._peer)
+        if self._sasl is not None:
+            settings = self._config.login
+            self._requests.max_frame_bytes = min(self._config.max_frame_bytes, settings.max_receive_bytes)
+            self._login_timer = loop.call_later(settings.timeout_s, self._login_too_slow)
+        if self._sasl is None or self._sasl.needs_upstream_before_login:
             self._start_upstream()
-        # with SASL, the upstream connection opens once the client has logged in: a client that cannot
-        # log in (or a flood of connections) never costs the cluster a connection
+        # when the proxy terminates SASL, the upstream connection opens once the client has logged in: a
+        # client that cannot log in (or a flood of connections) never costs the cluster a connection
 
     def _start_upstream(self) -> None:
         """Open the upstream connection; requests read meanwhile wait for it, in order."""
@@ -284,7 +296,8 @@ class ClientConnection(asyncio.Protocol):
     def _holding(self) -> bool:
         """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
         return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
-                or self._close_when_answered or (self._connect_task is not None and self._upstream is None))
+                or self._close_when_answered or (self._connect_task is not None and self._upstream is None)
+                or self._login_step_pending)
 
     def _release_held(self) -> None:
         """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
@@ -310,17 +323,15 @@ class ClientConnection(asyncio.Protocol):
         if api_key not in KNOWN_API_KEYS:
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
+        if self._sasl is not None and not self._sasl.done:
+            self._login_step_pending = True  # every request before a login has an answer
+            self.gate.pause(PauseReason.LOGGING_IN)
         if api_key == Api.API_VERSIONS and (self._upstream is None or api_version > NEWEST_API_VERSIONS):
             # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0
             # with the versions served); before a login no upstream connection may be open yet
             return self._context.api_versions_answer(frame)
         if self._sasl is not None and (not self._sasl.done or api_key in _SASL_APIS):
-            outcome = self._sasl.handle(frame)
-            if self._sasl.user is not None:
-                self._user = self._sasl.user  # logged in: the principal of every later request
-                if self._connect_task is None:
-                    self._start_upstream()
-            return outcome
+            return self._sasl.handle(frame)
         caller = Caller(self._user, now_ms(), self._upstream_broker)
         if api_key == Api.PRODUCE:
             return self._context.produce_handler.handle(frame, request_bytes, caller, whole)
@@ -528,6 +539,7 @@ class ClientConnection(asyncio.Protocol):
             self.close("closed after its last response")
         elif mute_ms is not None:
             self._mute(mute_ms)
+        self._login_step_answered()
 
     def _maybe_cut_through_response(self) -> None:
         """Start forwarding a large Fetch response as it arrives, once its start is here: it is
@@ -590,6 +602,7 @@ class ClientConnection(asyncio.Protocol):
             if self._close_after_write:
                 self.close("closed after its last response")
                 return
+            self._login_step_answered()
             self._after_responses()
 
     def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
@@ -617,6 +630,36 @@ class ClientConnection(asyncio.Protocol):
             return None
         size = header_length + len(body)
         return b"".join((size.to_bytes(4, "big"), frame[:header_length], body))
+
+    # ---- login ---------------------------------------------------------------------------------------
+
+    def _login_step_answered(self) -> None:
+        """A request made before the login completed has its answer: the next one may be read, and once
+        the login has completed its user is the principal of every later request."""
+        if not self._login_step_pending or self._awaiting_responses() or self._closed:
+            return
+        self._login_step_pending = False
+        assert self._sasl is not None
+        if self._sasl.user is not None:
+            self._logged_in(self._sasl.user)
+        self.gate.resume(PauseReason.LOGGING_IN)
+        self._loop.call_soon(self._release_held)  # not from here: a long pipeline would recurse
+
+    def _logged_in(self, user: str) -> None:
+        self._user = user
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+            self._login_timer = None
+        self._requests.max_frame_bytes = self._config.max_frame_bytes
+        if self._connect_task is None:
+            self._start_upstream()
+
+    def _login_too_slow(self) -> None:
+        self._login_timer = None
+        if self._sasl is not None and not self._sasl.done:
+            log.info("closing connection from %s on %s: no SASL login within %g s", self._peer, self._listener,
+                     self._config.login.timeout_s)
+            self.close("no login in time")
 
     # ---- muting ----------------------------------------------------------------------------------
 
@@ -671,7 +714,8 @@ class ClientConnection(asyncio.Protocol):
         try:
             target = await self._resolve_upstream()
             async with asyncio.timeout(self._config.connect_timeout_s):
-                sasl = self._config.upstream_sasl
+                # inspected clients log in to the cluster themselves; the proxy's own login is for its own requests
+                sasl = self._config.upstream_sasl if self._config.sasl_mode != "inspect" else None
                 if sasl is None:
                     transport, _ = await loop.create_connection(
                         lambda: UpstreamProtocol(self), target.host, target.port)
@@ -730,8 +774,9 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         (log.warning if warn else log.debug)("closing connection from %s on %s: %s",
                                              self._peer, self._listener, reason)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
+        for timer in (self._idle_timer, self._login_timer):
+            if timer is not None:
+                timer.cancel()
         if self._mute_timer is not None:
             self._mute_timer.cancel()
             self._mute_timer = None

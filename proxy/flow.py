@@ -13,6 +13,7 @@ class PauseReason(enum.Enum):
     DRAINING = "shutting down"
     THROTTLED = "quota throttle"
     AWAITING_CLUSTER = "a request waits for cluster metadata"
+    LOGGING_IN = "before a login completes, a request waits for the answer to the one before"
 
 
 class ReadGate:

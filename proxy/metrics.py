@@ -59,6 +59,7 @@ class ProxyMetrics(Collector):
         self.closed_for_bad_input = 0
         self.muted_connections = 0
         self._listeners: dict[str, ListenerCounts] = {}
+        self._logins: dict[tuple[str, str], int] = {}
         self.busiest_ips: Callable[[int], list[tuple[str, int]]] = lambda limit: []
         """Open connections of the IPs with the most, most first (set by the server)."""
         self.requests_by_api = [0] * (_MAX_API_KEY + 1)
@@ -66,6 +67,10 @@ class ProxyMetrics(Collector):
         self._latency_counts: dict[int, list[int]] = {}
         self._latency_sums: dict[int, float] = {}
         registry.register(self)
+
+    def login_ended(self, mechanism: str, succeeded: bool) -> None:
+        key = (mechanism, "succeeded" if succeeded else "failed")
+        self._logins[key] = self._logins.get(key, 0) + 1
 
     def listener_counts(self, listener: str) -> ListenerCounts:
         return self._listeners.setdefault(listener, ListenerCounts())
@@ -85,6 +90,12 @@ class ProxyMetrics(Collector):
         for ip, count in self.busiest_ips(BUSIEST_IPS):
             per_ip.add_metric([ip], count)
         yield per_ip
+        logins = CounterMetricFamily("kafka_proxy_sasl_logins", "SASL logins by mechanism and outcome (succeeded, "
+                                     "failed); with sasl-mode inspect, as the cluster answered them",
+                                     labels=["mechanism", "outcome"])
+        for (mechanism, outcome), count in sorted(self._logins.items()):
+            logins.add_metric([mechanism, outcome], count)
+        yield logins
 
     def observe_latency(self, api_key: int, seconds: float) -> None:
         counts = self._latency_counts.get(api_key)

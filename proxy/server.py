@@ -8,6 +8,7 @@ import logging
 import socket
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +40,7 @@ from proxy.producer_ids import (
 )
 from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
 from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
+from proxy.sasl_inspect import SaslInspector
 from proxy.topic_mutations import TopicMutationHandler
 from proxy.upstream_client import UPSTREAM_ERRORS, fetch_brokers, request_any
 from proxy.usage_log import UsageLog
@@ -97,6 +99,7 @@ class ProxyServer:
         self.metrics.busiest_ips = self.quotas.connections.busiest_ips
         self.usage = UsageLog(config.state_dir / "usage")
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
+        self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
         self.allocator_settings = settings = AllocatorSettings.from_config(config)
         self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
@@ -119,7 +122,7 @@ class ProxyServer:
         }
         self._maintenance: list[asyncio.Task[None]] = []
         self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
-        self.served_api_versions: Mapping[int, VersionRange] = _served_versions(self.users is not None)
+        self.served_api_versions: Mapping[int, VersionRange] = _served_versions(config.sasl_mode == "terminate")
         self._cluster_api_versions: list[dict[str, int]] | None = None
         """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
         error or a version's subset): for the answers given before a login and for what is forwarded."""
@@ -149,8 +152,13 @@ class ProxyServer:
             return ProducerIdSource(embedded_fetcher(self.blocks, broker_id, epoch))
         return ProducerIdSource(remote_fetcher(self.config, settings.bootstrap, broker_id, epoch))
 
-    def new_sasl_server(self) -> SaslServer | None:
-        return None if self.users is None else SaslServer(self.users)
+    def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
+        settings = self.config.login
+        if self.config.sasl_mode == "inspect":
+            return SaslInspector(settings, peer, self.metrics)
+        if self.users is None:
+            return None
+        return SaslServer(self.users, settings, self._login_pool, peer, self.metrics)
 
     def connection_opened(self, connection: ClientConnection) -> None:
         self._connections[connection] = self._admitted.pop(connection)
@@ -375,6 +383,7 @@ class ProxyServer:
             self.pid_source.stop()
         self.pid_ledger.close()
         self.blocks.close()
+        self._login_pool.shutdown(wait=False, cancel_futures=True)
 
     async def _seal_ledger(self) -> None:
         """Seal the ledger's active segment when it is full, and on a timer so it is fsynced that often."""

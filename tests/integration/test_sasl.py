@@ -13,8 +13,9 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
 from protocol.apis import Api
+from proxy.sasl import ScramClient, UserStore, plain_credential, plain_token, save_users
 from tests.integration.test_produce_quotas import metrics
-from tests.support import ProxyProcess, call, proxy_command, read_frame
+from tests.support import ProxyProcess, call, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 SASL_AUTHENTICATION_FAILED = 58
@@ -137,3 +138,85 @@ def test_no_upstream_connection_before_a_login(sasl_proxy: ProxyProcess) -> None
     finally:
         for sock in waiting:
             sock.close()
+
+
+def test_pipelined_guesses_get_one_answer_and_the_connection_closes(sasl_proxy: ProxyProcess) -> None:
+    # one write: a handshake and 20 PLAIN attempts, the 20th with bob's password (the old proxy let it in)
+    guesses = [encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=10 + n,
+                              auth_bytes=plain_token("bob", f"guess-{n}")) for n in range(19)]
+    right = encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=29, auth_bytes=plain_token("bob", PASSWORDS["bob"]))
+    with socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) as sock:
+        sock.sendall(b"".join([encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=1, mechanism="PLAIN"),
+                               *guesses, right]))
+        answers = []
+        while frame := read_frame(sock):
+            answers.append(int.from_bytes(frame[:4], "big"))
+    assert answers == [1, 10]  # the handshake and the first guess (refused); nothing after it was read
+    assert "user 'bob'" in sasl_proxy.log() and "failed SASL login from 127.0.0.1" in sasl_proxy.log()
+    counts = metrics(sasl_proxy)
+    assert counts['kafka_proxy_sasl_logins_total{mechanism="PLAIN",outcome="failed"}'] >= 1
+
+
+def test_a_failed_login_is_answered_late_then_closed(sasl_proxy: ProxyProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) as sock:
+        call(sock, Api.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512")
+        client = ScramClient("SCRAM-SHA-512", "alice", "wrong")
+        first = call(sock, Api.SASL_AUTHENTICATE, 2, auth_bytes=client.first_message())
+        started = time.monotonic()
+        final = call(sock, Api.SASL_AUTHENTICATE, 2, correlation_id=2,
+                     auth_bytes=client.final_message(bytes(first.auth_bytes)))  # type: ignore[attr-defined]
+        assert time.monotonic() - started >= 0.1  # connection.failed.authentication.delay.ms
+        assert final.error_code == SASL_AUTHENTICATION_FAILED  # type: ignore[attr-defined]
+        assert read_frame(sock) == b""
+
+
+def test_an_unknown_scram_user_fails_where_a_wrong_password_does(sasl_proxy: ProxyProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sasl_proxy.port), timeout=30) as sock:
+        call(sock, Api.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512")
+        client = ScramClient("SCRAM-SHA-512", "mallory", "anything")
+        first = call(sock, Api.SASL_AUTHENTICATE, 2, auth_bytes=client.first_message())
+        assert first.error_code == 0  # type: ignore[attr-defined]
+        final = call(sock, Api.SASL_AUTHENTICATE, 2, correlation_id=2,
+                     auth_bytes=client.final_message(bytes(first.auth_bytes)))  # type: ignore[attr-defined]
+        assert final.error_code == SASL_AUTHENTICATION_FAILED  # type: ignore[attr-defined]
+
+
+def test_logins_are_bounded_in_size_and_time(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "bob", "PLAIN")
+    proxy = own_proxy("--sasl-users", str(users_file), "--sasl-login-timeout-seconds", "1")
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        started = time.monotonic()
+        assert read_frame(sock) == b""  # nothing sent: closed at the deadline
+        assert 0.9 <= time.monotonic() - started < 5
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        sock.sendall((600 * 1024).to_bytes(4, "big") + b"\0" * 1024)  # over sasl.server.max.receive.size
+        assert read_frame(sock) == b""
+    assert "frame size 614400 outside" in proxy.log()
+
+
+def test_password_hashing_leaves_other_clients_served(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # PLAIN hashes that take ~0.4 s each: on the event loop, each would stall every connection that long
+    users_file = tmp_path / "users.toml"
+    save_users(users_file, UserStore({"bob": {"PLAIN": plain_credential("right", 1_000_000)}}))
+    proxy = own_proxy("--sasl-users", str(users_file), "--sasl-failed-authentication-delay-ms", "0")
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as busy:
+        call(busy, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert call(busy, Api.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("bob", "right")).error_code == 0  # type: ignore[attr-defined]
+        guessers = [socket.create_connection(("127.0.0.1", proxy.port), timeout=30) for _ in range(4)]
+        try:
+            for sock in guessers:
+                call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+            for sock in guessers:  # 4 hashes, ~1.6 s in one login thread
+                sock.sendall(encode_request(Api.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("bob", "wrong")))
+            slowest = 0.0
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                call(busy, Api.METADATA, 4, topics=[], allow_auto_topic_creation=False)
+                slowest = max(slowest, time.monotonic() - started)
+        finally:
+            for sock in guessers:
+                sock.close()
+    assert slowest < 0.2, slowest
