@@ -1,0 +1,97 @@
+"""sasl-mode inspect: clients log in to the cluster through the proxy, which takes the user the cluster accepted.
+
+Tansu has no SASL, so the cluster here is a proxy in terminate mode in front of it (PLAIN, SCRAM and,
+unsigned, OAUTHBEARER), standing in for a Kafka cluster's SASL listener.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+from kafka.net.sasl.oauth import AbstractTokenProvider
+
+from tests.integration.test_produce_quotas import metrics
+from tests.integration.test_sasl import PASSWORDS, add_user, sasl_settings
+from tests.support import ProxyProcess
+
+pytestmark = pytest.mark.integration
+
+
+class UnsignedJwt(AbstractTokenProvider):  # type: ignore[misc]
+    def __init__(self, subject: str) -> None:
+        self._subject = subject
+
+    def token(self) -> str:
+        def part(value: dict[str, object]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+        return f"{part({'alg': 'none'})}.{part({'sub': self._subject, 'exp': time.time() + 600})}."
+
+
+@pytest.fixture
+def inspecting(own_proxy, tmp_path: Path) -> tuple[ProxyProcess, ProxyProcess]:  # type: ignore[no-untyped-def]
+    """(the proxy inspecting logins, the SASL 'cluster' behind it)."""
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "alice", "SCRAM-SHA-512")
+    add_user(users_file, "bob", "PLAIN")
+    add_user(users_file, "carol", "SCRAM-SHA-256")
+    cluster_config = tmp_path / "cluster.toml"
+    cluster_config.write_text("oauthbearer-unsecured-jwt = true\n")
+    cluster = own_proxy("--sasl-users", str(users_file), "--config", str(cluster_config))
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 100000000\n')
+    proxy = own_proxy("--sasl-mode", "inspect", "--quota-file", str(quota_file), upstream=cluster.bootstrap)
+    return proxy, cluster
+
+
+def quota_users(proxy: ProxyProcess) -> set[str]:
+    return {key.split('user="')[1].split('"')[0] for key in metrics(proxy)
+            if key.startswith("kafka_quota_produce_byte_rate{") and 'user="' in key}
+
+
+@pytest.mark.parametrize(("mechanism", "user"), [("SCRAM-SHA-512", "alice"), ("PLAIN", "bob"),
+                                                 ("SCRAM-SHA-256", "carol"), ("OAUTHBEARER", "erin")])
+def test_the_user_the_cluster_accepted_is_the_principal(inspecting: tuple[ProxyProcess, ProxyProcess], topic: str,
+                                                        mechanism: str, user: str) -> None:
+    proxy, cluster = inspecting
+    settings = (sasl_settings(mechanism, user, PASSWORDS[user]) if mechanism != "OAUTHBEARER" else
+                {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                 "sasl_oauth_token_provider": UnsignedJwt(user)})
+    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all", **settings)
+    producer.send(topic, b"inspected").get(timeout=30)
+    producer.close()
+    assert quota_users(proxy) == {user}
+    assert metrics(proxy)[f'kafka_proxy_sasl_logins_total{{mechanism="{mechanism}",outcome="succeeded"}}'] >= 1
+    # the cluster verified the login itself
+    assert metrics(cluster)[f'kafka_proxy_sasl_logins_total{{mechanism="{mechanism}",outcome="succeeded"}}'] >= 1
+
+
+def test_a_login_the_cluster_refuses_names_nobody(inspecting: tuple[ProxyProcess, ProxyProcess]) -> None:
+    proxy, _ = inspecting
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers=proxy.bootstrap, request_timeout_ms=5_000, max_block_ms=5_000,
+                      **sasl_settings("PLAIN", "bob", "not-his-password"))
+    assert quota_users(proxy) == set()
+    assert metrics(proxy)['kafka_proxy_sasl_logins_total{mechanism="PLAIN",outcome="failed"}'] >= 1
+    assert "failed SASL login from 127.0.0.1" in proxy.log() and "user 'bob'" in proxy.log()
+
+
+def test_librdkafka_logs_in_through_the_inspecting_proxy(inspecting: tuple[ProxyProcess, ProxyProcess],
+                                                         topic: str) -> None:
+    proxy, _ = inspecting
+    for settings, user in (({"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol",
+                             "sasl.password": PASSWORDS["carol"]}, "carol"),
+                           ({"sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                             "sasl.oauthbearer.config": "principal=frank"}, "frank")):
+        producer = Producer({"bootstrap.servers": proxy.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                             "acks": "all", **settings})
+        producer.produce(topic, b"via librdkafka")
+        assert producer.flush(30) == 0
+        assert user in quota_users(proxy)
