@@ -28,7 +28,7 @@ from proxy.sasl import (
     save_users,
     scram_credential,
 )
-from proxy.upstream_client import UPSTREAM_ERRORS, request_once
+from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, request_once
 
 _ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP}
 _CLIENT_QUOTAS_VERSION = 1
@@ -158,7 +158,7 @@ async def _alter(args: argparse.Namespace, target: HostPort, sasl: UpstreamSasl 
     entity = [{"entity_type": entity_type, "entity_name": name} for entity_type, _, name in args.entities]
     response = await request_once(target, Api.ALTER_CLIENT_QUOTAS, _CLIENT_QUOTAS_VERSION,
                                   {"entries": [{"entity": entity, "ops": ops}], "validate_only": False},
-                                  _TIMEOUT_S, _MAX_FRAME_BYTES, sasl)
+                                  _TIMEOUT_S, _MAX_FRAME_BYTES, UpstreamAccess(sasl))
     failed = [entry for entry in response.entries if entry.error_code]
     for entry in failed:
         print(f"kafka-quota-proxy: error {entry.error_code}: {entry.error_message}", file=sys.stderr)
@@ -172,7 +172,8 @@ async def _describe(args: argparse.Namespace, target: HostPort, sasl: UpstreamSa
     components = [{"entity_type": entity_type, "match_type": match, "match": name}
                   for entity_type, match, name in args.entities]
     response = await request_once(target, Api.DESCRIBE_CLIENT_QUOTAS, _CLIENT_QUOTAS_VERSION,
-                                  {"components": components, "strict": False}, _TIMEOUT_S, _MAX_FRAME_BYTES, sasl)
+                                  {"components": components, "strict": False}, _TIMEOUT_S, _MAX_FRAME_BYTES,
+                                  UpstreamAccess(sasl))
     if response.error_code:
         print(f"kafka-quota-proxy: error {response.error_code}: {response.error_message}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from protocol.apis import Api
 from proxy.config import ProxyConfig
-from proxy.upstream_client import UPSTREAM_ERRORS, fetch_metadata, request_any
+from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, fetch_metadata, request_any
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ _UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class ClusterInfo:
-    def __init__(self, config: ProxyConfig, broker_ids: Callable[[], Iterable[int]]) -> None:
+    def __init__(self, config: ProxyConfig, broker_ids: Callable[[], Iterable[int]], access: UpstreamAccess) -> None:
         self._config = config
+        self._access = access
         self._broker_ids = broker_ids
         self._num_partitions: tuple[int, float] | None = None
 
@@ -40,7 +41,7 @@ class ClusterInfo:
             return {}
         config = self._config
         response = await fetch_metadata(config.upstream, topics, config.connect_timeout_s, config.max_frame_bytes,
-                                        config.upstream_sasl)
+                                        self._access)
         counts = dict.fromkeys(topics, 0)
         for topic in response.topics:
             if topic.error_code != _UNKNOWN_TOPIC_OR_PARTITION:
@@ -54,7 +55,7 @@ class ClusterInfo:
             return {}
         config = self._config
         response = await fetch_metadata(config.upstream, None, config.connect_timeout_s, config.max_frame_bytes,
-                                        config.upstream_sasl)
+                                        self._access)
         return {topic.topic_id: (topic.name, len(topic.partitions)) for topic in response.topics
                 if topic.topic_id in wanted and not topic.error_code}
 
@@ -87,7 +88,7 @@ class ClusterInfo:
             response = await request_any(self._config.upstream, Api.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION,
                                          {"resources": [resource], "include_synonyms": False},
                                          self._config.connect_timeout_s, self._config.max_frame_bytes,
-                                         self._config.upstream_sasl)
+                                         self._access)
         except UPSTREAM_ERRORS as error:
             log.warning("DescribeConfigs for num.partitions failed: %s", error or type(error).__name__)
             return None

@@ -9,6 +9,7 @@ from typing import Any
 
 from proxy.outcome import PRINCIPAL_PREFIX
 from proxy.sasl import MECHANISMS, LoginSettings
+from proxy.tls import CLIENT_AUTH, TLS_VERSIONS, ListenerTls, PrincipalMapper, TlsConfigError, UpstreamTls
 from proxy.toml_file import read_toml
 from quotas.config import DEFAULT, QuotaConfigError, normalized_ip
 from quotas.connection_quotas import ConnectionLimits
@@ -69,6 +70,8 @@ class ProxyConfig:
     login_threads: int = 1
     """Threads hashing PLAIN passwords, off the event loop: a flood of logins takes no more CPU than this."""
     upstream_sasl: UpstreamSasl | None = None
+    tls: ListenerTls | None = None
+    upstream_tls: UpstreamTls | None = None
     admin_principals: frozenset[str] = frozenset()
     """``[admin] principals``: who may use AlterClientQuotas and DescribeClientQuotas (none without it)."""
     default_num_partitions: int = 1
@@ -112,6 +115,8 @@ _SETTINGS = {
     "max_connection_creation_rate": "max-connection-creation-rate",
 }
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
+_TLS_SECTION = "tls"
+_UPSTREAM_TLS_SECTION = "upstream-tls"
 SASL_MODES = ("none", "terminate", "inspect")
 _ADMIN_SECTION = "admin"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -246,6 +251,8 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         login=login,
         login_threads=_optional_positive("sasl_login_threads", settings, int) or 1,
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
+        tls=_listener_tls(extra.pop(_TLS_SECTION, None)),
+        upstream_tls=_upstream_tls(extra.pop(_UPSTREAM_TLS_SECTION, None)),
         admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
         connection_limits=connection_limits,
         extra=extra,
@@ -320,6 +327,64 @@ def _admin_principals(section: dict[str, Any] | None) -> frozenset[str]:
     if set(section) != {"principals"}:
         raise ConfigError(f"{where}: needs exactly the key principals")
     return principal_list(section["principals"], f"{where} principals")
+
+
+def _keys(section: dict[str, Any], where: str, required: set[str], optional: set[str]) -> None:
+    unknown = set(section) - required - optional
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    missing = required - set(section)
+    if missing:
+        raise ConfigError(f"{where}: needs {', '.join(sorted(missing))}")
+    for key, value in section.items():
+        if key != "check-hostname" and not isinstance(value, str):
+            raise ConfigError(f"{where} {key}: a string, got {value!r}")
+
+
+def _path(section: dict[str, Any], key: str) -> Path | None:
+    return Path(section[key]) if key in section else None
+
+
+def _listener_tls(section: dict[str, Any] | None) -> ListenerTls | None:
+    if section is None:
+        return None
+    where = f"[{_TLS_SECTION}]"
+    _keys(section, where, {"certfile", "keyfile"},
+          {"cafile", "client-auth", "principal-mapping-rules", "ciphers", "min-version"})
+    client_auth = section.get("client-auth", "none")
+    if client_auth not in CLIENT_AUTH:
+        raise ConfigError(f"{where} client-auth: one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
+    if client_auth != "none" and "cafile" not in section:
+        raise ConfigError(f"{where} cafile: needed to verify client certificates (client-auth {client_auth})")
+    min_version = section.get("min-version", "1.2")
+    if min_version not in TLS_VERSIONS:
+        raise ConfigError(f"{where} min-version: one of {', '.join(TLS_VERSIONS)}, got {min_version!r}")
+    tls = ListenerTls(Path(section["certfile"]), Path(section["keyfile"]), _path(section, "cafile"), client_auth,
+                      section.get("principal-mapping-rules", "DEFAULT"), section.get("ciphers"), min_version)
+    try:
+        PrincipalMapper(tls.principal_mapping_rules)
+        tls.context()  # the files are read now: a mistake stops the start, not the first connection
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from None
+    return tls
+
+
+def _upstream_tls(section: dict[str, Any] | None) -> UpstreamTls | None:
+    if section is None:
+        return None
+    where = f"[{_UPSTREAM_TLS_SECTION}]"
+    _keys(section, where, set(), {"cafile", "certfile", "keyfile", "check-hostname"})
+    check_hostname = section.get("check-hostname", True)
+    if not isinstance(check_hostname, bool):
+        raise ConfigError(f"{where} check-hostname: true or false, got {check_hostname!r}")
+    if "keyfile" in section and "certfile" not in section:
+        raise ConfigError(f"{where} keyfile: needs certfile")
+    tls = UpstreamTls(_path(section, "cafile"), _path(section, "certfile"), _path(section, "keyfile"), check_hostname)
+    try:
+        tls.context()
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from None
+    return tls
 
 
 def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:

@@ -40,13 +40,14 @@ from proxy.produce_handler import ProduceHandler
 from proxy.quota_service import now_ms
 from proxy.sasl import SaslServer
 from proxy.sasl_inspect import SaslInspector
-from proxy.upstream_client import UPSTREAM_ERRORS, open_upstream
+from proxy.tls import PrincipalMapper, peer_principal_name
+from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, open_upstream
 from quotas.token_bucket import remaining_throttle_ms
 
 log = logging.getLogger(__name__)
 
 ANONYMOUS = "ANONYMOUS"
-"""The principal of every connection until SASL is terminated at the proxy."""
+"""The principal of a connection with neither a login nor a client certificate."""
 
 _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
 NEWEST_API_VERSIONS = max_version(Api.API_VERSIONS)
@@ -83,6 +84,8 @@ class ProxyContext(Protocol):
     metrics: ProxyMetrics
     api_version_ceilings: Mapping[int, int]
     served_api_versions: Mapping[int, VersionRange]
+    client_upstream_access: UpstreamAccess
+    principal_mapper: PrincipalMapper
     produce_handler: ProduceHandler
     handlers: Mapping[int, RequestHandler]
 
@@ -183,6 +186,16 @@ class ClientConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
         self.gate = ReadGate(transport)
         self._context.connection_opened(self)
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            name, subject = peer_principal_name(ssl_object, self._context.principal_mapper)
+            if subject is not None and name is None:
+                log.info("closing connection from %s on %s: no principal mapping rule applies to %s",
+                         self._peer, self._listener, subject)
+                self._loop = asyncio.get_running_loop()
+                self.close("no principal for its certificate")
+                return
+            self._user = name or ANONYMOUS  # SASL, when on, names the principal once the client logs in
         self._loop = loop = asyncio.get_running_loop()
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
@@ -714,13 +727,14 @@ class ClientConnection(asyncio.Protocol):
         try:
             target = await self._resolve_upstream()
             async with asyncio.timeout(self._config.connect_timeout_s):
-                # inspected clients log in to the cluster themselves; the proxy's own login is for its own requests
-                sasl = self._config.upstream_sasl if self._config.sasl_mode != "inspect" else None
-                if sasl is None:
+                access = self._context.client_upstream_access
+                if access.sasl is None:
+                    tls = access.ssl_context()
                     transport, _ = await loop.create_connection(
-                        lambda: UpstreamProtocol(self), target.host, target.port)
+                        lambda: UpstreamProtocol(self), target.host, target.port, ssl=tls,
+                        server_hostname=target.host if tls is not None else None)
                 else:
-                    _, writer = await open_upstream(target, sasl, self._config.max_frame_bytes)
+                    _, writer = await open_upstream(target, access, self._config.max_frame_bytes)
                     self._login_writer = writer  # a collected StreamWriter closes its transport
                     transport = cast(asyncio.Transport, writer.transport)
                     transport.set_protocol(UpstreamProtocol(self))  # logged in: from now on, bytes only

@@ -41,7 +41,7 @@ from protocol.header import RequestHeader, read_request_header
 from proxy.config import ConfigError, HostPort, ProxyConfig, principal_list
 from proxy.outcome import Caller, Decided, Outcome, local_answer
 from proxy.quota_service import QuotaService
-from proxy.upstream_client import request_any
+from proxy.upstream_client import UpstreamAccess, request_any
 from quotas.bloom import BloomFilter
 from quotas.config import Window
 from quotas.token_bucket import TokenBucket, bucket_throttle_ms
@@ -238,11 +238,12 @@ def embedded_fetcher(blocks: BlockLog, broker_id: int, broker_epoch: int) -> Blo
     return fetch
 
 
-def remote_fetcher(config: ProxyConfig, bootstrap: HostPort, broker_id: int, broker_epoch: int) -> BlockFetcher:
+def remote_fetcher(config: ProxyConfig, access: UpstreamAccess, bootstrap: HostPort, broker_id: int,
+                   broker_epoch: int) -> BlockFetcher:
     async def fetch() -> ProducerIdBlock:
         response = await request_any((bootstrap,), Api.ALLOCATE_PRODUCER_IDS, 0,
                                      {"broker_id": broker_id, "broker_epoch": broker_epoch},
-                                     config.connect_timeout_s, config.max_frame_bytes, config.upstream_sasl)
+                                     config.connect_timeout_s, config.max_frame_bytes, access)
         if response.error_code:
             raise OSError(f"the allocator at {bootstrap} answered error {response.error_code}")
         return ProducerIdBlock(response.producer_id_start, response.producer_id_len)

@@ -6,9 +6,11 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -41,8 +43,9 @@ from proxy.producer_ids import (
 from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
 from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
 from proxy.sasl_inspect import SaslInspector
+from proxy.tls import PrincipalMapper, ReloadingContext
 from proxy.topic_mutations import TopicMutationHandler
-from proxy.upstream_client import UPSTREAM_ERRORS, fetch_brokers, request_any
+from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, fetch_brokers, request_any
 from proxy.usage_log import UsageLog
 from proxy.watched_file import WatchedFile
 from quotas.config import normalized_ip
@@ -94,6 +97,16 @@ def peer_ip(address: object) -> str:
 class ProxyServer:
     def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
         self.config = config
+        upstream_tls = config.upstream_tls
+        self.upstream_access = UpstreamAccess(config.upstream_sasl, None if upstream_tls is None else ReloadingContext(
+            upstream_tls.context, upstream_tls.files(), "upstream"))
+        self.client_upstream_access = (replace(self.upstream_access, sasl=None) if config.sasl_mode == "inspect"
+                                       else self.upstream_access)
+        """Inspected clients log in to the cluster themselves: the proxy's login is for its own requests."""
+        listener_tls = config.tls
+        self.listener_tls = None if listener_tls is None else ReloadingContext(
+            listener_tls.context, listener_tls.files(), "listener")
+        self.principal_mapper = PrincipalMapper(listener_tls.principal_mapping_rules if listener_tls else "DEFAULT")
         self.metrics = ProxyMetrics(registry or CollectorRegistry())
         self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits)
         self.metrics.busiest_ips = self.quotas.connections.busiest_ips
@@ -107,7 +120,7 @@ class ProxyServer:
         self.ledger = LedgerRecorder(self.pid_ledger)
         self.pid_source = self._producer_id_source(settings)
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
-        self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys())
+        self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys(), self.upstream_access)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
         client_quotas = ClientQuotaHandlers(self.quotas, self.cluster_api_keys, config.admin_principals)
         self.handlers: Mapping[int, RequestHandler] = {
@@ -150,7 +163,7 @@ class ProxyServer:
         epoch = int(time.time() * 1000)  # a restarted proxy is a newer epoch of the same broker id
         if settings.bootstrap is None:
             return ProducerIdSource(embedded_fetcher(self.blocks, broker_id, epoch))
-        return ProducerIdSource(remote_fetcher(self.config, settings.bootstrap, broker_id, epoch))
+        return ProducerIdSource(remote_fetcher(self.config, self.upstream_access, settings.bootstrap, broker_id, epoch))
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         settings = self.config.login
@@ -201,7 +214,7 @@ class ProxyServer:
     async def _ask_api_versions(self) -> list[dict[str, int]]:
         config = self.config
         response = await request_any(config.upstream, Api.API_VERSIONS, 0, {}, config.connect_timeout_s,
-                                     config.max_frame_bytes, config.upstream_sasl)
+                                     config.max_frame_bytes, self.upstream_access)
         return [{"api_key": k.api_key, "min_version": k.min_version, "max_version": k.max_version}
                 for k in response.api_keys]
 
@@ -296,9 +309,13 @@ class ProxyServer:
 
         async def attach() -> None:
             try:
-                await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock=client)
-            except OSError as error:
-                log.warning("cannot serve a connection from %s on %s: %s", ip, name, error)
+                tls = self.listener_tls
+                await asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: connection, sock=client, ssl=None if tls is None else tls.get(),
+                    ssl_handshake_timeout=self.config.connect_timeout_s if tls is not None else None)
+            except OSError as error:  # a failed TLS handshake is a client's mistake (or a scan), not the proxy's
+                (log.info if isinstance(error, ssl.SSLError) else log.warning)(
+                    "cannot serve a connection from %s on %s: %s", ip, name, error)
                 client.close()
                 self.connection_closed(connection)
 
@@ -329,7 +346,7 @@ class ProxyServer:
     async def _fetch_brokers(self) -> None:
         try:
             brokers = await fetch_brokers(self.config.upstream, self.config.connect_timeout_s,
-                                          self.config.max_frame_bytes, self.config.upstream_sasl)
+                                          self.config.max_frame_bytes, self.upstream_access)
         except UPSTREAM_ERRORS as error:
             log.warning("cannot read cluster metadata from %s: %s",
                         ",".join(map(str, self.config.upstream)), error or type(error).__name__)

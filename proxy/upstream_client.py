@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.addresses import BrokerAddress
@@ -14,6 +16,7 @@ from protocol.errors import ProtocolError
 from protocol.header import response_header_length
 from proxy.config import HostPort, UpstreamSasl
 from proxy.sasl import PLAIN, AuthenticationFailed, ScramClient, plain_token
+from proxy.tls import ReloadingContext
 
 _METADATA_VERSION = 4  # non-flexible, answered by every broker from Kafka 1.0 to 4.x
 _METADATA_WITH_TOPIC_IDS_VERSION = 10  # topic ids in the answer: Kafka 2.8 and later
@@ -24,6 +27,26 @@ _correlation_ids = itertools.count(1)
 
 UPSTREAM_ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, AuthenticationFailed)
 """What talking to the cluster may raise: unreachable, slow, closed, garbled or refused."""
+
+
+@dataclass(frozen=True)
+class UpstreamAccess:
+    """How the proxy reaches the cluster: its own SASL login (``[upstream-sasl]``) and TLS (``[upstream-tls]``)."""
+
+    sasl: UpstreamSasl | None = None
+    tls: ReloadingContext | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return None if self.tls is None else self.tls.get()
+
+    async def open(self, target: HostPort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to ``target`` with TLS when configured (no login: see ``open_upstream``)."""
+        context = self.ssl_context()
+        return await asyncio.open_connection(target.host, target.port, ssl=context,
+                                             server_hostname=target.host if context is not None else None)
+
+
+PLAINTEXT = UpstreamAccess()
 
 
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, api_version: int,
@@ -41,13 +64,13 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, a
     return response_class(api_key).decode(body, version=api_version)
 
 
-async def open_upstream(target: HostPort, sasl: UpstreamSasl | None,
+async def open_upstream(target: HostPort, access: UpstreamAccess,
                         max_frame_bytes: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to ``target``, logged in with the proxy's credentials when it has some."""
-    reader, writer = await asyncio.open_connection(target.host, target.port)
-    if sasl is not None:
+    """A connection to ``target``, over TLS and logged in with the proxy's credentials when configured."""
+    reader, writer = await access.open(target)
+    if access.sasl is not None:
         try:
-            await _login(reader, writer, sasl, max_frame_bytes)
+            await _login(reader, writer, access.sasl, max_frame_bytes)
         except BaseException:
             writer.close()
             raise
@@ -79,10 +102,10 @@ async def _login(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sas
 
 
 async def request_once(target: HostPort, api_key: int, api_version: int, message: dict[str, Any],
-                       timeout_s: float, max_frame_bytes: int, sasl: UpstreamSasl | None = None) -> Any:
+                       timeout_s: float, max_frame_bytes: int, access: UpstreamAccess = PLAINTEXT) -> Any:
     """Open a connection (logging in if configured), send one request, return the decoded response."""
     async with asyncio.timeout(timeout_s):
-        reader, writer = await open_upstream(target, sasl, max_frame_bytes)
+        reader, writer = await open_upstream(target, access, max_frame_bytes)
         try:
             return await exchange(reader, writer, api_key, api_version, message, max_frame_bytes)
         finally:
@@ -90,31 +113,31 @@ async def request_once(target: HostPort, api_key: int, api_version: int, message
 
 
 async def request_any(bootstrap: tuple[HostPort, ...], api_key: int, api_version: int, message: dict[str, Any],
-                      timeout_s: float, max_frame_bytes: int, sasl: UpstreamSasl | None = None) -> Any:
+                      timeout_s: float, max_frame_bytes: int, access: UpstreamAccess = PLAINTEXT) -> Any:
     """Ask the bootstrap servers in turn; raise the last error when none answers."""
     last_error: BaseException = OSError("no upstream configured")
     for target in bootstrap:
         try:
-            return await request_once(target, api_key, api_version, message, timeout_s, max_frame_bytes, sasl)
+            return await request_once(target, api_key, api_version, message, timeout_s, max_frame_bytes, access)
         except UPSTREAM_ERRORS as error:
             last_error = error
     raise last_error
 
 
 async def fetch_metadata(bootstrap: tuple[HostPort, ...], topics: list[str] | None, timeout_s: float,
-                         max_frame_bytes: int, sasl: UpstreamSasl | None = None) -> Any:
+                         max_frame_bytes: int, access: UpstreamAccess = PLAINTEXT) -> Any:
     """The cluster's Metadata answer for ``topics``, never creating them (an empty list: brokers only;
     None: every topic, with its id)."""
     if topics is None:
         return await request_any(bootstrap, Api.METADATA, _METADATA_WITH_TOPIC_IDS_VERSION,
                                  {"topics": None, "allow_auto_topic_creation": False},
-                                 timeout_s, max_frame_bytes, sasl)
+                                 timeout_s, max_frame_bytes, access)
     return await request_any(bootstrap, Api.METADATA, _METADATA_VERSION,
                              {"topics": [{"name": topic} for topic in topics], "allow_auto_topic_creation": False},
-                             timeout_s, max_frame_bytes, sasl)
+                             timeout_s, max_frame_bytes, access)
 
 
 async def fetch_brokers(bootstrap: tuple[HostPort, ...], timeout_s: float, max_frame_bytes: int,
-                        sasl: UpstreamSasl | None = None) -> list[BrokerAddress]:
-    response = await fetch_metadata(bootstrap, [], timeout_s, max_frame_bytes, sasl)
+                        access: UpstreamAccess = PLAINTEXT) -> list[BrokerAddress]:
+    response = await fetch_metadata(bootstrap, [], timeout_s, max_frame_bytes, access)
     return [BrokerAddress(b.node_id, b.host, b.port) for b in response.brokers]

@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_broker_port() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    config = load_config(build_parser().parse_args(services["proxy"]["command"]))
+    # the image's /app is this repository (Dockerfile: COPY examples examples)
+    command = [argument.replace("=/app/", f"={ROOT}/") for argument in services["proxy"]["command"]]
+    config = load_config(build_parser().parse_args(command))
+    assert config.admin_principals == {"User:ANONYMOUS"}
     node_ids = sorted(int(services[name]["environment"]["KAFKA_NODE_ID"]) for name in services
                       if name.startswith("kafka-"))
     assert node_ids == [1, 2, 3]

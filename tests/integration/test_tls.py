@@ -1,0 +1,189 @@
+"""TLS on the client listeners (SSL, SASL_SSL, mTLS principals) and to the cluster, with real clients."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+
+from protocol.apis import Api
+from tests.certificates import CertificateAuthority, Issued
+from tests.integration.test_produce_quotas import metrics
+from tests.integration.test_sasl import PASSWORDS, add_user
+from tests.support import ProxyProcess, encode_request, read_frame
+
+pytestmark = pytest.mark.integration
+MAPPING = "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT"
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> CertificateAuthority:
+    return CertificateAuthority(tmp_path / "pki")
+
+
+def tls_config(path: Path, server: Issued, ca: CertificateAuthority, client_auth: str = "none",
+               extra: str = "") -> tuple[str, str]:
+    path.write_text(f'{extra}\n[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\n'
+                    f'cafile = "{ca.cafile}"\nclient-auth = "{client_auth}"\nprincipal-mapping-rules = "{MAPPING}"\n')
+    return "--config", str(path)
+
+
+def kafka_python_ssl(ca: CertificateAuthority, client: Issued | None = None, sasl: tuple[str, str, str] | None = None
+                     ) -> dict[str, object]:
+    settings: dict[str, object] = {"security_protocol": "SASL_SSL" if sasl else "SSL", "ssl_cafile": str(ca.cafile)}
+    if client is not None:
+        settings.update(ssl_certfile=str(client.certfile), ssl_keyfile=str(client.keyfile))
+    if sasl is not None:
+        settings.update(sasl_mechanism=sasl[0], sasl_plain_username=sasl[1], sasl_plain_password=sasl[2])
+    return settings
+
+
+def librdkafka_ssl(ca: CertificateAuthority, client: Issued | None = None, sasl: tuple[str, str, str] | None = None
+                   ) -> dict[str, object]:
+    settings: dict[str, object] = {"security.protocol": "SASL_SSL" if sasl else "SSL",
+                                   "ssl.ca.location": str(ca.cafile)}
+    if client is not None:
+        settings.update({"ssl.certificate.location": str(client.certfile), "ssl.key.location": str(client.keyfile)})
+    if sasl is not None:
+        settings.update({"sasl.mechanism": sasl[0], "sasl.username": sasl[1], "sasl.password": sasl[2]})
+    return settings
+
+
+def round_trip_kafka_python(bootstrap: str, topic: str, settings: dict[str, object]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **settings)
+    producer.send(topic, b"over tls").get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000, **settings)
+    assert [record.value for record in consumer] == [b"over tls"]
+    consumer.close()
+
+
+def round_trip_librdkafka(bootstrap: str, topic: str, settings: dict[str, object]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **settings})
+    failures: list[object] = []
+    producer.produce(topic, b"over tls (librdkafka)", partition=0, on_delivery=lambda error, _: failures.append(error))
+    assert producer.flush(30) == 0 and failures == [None]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "enable.auto.commit": False,
+                         **settings})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    deadline = time.monotonic() + 30
+    values = []
+    while not values and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    assert values == [b"over tls (librdkafka)"]
+
+
+def quota_users(proxy: ProxyProcess) -> set[str]:
+    return {key.split('user="')[1].split('"')[0] for key in metrics(proxy)
+            if key.startswith("kafka_quota_produce_byte_rate{") and 'user="' in key}
+
+
+def default_user_quota(tmp_path: Path) -> tuple[str, str]:
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 100000000\n')
+    return "--quota-file", str(quota_file)
+
+
+def test_ssl_round_trips_with_kafka_python_and_librdkafka(own_proxy, tmp_path: Path, ca: CertificateAuthority,  # type: ignore[no-untyped-def]
+                                                          topic: str) -> None:
+    server = ca.issue("proxy", "proxy", server=True)
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", server, ca), *default_user_quota(tmp_path))
+    round_trip_kafka_python(proxy.bootstrap, topic, kafka_python_ssl(ca))
+    round_trip_librdkafka(proxy.bootstrap, f"{topic}-r", librdkafka_ssl(ca))
+    assert quota_users(proxy) == {"ANONYMOUS"}  # TLS without a client certificate names nobody (Kafka's ANONYMOUS)
+
+
+def test_sasl_ssl_round_trips(own_proxy, tmp_path: Path, ca: CertificateAuthority, topic: str) -> None:  # type: ignore[no-untyped-def]
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "alice", "SCRAM-SHA-512")
+    add_user(users_file, "bob", "PLAIN")
+    server = ca.issue("proxy", "proxy", server=True)
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", server, ca, extra=f'sasl-users = "{users_file}"'),
+                      *default_user_quota(tmp_path))
+    round_trip_kafka_python(proxy.bootstrap, topic, kafka_python_ssl(ca, sasl=("SCRAM-SHA-512", "alice",
+                                                                              PASSWORDS["alice"])))
+    round_trip_librdkafka(proxy.bootstrap, f"{topic}-r", librdkafka_ssl(ca, sasl=("PLAIN", "bob", PASSWORDS["bob"])))
+    assert quota_users(proxy) == {"alice", "bob"}
+
+
+def test_client_certificates_name_the_principal_through_the_mapping_rules(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                          ca: CertificateAuthority, topic: str) -> None:
+    server = ca.issue("proxy", "proxy", server=True)
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "alice"\nproducer_byte_rate = 1000\n'
+                          '[[quota]]\nuser = "<default>"\nproducer_byte_rate = 200000000\n')
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", server, ca, client_auth="required"),
+                      "--quota-file", str(quota_file))
+    alice = ca.issue("alice", "Alice", unit="eng")  # CN=Alice,OU=eng,O=Acme,C=US -> alice
+    service = ca.issue("service", "batch-job")  # no OU: DEFAULT, the whole name
+    round_trip_kafka_python(proxy.bootstrap, topic, kafka_python_ssl(ca, alice))
+    round_trip_librdkafka(proxy.bootstrap, f"{topic}-r", librdkafka_ssl(ca, service))
+    assert quota_users(proxy) == {"alice", "CN=batch-job,O=Acme,C=US"}
+    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all", **kafka_python_ssl(ca, alice))
+    producer.send(topic, b"x" * 20_000).get(timeout=30)  # over alice's own 1000 B/s, far under the default
+    producer.close(timeout=1)
+    throttles = {key.split('user="')[1].split('"')[0]: value for key, value in metrics(proxy).items()
+                 if key.startswith("kafka_quota_produce_throttle_time_ms{")}
+    assert throttles["alice"] > 0 and throttles["CN=batch-job,O=Acme,C=US"] == 0, throttles
+
+
+def test_a_client_without_a_certificate_is_refused_when_one_is_required(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                        ca: CertificateAuthority) -> None:
+    server = ca.issue("proxy", "proxy", server=True)
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", server, ca, client_auth="required"))
+    context = ssl.create_default_context(cafile=str(ca.cafile))
+    with (socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw,
+          pytest.raises((ssl.SSLError, ConnectionError)),
+          context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
+        sock.sendall(encode_request(Api.API_VERSIONS, 0))
+        assert read_frame(sock) == b""  # TLS 1.3: the refusal comes with the first read
+        raise ConnectionError("closed")
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers=proxy.bootstrap, request_timeout_ms=5_000, max_block_ms=5_000,
+                      **kafka_python_ssl(ca))
+
+
+def test_upstream_tls_through_a_proxy_terminating_tls(own_proxy, tmp_path: Path, ca: CertificateAuthority,  # type: ignore[no-untyped-def]
+                                                      topic: str) -> None:
+    server = ca.issue("cluster", "cluster", server=True)
+    tls_cluster = own_proxy(*tls_config(tmp_path / "cluster.toml", server, ca))
+    front_config = tmp_path / "front.toml"
+    front_config.write_text(f'[upstream-tls]\ncafile = "{ca.cafile}"\n')
+    front = own_proxy("--config", str(front_config), upstream=tls_cluster.bootstrap)
+    round_trip_kafka_python(front.bootstrap, topic, {})
+    assert metrics(tls_cluster)['kafka_proxy_requests_total{api="Produce"}'] >= 1
+
+    untrusting = tmp_path / "untrusting.toml"
+    other = CertificateAuthority(tmp_path / "other-pki", "other-ca")
+    untrusting.write_text(f'[upstream-tls]\ncafile = "{other.cafile}"\n')
+    refused = own_proxy("--config", str(untrusting), upstream=tls_cluster.bootstrap)
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers=refused.bootstrap, request_timeout_ms=3_000, max_block_ms=3_000)
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.log()
+
+
+def test_certificates_are_reread_when_their_files_change(own_proxy, tmp_path: Path, ca: CertificateAuthority,  # type: ignore[no-untyped-def]
+                                                         topic: str) -> None:
+    first = ca.issue("proxy", "proxy", server=True)
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", first, ca))
+    renewed_ca = CertificateAuthority(tmp_path / "renewed-pki", "renewed-ca")
+    renewed = renewed_ca.issue("renewed", "proxy", server=True)
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers=proxy.bootstrap, request_timeout_ms=3_000, max_block_ms=3_000,
+                      **kafka_python_ssl(renewed_ca))
+    shutil.copy(renewed.keyfile, first.keyfile)
+    shutil.copy(renewed.certfile, first.certfile)
+    time.sleep(1.5)
+    round_trip_kafka_python(proxy.bootstrap, topic, kafka_python_ssl(renewed_ca))
+    assert "reloaded the listener certificates" in proxy.log()
