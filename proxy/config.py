@@ -47,6 +47,15 @@ class UpstreamSasl:
 
 
 @dataclass(frozen=True)
+class MetricsEndpoint:
+    """``[metrics]``: basic authentication and TLS for /metrics (both off by default)."""
+
+    credentials: str | None = field(default=None, repr=False)
+    """``user:password``."""
+    tls: ListenerTls | None = None
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     upstream: tuple[HostPort, ...]
     listen: HostPort
@@ -71,6 +80,7 @@ class ProxyConfig:
     """Threads hashing PLAIN passwords, off the event loop: a flood of logins takes no more CPU than this."""
     upstream_sasl: UpstreamSasl | None = None
     tls: ListenerTls | None = None
+    metrics_endpoint: MetricsEndpoint = field(default_factory=lambda: MetricsEndpoint())
     upstream_tls: UpstreamTls | None = None
     admin_principals: frozenset[str] = frozenset()
     """``[admin] principals``: who may use AlterClientQuotas and DescribeClientQuotas (none without it)."""
@@ -116,6 +126,7 @@ _SETTINGS = {
 }
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
 _TLS_SECTION = "tls"
+_METRICS_SECTION = "metrics"
 _UPSTREAM_TLS_SECTION = "upstream-tls"
 SASL_MODES = ("none", "terminate", "inspect")
 _ADMIN_SECTION = "admin"
@@ -253,6 +264,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
         tls=_listener_tls(extra.pop(_TLS_SECTION, None)),
         upstream_tls=_upstream_tls(extra.pop(_UPSTREAM_TLS_SECTION, None)),
+        metrics_endpoint=_metrics_endpoint(extra.pop(_METRICS_SECTION, None)),
         admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
         connection_limits=connection_limits,
         extra=extra,
@@ -369,6 +381,41 @@ def _listener_tls(section: dict[str, Any] | None) -> ListenerTls | None:
     return tls
 
 
+def _metrics_endpoint(section: dict[str, Any] | None) -> MetricsEndpoint:
+    if section is None:
+        return MetricsEndpoint()
+    where = f"[{_METRICS_SECTION}]"
+    _keys(section, where, set(), {"username", "password", "password-file", "certfile", "keyfile"})
+    credentials = None
+    if "username" in section:
+        credentials = f"{section['username']}:{_secret(section, where)}"
+    elif "password" in section or "password-file" in section:
+        raise ConfigError(f"{where}: a password needs a username")
+    tls = None
+    if ("certfile" in section) != ("keyfile" in section):
+        raise ConfigError(f"{where}: certfile and keyfile go together")
+    if "certfile" in section:
+        tls = ListenerTls(Path(section["certfile"]), Path(section["keyfile"]))
+        try:
+            tls.context()
+        except TlsConfigError as error:
+            raise ConfigError(str(error)) from None
+    return MetricsEndpoint(credentials, tls)
+
+
+def _secret(section: dict[str, Any], where: str) -> str:
+    """``password`` or the first line of ``password-file`` (exactly one of them)."""
+    if ("password" in section) == ("password-file" in section):
+        raise ConfigError(f"{where}: set exactly one of password, password-file")
+    password = section.get("password")
+    if password is None:
+        try:
+            password = Path(section["password-file"]).read_text().rstrip("\n")
+        except OSError as error:
+            raise ConfigError(f"{where} password-file: cannot read: {error.strerror}") from error
+    return str(password)
+
+
 def _upstream_tls(section: dict[str, Any] | None) -> UpstreamTls | None:
     if section is None:
         return None
@@ -400,15 +447,7 @@ def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:
     username = section.get("username")
     if not isinstance(username, str) or not username:
         raise ConfigError(f"{where} username: required")
-    if ("password" in section) == ("password-file" in section):
-        raise ConfigError(f"{where}: set exactly one of password, password-file")
-    password = section.get("password")
-    if password is None:
-        try:
-            password = Path(section["password-file"]).read_text().rstrip("\n")
-        except OSError as error:
-            raise ConfigError(f"{where} password-file: cannot read: {error.strerror}") from error
-    return UpstreamSasl(str(mechanism), username, str(password))
+    return UpstreamSasl(str(mechanism), username, _secret(section, where))
 
 
 def _default_advertised_host(listen_host: str) -> str:

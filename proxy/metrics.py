@@ -8,7 +8,10 @@ forwarding itself.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import logging
+import ssl
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import accumulate
@@ -138,22 +141,51 @@ class ProxyMetrics(Collector):
         yield latency
 
 
-async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:
-    """A minimal HTTP/1.0 server for GET /metrics (scrapes are rare; one request per connection)."""
+class _Collected:
+    """Metric families collected on the event loop, rendered to text in a thread (a large page would stall
+    every connection while it is formatted; the live state is only read on the loop)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+_MAX_HEADER_LINES = 100
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int, credentials: str | None = None,
+                        tls: ssl.SSLContext | None = None) -> asyncio.Server:
+    """A minimal HTTP/1.0 server for GET /metrics (scrapes are rare; one request per connection).
+
+    ``credentials`` (``user:password``), when given, are required as HTTP basic authentication.
+    """
+    expected = None if credentials is None else "Basic " + base64.b64encode(credentials.encode()).decode()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(10):
                 request_line = await reader.readline()
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
+                authorization = ""
+                for _ in range(_MAX_HEADER_LINES):
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.strip().lower() == "authorization":
+                        authorization = value.strip()
             parts = request_line.decode("latin-1").split()
-            if len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
-                body = generate_latest(registry)
+            headers = ""
+            if expected is not None and not hmac.compare_digest(authorization.encode(), expected.encode()):
+                body, status, content_type = b"unauthorized\n", "401 Unauthorized", "text/plain"
+                headers = 'WWW-Authenticate: Basic realm="metrics"\r\n'
+            elif len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
+                body = await asyncio.to_thread(generate_latest, _Collected(list(registry.collect())))  # type: ignore[arg-type]
                 status, content_type = "200 OK", CONTENT_TYPE_LATEST
             else:
                 body, status, content_type = b"not found; try /metrics\n", "404 Not Found", "text/plain"
-            writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\n"
+            writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\n{headers}"
                          f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
             await writer.drain()
         except (OSError, TimeoutError, UnicodeDecodeError) as error:
@@ -161,4 +193,4 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> as
         finally:
             writer.close()
 
-    return await asyncio.start_server(handle, host, port)
+    return await asyncio.start_server(handle, host, port, ssl=tls)

@@ -373,8 +373,12 @@ class ProxyServer:
             self.pid_source.start()
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
-            self._servers.append(await serve_metrics(self.metrics.registry, metrics.host, metrics.port))
-            log.info("serving metrics on http://%s/metrics", metrics)
+            endpoint = self.config.metrics_endpoint
+            self._servers.append(await serve_metrics(
+                self.metrics.registry, metrics.host, metrics.port, endpoint.credentials,
+                None if endpoint.tls is None else endpoint.tls.context()))
+            log.info("serving metrics on %s://%s/metrics%s", "http" if endpoint.tls is None else "https", metrics,
+                     "" if endpoint.credentials is None else " (basic authentication)")
 
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish within the grace period, then force."""

@@ -1,13 +1,17 @@
 """Prometheus metrics of the quota managers, named after Kafka's quota metrics.
 
 A collector reads the managers' live state at scrape time, so an entity that expires takes its
-series with it (millions of client ids never pile up in the registry) and recording a request
-costs no metric update. It registers on the registry it is given; there is no global registry.
+series with it and recording a request costs no metric update. Per-entity series are kept for the
+``MAX_ENTITY_SERIES`` most active entities of each quota; the rest are summed into one series
+labelled ``OTHERS``, so a client inventing client ids cannot make a scrape (or Prometheus) grow
+without bound. It registers on the registry it is given; there is no global registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,6 +21,22 @@ from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, 
 
 _ENTITY_LABELS = ["user", "client_id"]
 _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
+MAX_ENTITY_SERIES = 1000
+OTHERS = "<others>"
+"""The label values of the series summing the entities beyond the busiest ``MAX_ENTITY_SERIES``."""
+
+State = TypeVar("State")
+
+
+def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float]
+            ) -> tuple[list[tuple[Any, State, float]], list[tuple[State, float]]]:
+    """(the ``MAX_ENTITY_SERIES`` entities with the highest rate, with it; the others' states and rates)."""
+    measured = [(key, state, rate(state)) for key, state in entities]
+    if len(measured) <= MAX_ENTITY_SERIES:
+        return measured, []
+    kept = heapq.nlargest(MAX_ENTITY_SERIES, measured, key=lambda entry: entry[2])
+    kept_keys = {id(entry[1]) for entry in kept}
+    return kept, [(state, value) for _, state, value in measured if id(state) not in kept_keys]
 
 
 class QuotaMetrics(Collector):
@@ -60,10 +80,14 @@ class QuotaMetrics(Collector):
                                      f"Last {prefix} throttle time given (Kafka's throttle-time)",
                                      labels=_BYTE_RATE_LABELS)
         window = manager.config.settings.byte_rate_window
-        for key, state in manager.entities.items():
+        kept, others = busiest(manager.entities.items(), lambda state: state.rate.measure(now_ms, window))
+        for key, state, value in kept:
             labels = [key.user, key.client_id, key.broker]
-            rate.add_metric(labels, state.rate.measure(now_ms, window))
+            rate.add_metric(labels, value)
             throttle.add_metric(labels, state.last_throttle_ms)
+        if others:
+            rate.add_metric([OTHERS] * 3, sum(value for _, value in others))
+            throttle.add_metric([OTHERS] * 3, max(state.last_throttle_ms for state, _ in others))
         yield rate
         yield throttle
 
@@ -76,11 +100,15 @@ class QuotaMetrics(Collector):
         throttle = GaugeMetricFamily(f"kafka_quota_{prefix}_throttle_time_ms",
                                      f"Last throttle time given for {what}", labels=labels)
         window = manager.config.settings.window_for(manager.quota_type)
-        for key, state in manager.entities.items():
+        kept, others = busiest(manager.entities.items(), lambda state: state.rate.measure(now_ms, window))
+        for key, state, value in kept:
             values = [key.user, key.client_id][:len(labels)]
-            rate.add_metric(values, state.rate.measure(now_ms, window))
+            rate.add_metric(values, value)
             tokens.add_metric(values, state.bucket.measure(state.limit, window, now_ms))
             throttle.add_metric(values, state.last_throttle_ms)
+        if others:  # tokens are per entity: a sum of them means nothing
+            rate.add_metric([OTHERS] * len(labels), sum(value for _, value in others))
+            throttle.add_metric([OTHERS] * len(labels), max(state.last_throttle_ms for state, _ in others))
         yield rate
         yield tokens
         yield throttle

@@ -22,7 +22,7 @@ from quotas.managers import (
     ProducerBatch,
     ProducerIdQuotaManager,
 )
-from quotas.metrics import QuotaMetrics
+from quotas.metrics import MAX_ENTITY_SERIES, OTHERS, QuotaMetrics
 from tests.unit.quotas.clock import FakeClock
 
 BYTES = QuotaType.PRODUCER_BYTE_RATE
@@ -307,3 +307,26 @@ def test_pending_producer_id_throttle_is_the_time_until_the_bucket_is_back_at_ze
     assert manager.pending_throttle_ms("alice", clock.advance(1000)) == 2000
     assert manager.pending_throttle_ms("bob", clock()) == 0
     assert manager.pending_throttle_ms("alice", clock.advance(2000)) == 0
+
+
+def test_metrics_keep_the_busiest_entities_and_sum_the_rest() -> None:
+    clock = FakeClock()
+    quotas = config({QuotaEntity(None, DEFAULT): {BYTES: 1e9, MUTATIONS: 1e6}})
+    produce = ClientQuotaManager(quotas)
+    mutations = ControllerMutationQuotaManager(quotas)
+    registry = CollectorRegistry()
+    QuotaMetrics(registry, produce, ClientQuotaManager(quotas, FETCH), mutations, ProducerIdQuotaManager(quotas),
+                 clock)
+    for n in range(20_000):  # a client inventing client ids
+        produce.record("u", f"client-{n}", 1000 + n, clock())
+        mutations.admit_topics("u", f"client-{n}", [1], strict=True, now_ms=clock())
+    text = generate_latest(registry).decode()
+    rates = [line for line in text.splitlines() if line.startswith("kafka_quota_produce_byte_rate{")]
+    assert len(rates) == MAX_ENTITY_SERIES + 1
+    kept = "\n".join(rates)
+    assert 'client_id="client-19999"' in kept and 'client_id="client-18999"' not in kept  # the busiest
+    others = next(line for line in rates if f'client_id="{OTHERS}"' in line)
+    assert float(others.split()[-1]) == pytest.approx(sum(1000 + n for n in range(19_000)) / 10, rel=1e-6)
+    assert len([line for line in text.splitlines() if line.startswith("kafka_quota_controller_mutation_tokens{")]) \
+        == MAX_ENTITY_SERIES
+    assert len(text) < 2_000_000

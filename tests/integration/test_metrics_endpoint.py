@@ -1,0 +1,72 @@
+"""/metrics stays bounded whatever clients send, and can require basic authentication and TLS."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.certificates import CertificateAuthority
+from tests.support import (
+    Cluster,
+    ProxyProcess,
+    connect_to_leader,
+    create_topic_on_one_broker,
+    produce_request,
+    read_frame,
+    record_batch,
+)
+
+pytestmark = pytest.mark.integration
+CLIENT_IDS = 20_000
+
+
+def scrape(url: str, context: ssl.SSLContext | None = None, authorization: str | None = None) -> bytes:
+    request = urllib.request.Request(url, headers={"Authorization": authorization} if authorization else {})
+    with urllib.request.urlopen(request, timeout=30, context=context) as response:
+        return bytes(response.read())
+
+
+def test_twenty_thousand_client_ids_make_a_bounded_page(own_proxy, broker: Cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        topic: str) -> None:
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "<default>"\nproducer_byte_rate = 100000000\n')
+    proxy: ProxyProcess = own_proxy("--quota-file", str(quota_file))
+    create_topic_on_one_broker(broker, topic)
+    batch = record_batch([b"x"])
+    with connect_to_leader(proxy, topic) as sock:
+        frames = [produce_request(topic, batch, correlation_id=n, acks=1, client_id=f"client-{n}")
+                  for n in range(CLIENT_IDS)]
+        sock.sendall(b"".join(frames))
+        for _ in range(CLIENT_IDS):
+            assert read_frame(sock)
+    started = time.monotonic()
+    page = scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics")
+    elapsed = time.monotonic() - started
+    rates = [line for line in page.splitlines() if line.startswith(b"kafka_quota_produce_byte_rate{")]
+    assert len(rates) == 1001 and any(b'client_id="<others>"' in line for line in rates)
+    assert len(page) < 2_000_000, len(page)
+    assert elapsed < 2.0, elapsed
+
+
+def test_basic_authentication_and_tls(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ca = CertificateAuthority(tmp_path / "pki")
+    server = ca.issue("metrics", "metrics", server=True)
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'[metrics]\nusername = "prometheus"\npassword = "scrape-secret"\n'
+                      f'certfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\n')
+    proxy: ProxyProcess = own_proxy("--config", str(config))
+    url = f"https://127.0.0.1:{proxy.metrics_port}/metrics"
+    context = ssl.create_default_context(cafile=str(ca.cafile))
+    good = "Basic " + base64.b64encode(b"prometheus:scrape-secret").decode()
+    assert b"kafka_proxy_client_connections" in scrape(url, context, good)
+    for authorization in (None, "Basic " + base64.b64encode(b"prometheus:guess").decode()):
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            scrape(url, context, authorization)
+    with pytest.raises(OSError):  # plain HTTP to the TLS endpoint
+        scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics", authorization=good)
