@@ -48,22 +48,27 @@ producer_ids_rate = 1000
 """
 
 
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
+ClientSettings = dict[str, Any]
+"""librdkafka settings beyond the bootstrap servers (e.g. TLS)."""
+
+
+def create_topic(bootstrap: str, partitions: int = 1, client: ClientSettings | None = None) -> str:
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the result
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})  # must outlive the result
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     return name
 
 
-def throughput_mb_s(bootstrap: str, records: int, record_bytes: int = 1024) -> float:
-    topic = create_topic(bootstrap)
+def throughput_mb_s(bootstrap: str, records: int, record_bytes: int = 1024, client: ClientSettings | None = None
+                    ) -> float:
+    topic = create_topic(bootstrap, client=client)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 20, "batch.size": 1_000_000, "batch.num.messages": 100_000,
-                         "queue.buffering.max.kbytes": 1_048_576, "compression.type": "none"})
+                         "queue.buffering.max.kbytes": 1_048_576, "compression.type": "none", **(client or {})})
     started = time.perf_counter()
     produce_all(producer, topic, records, record_bytes)
     elapsed = time.perf_counter() - started
-    delete_topic(bootstrap, topic)
+    delete_topic(bootstrap, topic, client)
     return records * record_bytes / elapsed / 1e6
 
 
@@ -88,12 +93,13 @@ def produce_all(producer: Producer, topic: str, records: int, record_bytes: int)
         raise RuntimeError("producer did not deliver everything")
 
 
-def consume_mb_s(bootstrap: str, topic: str, records: int, record_bytes: int = 1024) -> float:
+def consume_mb_s(bootstrap: str, topic: str, records: int, record_bytes: int = 1024,
+                 client: ClientSettings | None = None) -> float:
     """Read the topic from the start with librdkafka's default fetch sizes, timed from the first
     records received to the last: the consumer's start-up (about half a second, the same through the
     proxy, mostly librdkafka's own) is latency, which (b) measures."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **(client or {})})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     count = first_count = 0
     started = 0.0
@@ -130,9 +136,9 @@ class CpuPerMb:
         return 1000 * self.cpu_s / self.mb
 
 
-def delete_topic(bootstrap: str, topic: str) -> None:
+def delete_topic(bootstrap: str, topic: str, client: ClientSettings | None = None) -> None:
     """Tansu keeps everything in memory and slows as it fills; every run starts from the same state."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     admin.delete_topics([topic])[topic].result(30)
 
 

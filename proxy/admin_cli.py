@@ -28,6 +28,7 @@ from proxy.sasl import (
     save_users,
     scram_credential,
 )
+from proxy.tls import ReloadingContext, TlsConfigError, UpstreamTls
 from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, request_once
 
 _ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP}
@@ -84,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
         action.add_argument("--entity-default", action=_Entity, nargs=0)
         action.add_argument("--sasl-mechanism", choices=MECHANISMS)
         action.add_argument("--sasl-username")
+        action.add_argument("--ssl-cafile", type=Path, help="TLS to the proxy, trusting this CA")
+        action.add_argument("--ssl-certfile", type=Path, help="client certificate (mTLS)")
+        action.add_argument("--ssl-keyfile", type=Path)
         if name == "alter":
             action.add_argument("--add-config", default="", help="k=v[,k=v...]")
             action.add_argument("--delete-config", default="", help="k[,k...]")
@@ -135,12 +139,20 @@ async def _quotas(args: argparse.Namespace) -> int:
         if not args.sasl_username:
             raise ConfigError("--sasl-username is needed with --sasl-mechanism")
         sasl = UpstreamSasl(args.sasl_mechanism, args.sasl_username, _read_password("Password: ", confirm=False))
+    tls = None
+    if args.ssl_cafile or args.ssl_certfile:
+        settings = UpstreamTls(args.ssl_cafile, args.ssl_certfile, args.ssl_keyfile)
+        try:
+            tls = ReloadingContext(settings.context, settings.files(), "client")
+        except TlsConfigError as error:
+            raise ConfigError(str(error)) from None
+    access = UpstreamAccess(sasl, tls)
     if args.action == "alter":
-        return await _alter(args, target, sasl)
-    return await _describe(args, target, sasl)
+        return await _alter(args, target, access)
+    return await _describe(args, target, access)
 
 
-async def _alter(args: argparse.Namespace, target: HostPort, sasl: UpstreamSasl | None) -> int:
+async def _alter(args: argparse.Namespace, target: HostPort, access: UpstreamAccess) -> int:
     if any(match == MATCH_ANY for _, match, _ in args.entities):
         raise ConfigError("alter needs --entity-name or --entity-default after each --entity-type")
     ops = []
@@ -158,7 +170,7 @@ async def _alter(args: argparse.Namespace, target: HostPort, sasl: UpstreamSasl 
     entity = [{"entity_type": entity_type, "entity_name": name} for entity_type, _, name in args.entities]
     response = await request_once(target, Api.ALTER_CLIENT_QUOTAS, _CLIENT_QUOTAS_VERSION,
                                   {"entries": [{"entity": entity, "ops": ops}], "validate_only": False},
-                                  _TIMEOUT_S, _MAX_FRAME_BYTES, UpstreamAccess(sasl))
+                                  _TIMEOUT_S, _MAX_FRAME_BYTES, access)
     failed = [entry for entry in response.entries if entry.error_code]
     for entry in failed:
         print(f"kafka-quota-proxy: error {entry.error_code}: {entry.error_message}", file=sys.stderr)
@@ -168,12 +180,12 @@ async def _alter(args: argparse.Namespace, target: HostPort, sasl: UpstreamSasl 
     return 0
 
 
-async def _describe(args: argparse.Namespace, target: HostPort, sasl: UpstreamSasl | None) -> int:
+async def _describe(args: argparse.Namespace, target: HostPort, access: UpstreamAccess) -> int:
     components = [{"entity_type": entity_type, "match_type": match, "match": name}
                   for entity_type, match, name in args.entities]
     response = await request_once(target, Api.DESCRIBE_CLIENT_QUOTAS, _CLIENT_QUOTAS_VERSION,
                                   {"components": components, "strict": False}, _TIMEOUT_S, _MAX_FRAME_BYTES,
-                                  UpstreamAccess(sasl))
+                                  access)
     if response.error_code:
         print(f"kafka-quota-proxy: error {response.error_code}: {response.error_message}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import ssl
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from protocol.apis import Api
 from tests.certificates import CertificateAuthority, Issued
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import PASSWORDS, add_user
-from tests.support import ProxyProcess, encode_request, read_frame
+from tests.support import ProxyProcess, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 MAPPING = "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT"
@@ -187,3 +188,26 @@ def test_certificates_are_reread_when_their_files_change(own_proxy, tmp_path: Pa
     time.sleep(1.5)
     round_trip_kafka_python(proxy.bootstrap, topic, kafka_python_ssl(renewed_ca))
     assert "reloaded the listener certificates" in proxy.log()
+
+
+def test_the_quotas_command_over_mtls_as_an_admin_principal(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            ca: CertificateAuthority) -> None:
+    server = ca.issue("proxy", "proxy", server=True)
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", server, ca, client_auth="required",
+                                  extra='[admin]\nprincipals = ["User:ops"]'))
+    ops = ca.issue("ops", "Ops", unit="platform")
+    dev = ca.issue("dev", "Dev", unit="apps")
+
+    def quotas(client: Issued, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*proxy_command(), "quotas", *args, "--bootstrap-server", proxy.bootstrap,
+                               "--ssl-cafile", str(ca.cafile), "--ssl-certfile", str(client.certfile),
+                               "--ssl-keyfile", str(client.keyfile)], capture_output=True, text=True, timeout=60)
+
+    altered = quotas(ops, "alter", "--entity-type", "users", "--entity-name", "dev", "--add-config",
+                     "producer_byte_rate=1000")
+    assert altered.returncode == 0, altered.stderr
+    refused = quotas(dev, "alter", "--entity-type", "users", "--entity-name", "dev", "--delete-config",
+                     "producer_byte_rate")
+    assert refused.returncode == 1 and "error 31" in refused.stderr
+    assert quotas(ops, "describe", "--entity-type", "users").stdout.strip() == \
+        "Quota configs for user-principal 'dev' are producer_byte_rate=1000"

@@ -87,3 +87,57 @@ def test_admin_principals_are_kafka_principals(tmp_path: Path) -> None:
     path.write_text('upstream = "127.0.0.1:9"\n[admin]\nprincipals = "User:ops"\n')
     with pytest.raises(ConfigError, match=r"\[admin\] principals"):
         load("--config", str(path))
+
+
+def test_login_settings(tmp_path: Path) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text("")
+    config = load("--upstream", "a:1", "--sasl-users", str(users))
+    assert config.sasl_mode == "terminate" and config.login.timeout_s == 10 and config.login.failed_delay_s == 0.1
+    assert config.login.max_receive_bytes == 512 * 1024 and config.login_threads == 1
+    config = load("--upstream", "a:1", "--sasl-mode", "inspect", "--oauthbearer-principal-claim", "upn",
+                  "--sasl-failed-authentication-delay-ms", "0")
+    assert (config.sasl_mode, config.login.oauthbearer_principal_claim, config.login.failed_delay_s) == (
+        "inspect", "upn", 0)
+    assert load("--upstream", "a:1").sasl_mode == "none"
+    for bad, message in ((("--sasl-mode", "inspect", "--sasl-users", str(users)), "sasl-users"),
+                         (("--sasl-mode", "terminate"), "sasl-users"),
+                         (("--sasl-users", str(users), "--sasl-failed-authentication-delay-ms", "-1"), "delay")):
+        with pytest.raises(ConfigError, match=message):
+            load("--upstream", "a:1", *bad)
+    path = tmp_path / "c.toml"
+    path.write_text('upstream = "a:1"\nsasl-mode = "inspect"\noauthbearer-unsecured-jwt = true\n')
+    with pytest.raises(ConfigError, match="only with sasl-mode terminate"):
+        load("--config", str(path))
+
+
+def test_tls_tables_are_checked_when_loaded(tmp_path: Path) -> None:
+    from tests.certificates import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "pki")
+    server = ca.issue("proxy", "proxy", server=True)
+    path = tmp_path / "c.toml"
+
+    def with_tables(text: str):  # type: ignore[no-untyped-def]
+        path.write_text(f'upstream = "a:1"\n{text}\n')
+        return load("--config", str(path))
+
+    config = with_tables(f'[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\n'
+                         f'cafile = "{ca.cafile}"\nclient-auth = "required"\n[upstream-tls]\ncafile = "{ca.cafile}"\n'
+                         f'check-hostname = false\n[metrics]\nusername = "p"\npassword = "s"\n')
+    assert config.tls is not None and config.tls.client_auth == "required"
+    assert config.upstream_tls is not None and not config.upstream_tls.check_hostname
+    assert config.metrics_endpoint.credentials == "p:s"
+    for table, message in (
+            (f'[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{ca.cafile}"\n', "certfile/keyfile"),
+            (f'[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\nclient-auth = "required"\n',
+             "cafile: needed"),
+            (f'[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\nmin-version = "1.1"\n',
+             "min-version"),
+            (f'[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\n'
+             'principal-mapping-rules = "RULE:^CN=(.*?)$/$1/LU"\n', "invalid rule"),
+            (f'[tls]\ncertfile = "{server.certfile}"\n', "needs keyfile"),
+            ('[upstream-tls]\ncafile = "/nonexistent.pem"\n', "cafile /nonexistent.pem"),
+            ('[metrics]\npassword = "s"\n', "needs a username")):
+        with pytest.raises(ConfigError, match=message):
+            with_tables(table)
