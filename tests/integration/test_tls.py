@@ -153,6 +153,13 @@ def test_a_client_without_a_certificate_is_refused_when_one_is_required(own_prox
     with pytest.raises(KafkaError):
         KafkaProducer(bootstrap_servers=proxy.bootstrap, request_timeout_ms=5_000, max_block_ms=5_000,
                       **kafka_python_ssl(ca))
+    # the same proxy serves a client that has one
+    holder = ca.issue("holder", "Holder", unit="eng")
+    context.load_cert_chain(holder.certfile, holder.keyfile)
+    with (socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw,
+          context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
+        sock.sendall(encode_request(Api.API_VERSIONS, 0))
+        assert read_frame(sock)
 
 
 def test_upstream_tls_through_a_proxy_terminating_tls(own_proxy, tmp_path: Path, ca: CertificateAuthority,  # type: ignore[no-untyped-def]
