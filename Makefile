@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.protocol --out bench/protocol-results.json
 	$(BIN)/python -m bench.allocator --out bench/allocator-results.json
 	$(BIN)/python -m bench.pipeline --out bench/pipeline-results.json
+	$(BIN)/python -m bench.tls --out bench/tls-results.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
