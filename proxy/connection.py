@@ -186,17 +186,16 @@ class ClientConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
         self.gate = ReadGate(transport)
         self._context.connection_opened(self)
+        self._loop = loop = asyncio.get_running_loop()
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             name, subject = peer_principal_name(ssl_object, self._context.principal_mapper)
             if subject is not None and name is None:
                 log.info("closing connection from %s on %s: no principal mapping rule applies to %s",
                          self._peer, self._listener, subject)
-                self._loop = asyncio.get_running_loop()
                 self.close("no principal for its certificate")
                 return
             self._user = name or ANONYMOUS  # SASL, when on, names the principal once the client logs in
-        self._loop = loop = asyncio.get_running_loop()
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
         self._sasl = self._context.new_login(self._peer)
