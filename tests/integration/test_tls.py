@@ -218,3 +218,19 @@ def test_the_quotas_command_over_mtls_as_an_admin_principal(own_proxy, tmp_path:
     assert refused.returncode == 1 and "error 31" in refused.stderr
     assert quotas(ops, "describe", "--entity-type", "users").stdout.strip() == \
         "Quota configs for user-principal 'dev' are producer_byte_rate=1000"
+
+
+def test_a_certificate_no_rule_maps_is_closed(own_proxy, tmp_path: Path, ca: CertificateAuthority) -> None:  # type: ignore[no-untyped-def]
+    server = ca.issue("proxy", "proxy", server=True)
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'[tls]\ncertfile = "{server.certfile}"\nkeyfile = "{server.keyfile}"\ncafile = "{ca.cafile}"\n'
+                      'client-auth = "required"\nprincipal-mapping-rules = "RULE:^CN=(.*?),OU=eng,.*$/$1/"\n')
+    proxy = own_proxy("--config", str(config))
+    for holder, served in ((ca.issue("eng", "Erin", unit="eng"), True), (ca.issue("apps", "Abe", unit="apps"), False)):
+        context = ssl.create_default_context(cafile=str(ca.cafile))
+        context.load_cert_chain(holder.certfile, holder.keyfile)
+        with (socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw,
+              context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
+            sock.sendall(encode_request(Api.API_VERSIONS, 0))
+            assert bool(read_frame(sock)) is served
+    assert "no principal mapping rule applies to CN=Abe,OU=apps,O=Acme,C=US" in proxy.log()
