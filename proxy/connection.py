@@ -342,8 +342,11 @@ class ClientConnection(asyncio.Protocol):
             # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0
             # with the versions served); before a login no upstream connection may be open yet
             return self._context.api_versions_answer(frame)
-        if self._sasl is not None and (not self._sasl.done or api_key in _SASL_APIS):
-            return self._sasl.handle(frame)
+        sasl = self._sasl
+        if sasl is not None and (api_key in _SASL_APIS or not (sasl.done or sasl.needs_upstream_before_login)):
+            return sasl.handle(frame)
+        # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener
+        # that does not ask for a login must not open a way around the quotas
         caller = Caller(self._user, now_ms(), self._upstream_broker)
         if api_key == Api.PRODUCE:
             return self._context.produce_handler.handle(frame, request_bytes, caller, whole)

@@ -56,14 +56,15 @@ class SaslInspector:
         return self.user is not None
 
     def handle(self, frame: memoryview) -> Decided:
+        """A SaslHandshake or SaslAuthenticate (other requests never come here)."""
         header = read_request_header(frame)
         if header.api_key == Api.SASL_HANDSHAKE:
             return self._handshake(header, decode_request(Api.SASL_HANDSHAKE, header.api_version,
                                                           frame[header.length:]).mechanism)
-        if header.api_key == Api.SASL_AUTHENTICATE and not self.done:
+        if not self.done:
             request = decode_request(Api.SASL_AUTHENTICATE, header.api_version, frame[header.length:])
             return self._authenticate(header, bytes(request.auth_bytes))
-        return FORWARD  # a re-authentication (the cluster keeps the principal), or a request the cluster refuses
+        return FORWARD  # a re-authentication: the cluster keeps the principal
 
     def _handshake(self, header: RequestHeader, mechanism: str) -> Outcome:
         if header.api_version < 1:

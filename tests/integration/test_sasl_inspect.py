@@ -95,3 +95,14 @@ def test_librdkafka_logs_in_through_the_inspecting_proxy(inspecting: tuple[Proxy
         producer.produce(topic, b"via librdkafka")
         assert producer.flush(30) == 0
         assert user in quota_users(proxy)
+
+
+def test_requests_without_a_login_are_charged_to_anonymous(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    # a cluster listener that asks for no login (Tansu's) must not let clients of an inspecting proxy skip quotas
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 100000000\n')
+    proxy = own_proxy("--sasl-mode", "inspect", "--quota-file", str(quota_file))
+    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all")
+    producer.send(topic, b"no login").get(timeout=30)
+    producer.close()
+    assert quota_users(proxy) == {"ANONYMOUS"}
