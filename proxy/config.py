@@ -289,7 +289,6 @@ def _login_settings(settings: dict[str, Any]) -> tuple[str, LoginSettings]:
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)) or delay_ms < 0:
         raise ConfigError(f"sasl-failed-authentication-delay-ms: a number >= 0, got {delay_ms!r}")
     return mode, LoginSettings(
-        mode=mode,
         timeout_s=_optional_positive("sasl_login_timeout_s", settings, float) or defaults.timeout_s,
         failed_delay_s=delay_ms / 1000,
         max_receive_bytes=_optional_positive("sasl_max_receive_bytes", settings, int) or defaults.max_receive_bytes,

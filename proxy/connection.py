@@ -731,10 +731,8 @@ class ClientConnection(asyncio.Protocol):
             async with asyncio.timeout(self._config.connect_timeout_s):
                 access = self._context.client_upstream_access
                 if access.sasl is None:
-                    tls = access.ssl_context()
                     transport, _ = await loop.create_connection(
-                        lambda: UpstreamProtocol(self), target.host, target.port, ssl=tls,
-                        server_hostname=target.host if tls is not None else None)
+                        lambda: UpstreamProtocol(self), target.host, target.port, **access.tls_arguments(target))
                 else:
                     _, writer = await open_upstream(target, access, self._config.max_frame_bytes)
                     self._login_writer = writer  # a collected StreamWriter closes its transport

@@ -190,8 +190,6 @@ class AuthenticationFailed(Exception):
 class LoginSettings:
     """How logins are run (``sasl-*`` settings); Kafka's names in the comments."""
 
-    mode: str = "terminate"
-    """``terminate``: the proxy verifies passwords; ``inspect``: the cluster does, the proxy reads the name."""
     timeout_s: float = 10.0
     """A connection that has not logged in by then is closed."""
     failed_delay_s: float = 0.1
@@ -513,7 +511,10 @@ class SaslServer:
         try:
             user = await asyncio.get_running_loop().run_in_executor(self._pool, verify_plain, self._store, token)
         except AuthenticationFailed as failure:
-            claimed = token.split(b"\x00")[1].decode(errors="replace") if token.count(b"\x00") == 2 else None
+            try:
+                claimed: str | None = parse_plain_token(token).user
+            except AuthenticationFailed:
+                claimed = None
             return await self._refuse(header, SASL_AUTHENTICATION_FAILED, str(failure), claimed,
                                       self._auth_fields(SASL_AUTHENTICATION_FAILED, str(failure)))
         self._succeeded(user)

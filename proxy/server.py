@@ -23,7 +23,7 @@ from protocol.header import RequestHeader, read_request_header
 from proxy.client_quotas import UNSUPPORTED_VERSION, ClientQuotaHandlers
 from proxy.cluster_info import ClusterInfo
 from proxy.config import HostPort, ProxyConfig
-from proxy.connection import ClientConnection, RequestHandler, UpstreamResolver
+from proxy.connection import NEWEST_API_VERSIONS, ClientConnection, RequestHandler, UpstreamResolver
 from proxy.fetch_handler import FetchHandler
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.outcome import Decided, Outcome, local_answer
@@ -190,7 +190,7 @@ class ProxyServer:
 
     def api_versions_answer(self, frame: memoryview) -> Decided:
         header = read_request_header(frame)
-        if self._cluster_api_versions is not None or header.api_version > max_version(Api.API_VERSIONS):
+        if self._cluster_api_versions is not None or header.api_version > NEWEST_API_VERSIONS:
             return self._local_api_versions(header)
         return self._api_versions_once_known(header)
 
@@ -222,10 +222,9 @@ class ProxyServer:
         """As a broker answers ApiVersions itself; a version the proxy cannot encode gets Kafka's
         UNSUPPORTED_VERSION answer, in v0, naming the ApiVersions versions it can."""
         version = header.api_version
-        newest = max_version(Api.API_VERSIONS)
-        if version > newest:
+        if version > NEWEST_API_VERSIONS:
             body = encode_response(Api.API_VERSIONS, 0, {"error_code": UNSUPPORTED_VERSION, "api_keys": [
-                {"api_key": Api.API_VERSIONS, "min_version": 0, "max_version": newest}]})
+                {"api_key": Api.API_VERSIONS, "min_version": 0, "max_version": NEWEST_API_VERSIONS}]})
             return local_answer(header, body)
         assert self._cluster_api_versions is not None, "asked before answering"
         body = encode_response(Api.API_VERSIONS, version, {"error_code": 0, "api_keys": self._cluster_api_versions,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -36,14 +35,14 @@ class UpstreamAccess:
     sasl: UpstreamSasl | None = None
     tls: ReloadingContext | None = None
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        return None if self.tls is None else self.tls.get()
+    def tls_arguments(self, target: HostPort) -> dict[str, Any]:
+        """``ssl`` and ``server_hostname`` for a connection to ``target`` (both None without TLS)."""
+        context = None if self.tls is None else self.tls.get()
+        return {"ssl": context, "server_hostname": target.host if context is not None else None}
 
     async def open(self, target: HostPort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to ``target`` with TLS when configured (no login: see ``open_upstream``)."""
-        context = self.ssl_context()
-        return await asyncio.open_connection(target.host, target.port, ssl=context,
-                                             server_hostname=target.host if context is not None else None)
+        return await asyncio.open_connection(target.host, target.port, **self.tls_arguments(target))
 
 
 PLAINTEXT = UpstreamAccess()
