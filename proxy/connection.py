@@ -655,6 +655,9 @@ class ClientConnection(asyncio.Protocol):
             return
         self._login_step_pending = False
         assert self._sasl is not None
+        if self._sasl.refused:
+            self.close("its login was refused")
+            return
         if self._sasl.user is not None:
             self._logged_in(self._sasl.user)
         self.gate.resume(PauseReason.LOGGING_IN)

@@ -449,6 +449,8 @@ class SaslServer:
         self._mechanism = ""
         self._exchange: _ScramExchange | _OAuthBearerExchange | None = None
         self.user: str | None = None
+        self.refused = False
+        """The login failed: the connection closes once the answer is sent."""
 
     @property
     def done(self) -> bool:
@@ -531,6 +533,7 @@ class SaslServer:
         (``Selector``'s delayed close on an authentication failure)."""
         log_failed_login(self._peer, self._mechanism or "-", user, reason)
         self._events.login_ended(self._mechanism or "-", succeeded=False)
+        self.refused = True
         await asyncio.sleep(self._settings.failed_delay_s)
         return local_answer(header, encode_response(header.api_key, header.api_version, fields),
                             close_after_response=True)

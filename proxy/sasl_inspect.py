@@ -50,6 +50,9 @@ class SaslInspector:
         self._claimed_user: str | None = None
         self._steps_answered = 0
         self.user: str | None = None
+        self.refused = False
+        """The cluster refused the login: the connection closes once its answer is sent, as the cluster
+        closes it, and nothing behind it is read (or charged)."""
 
     @property
     def done(self) -> bool:
@@ -111,6 +114,7 @@ class SaslInspector:
             log_failed_login(self._peer, mechanism, self._claimed_user,
                              f"the cluster answered error {answer.error_code}: {answer.error_message}")
             self._events.login_ended(mechanism, succeeded=False)
+            self.refused = True
             return
         self._steps_answered += 1
         challenge = self._mechanism == OAUTHBEARER and answer.auth_bytes  # an error, sent as a challenge (RFC 7628)

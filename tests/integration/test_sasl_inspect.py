@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -17,9 +18,19 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
+from protocol.apis import Api
+from proxy.sasl import plain_token
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import PASSWORDS, add_user, sasl_settings
-from tests.support import ProxyProcess
+from tests.support import (
+    Cluster,
+    ProxyProcess,
+    create_topic_on_one_broker,
+    encode_request,
+    produce_request,
+    read_frame,
+    record_batch,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +117,24 @@ def test_requests_without_a_login_are_charged_to_anonymous(own_proxy, tmp_path: 
     producer.send(topic, b"no login").get(timeout=30)
     producer.close()
     assert quota_users(proxy) == {"ANONYMOUS"}
+
+
+def test_a_pipelined_login_and_produce_is_charged_to_the_user_the_cluster_accepted(  # type: ignore[no-untyped-def]
+        inspecting: tuple[ProxyProcess, ProxyProcess], broker: Cluster, topic: str) -> None:
+    # one write: handshake, login, Produce. Decided at once, the Produce would be charged to ANONYMOUS while the
+    # cluster (which reads it after the login) runs it as bob; one at a time, it is bob's.
+    proxy, _ = inspecting
+    create_topic_on_one_broker(broker, topic)
+    for password, charged in (("wrong", set()), (PASSWORDS["bob"], {"bob"})):
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            sock.sendall(b"".join([
+                encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=1, mechanism="PLAIN"),
+                encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=2, auth_bytes=plain_token("bob", password)),
+                produce_request(topic, record_batch([b"pipelined"]), correlation_id=3, acks=1)]))
+            answered = []
+            while frame := read_frame(sock):
+                answered.append(int.from_bytes(frame[:4], "big"))
+                if len(answered) == 3:
+                    break
+        assert answered == ([1, 2, 3] if charged else [1, 2])  # a refused login: closed, the Produce unread
+        assert quota_users(proxy) == charged

@@ -43,7 +43,7 @@ def test_plain_user_is_the_principal_only_once_the_cluster_accepts() -> None:
     refused = inspector()
     (step,) = authenticate(refused, "PLAIN", plain_token("bob", "wrong"))
     cluster_answers(step, 58)
-    assert not refused.done and refused._events.ended == [("PLAIN", False)]  # type: ignore[attr-defined]
+    assert not refused.done and refused.refused and refused._events.ended == [("PLAIN", False)]  # type: ignore[attr-defined]
 
 
 def test_scram_needs_both_answers() -> None:
