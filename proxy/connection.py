@@ -76,6 +76,12 @@ class InFlight(NamedTuple):
     """See ``Outcome.throttle_since_ms``."""
     charge_response: ResponseCharge | None = None
 
+    @property
+    def holds_later_requests(self) -> bool:
+        """Later requests wait for this one's response (and the mute it brings): it has a throttle, or
+        its cost, hence its throttle, is known only from its response (a metered Fetch)."""
+        return bool(self.throttle_ms) or self.charge_response is not None
+
 
 class ProxyContext(Protocol):
     """What a connection needs from the server that accepted it."""
@@ -155,12 +161,13 @@ class ClientConnection(asyncio.Protocol):
         self._cut_through_copy: bytearray | None = None
         self._response_cut_through_remaining = 0
         """Bytes of a response frame still to come that go to the client without buffering."""
-        self._mute_after_cut_through_ms = 0
+        self._mute_after_cut_through_ms: int | None = None
         self._held = bytearray()
         """Whole request frames read but not yet decided: they wait behind a request whose handler
         asks the cluster first, or behind a throttle (``_holding``)."""
         self._throttled_response_pending = False
-        """A request was given a throttle and its response has not been sent yet: the mute starts then."""
+        """A request holding later ones (``InFlight.holds_later_requests``) has not had its response sent
+        yet: the mute starts then."""
         self._close_when_answered = False
         """A request without a response (acks=0) asked to close the connection: Kafka handles requests
         one at a time, so the ones before it are answered first and the ones after it never read."""
@@ -359,14 +366,18 @@ class ClientConnection(asyncio.Protocol):
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
         if outcome.expects_response:
             api_key, api_version, correlation_id = peek_request(frame)
-            self._await_response(InFlight(correlation_id, api_key, api_version, outcome.throttle_ms,
-                                          outcome.local_response, outcome.finish, outcome.close_after_response,
-                                          time.perf_counter(), outcome.throttle_since_ms, outcome.charge_response))
-        elif outcome.close_after_response:
-            self._close_when_answered = True
-            self._pause_if_holding()
-        if outcome.throttle_ms:
-            self._throttled(outcome.throttle_ms, outcome.expects_response)
+            request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, outcome.local_response,
+                               outcome.finish, outcome.close_after_response, time.perf_counter(),
+                               outcome.throttle_since_ms, outcome.charge_response)
+            self._await_response(request)
+            if request.holds_later_requests:
+                self._throttled(outcome.throttle_ms, expects_response=True)
+        else:
+            if outcome.close_after_response:
+                self._close_when_answered = True
+                self._pause_if_holding()
+            if outcome.throttle_ms:
+                self._throttled(outcome.throttle_ms, expects_response=False)
         return outcome.forward and outcome.replacement is None
 
     def _await_decision(self, decided: Awaitable[Outcome], frame: bytes) -> None:
@@ -506,7 +517,7 @@ class ClientConnection(asyncio.Protocol):
                 untouched_from = start
             request = self._answered_request(view[start + SIZE_PREFIX_BYTES:end], end - start - SIZE_PREFIX_BYTES,
                                              start)
-            if request.throttle_ms:
+            if request.holds_later_requests:
                 mute_ms = max(mute_ms or 0, request.throttle_ms)
             replacement = self._rewrite_response(request, view[start + SIZE_PREFIX_BYTES:end])
             if replacement is not None:
@@ -580,7 +591,7 @@ class ClientConnection(asyncio.Protocol):
         assert self._transport is not None
         self._transport.writelines((head, memoryview(taken)[len(prefix):]))
         self._response_cut_through_remaining = frame_bytes - len(taken)
-        self._mute_after_cut_through_ms = request.throttle_ms
+        self._mute_after_cut_through_ms = request.throttle_ms if request.holds_later_requests else None
 
     def _cut_through_response(self, data: bytes) -> bytes:
         """Send the client the part of ``data`` that belongs to the response being cut through;
@@ -590,7 +601,7 @@ class ClientConnection(asyncio.Protocol):
         self._transport.write(data if taken == len(data) else memoryview(data)[:taken])
         self._response_cut_through_remaining -= taken
         if not self._response_cut_through_remaining:
-            self._responses_sent(self._mute_after_cut_through_ms or None)
+            self._responses_sent(self._mute_after_cut_through_ms)
         return data[taken:]
 
     def _local_responses_due(self) -> list[bytes]:

@@ -33,7 +33,17 @@ from protocol.header import response_header_length
 from proxy.connection import CUT_THROUGH_AFTER_BYTES
 from proxy.server import FETCH_VERSION_CEILING
 from tests.integration.test_produce_quotas import metrics, usage_lines
-from tests.support import LOOPBACK, Cluster, ProxyProcess, TcpRelay, call, encode_request, kafka_shared_quota_model_s
+from tests.support import (
+    LOOPBACK,
+    Cluster,
+    ProxyProcess,
+    TcpRelay,
+    call,
+    encode_request,
+    kafka_shared_quota_model_s,
+    leader_port,
+    read_frame,
+)
 
 pytestmark = pytest.mark.integration
 MIB = 1 << 20
@@ -315,3 +325,33 @@ def test_a_large_fetch_response_is_passed_on_as_it_arrives_with_its_throttle(  #
     assert len(sequences) > 900 and sequences == list(range(len(sequences)))  # about the 1.1 MiB cap
     assert ended_s - started_s > 0.2, "the response was held until its last byte"
     assert charged_fetch_bytes(proxy, {"metered"}) == 4 + size - 4  # header v0: the correlation id
+
+
+def test_pipelined_raw_fetches_are_served_one_throttle_at_a_time(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    """Sixteen Fetch requests in one write: once one is throttled, the next is not read (nor charged) until its
+    response is sent and the throttle has run out, so the reads take Kafka's one-at-a-time time."""
+    create_topic(broker, topic)
+    fill_topic(broker, topic, records=4 * 1024)
+    quota = 100 * 1024
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f'[[quota]]\nclient-id = "pipelined"\nconsumer_byte_rate = {quota}\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    fetch = b"".join(encode_request(
+        Api.FETCH, 4, correlation_id=n, client_id="pipelined", replica_id=-1, max_wait_ms=500, min_bytes=1,
+        max_bytes=128 * 1024, isolation_level=0, topics=[{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 128 * 1024}]}]) for n in range(16))
+    with socket.create_connection((LOOPBACK, leader_port(proxy, topic)), timeout=60) as sock:
+        started = time.monotonic()
+        sock.sendall(fetch)
+        sizes, throttles = [], []
+        for _ in range(16):
+            frame = read_frame(sock)
+            response = decode_response(Api.FETCH, 4, memoryview(frame)[response_header_length(frame, False):])
+            sizes.append(4 + len(frame) - 4)  # what Kafka charges: the size prefix and the body, no header
+            throttles.append(response.throttle_time_ms)  # type: ignore[attr-defined]
+        elapsed = time.monotonic() - started
+    assert sum(sizes) > 15 * quota  # beyond the ten windows' credit: some are throttled
+    assert throttles[0] == 0 and max(throttles) > 0, (sizes, throttles)
+    model = kafka_shared_quota_model_s([sizes], quota)
+    assert model * (1 - MODEL_TOLERANCE) <= elapsed <= model * (1 + MODEL_TOLERANCE), (elapsed, model, sizes)
