@@ -6,6 +6,15 @@ CRC-32) and fsyncs it before the block is handed out, as Kafka's controller writ
 a block for every whole record that fails its checksum after the last good one (it may have been
 answered), and continues after the last durable end, so no ID is ever handed out twice. The
 highest epoch each broker id has used is rebuilt from the same records.
+
+A failed append (full disk, I/O error) hands out nothing and leaves no part of its record in the
+file; the next allocation tries again, so allocation resumes by itself once the disk does.
+
+Broker epochs are checked the way Kafka's controller checks them against a broker's registration
+(``ClusterControlManager.checkBrokerEpoch``, STALE_BROKER_EPOCH): the registration the log knows
+is the highest epoch a broker id has allocated with; an older epoch is a fenced incarnation, and an
+epoch more than ``MAX_EPOCH_ADVANCE`` above it is no incarnation of that broker (a proxy adds one
+per start) and is refused without being stored, so no request can lock a broker id out for ever.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import zlib
 from pathlib import Path
 from typing import NamedTuple
 
-from allocator.durable import fsync_directory
+from allocator.durable import AppendOnlyFile, fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,8 @@ BLOCK_SIZE = 1000
 DEFAULT_FIRST_ID = 1 << 48
 """Proxy-issued IDs start far above the cluster's own (which start at 0), so they never collide."""
 MAX_PRODUCER_ID = (1 << 63) - 1
+MAX_EPOCH_ADVANCE = 1_000_000
+"""How far above the last epoch a broker id used (0 for a new one) a new epoch may be."""
 
 _RECORD = struct.Struct(">qiqq")  # next producer id, broker id, broker epoch, time ms
 _CRC = struct.Struct(">I")
@@ -51,8 +62,7 @@ class ProducerIdsExhausted(Exception):
 
 
 class BlockLogFailed(Exception):
-    """A write or fsync failed: the file may hold part of a record, so nothing more is appended
-    (a misaligned tail would hide later records at recovery) until a restart recovers it."""
+    """A write or fsync failed: nothing was handed out and the file holds no part of the record."""
 
 
 def encode_record(next_id: int, broker_id: int, broker_epoch: int, time_ms: int) -> bytes:
@@ -73,21 +83,20 @@ class BlockLog:
         self._lock = threading.Lock()
         self._epochs: dict[int, int] = {}
         self.next_id = first_id
-        self._failure: OSError | None = None
         self.torn_bytes = 0
         """Bytes of a record cut short, dropped from the tail at recovery."""
         self.corrupt_records = 0
         """Whole records failing their checksum at recovery (kept in the file, never trusted)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._recover()
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (held open for the log's lifetime)
+        self._file = AppendOnlyFile(path, self._recover())
 
-    def _recover(self) -> None:
+    def _recover(self) -> int:
+        """Rebuild the next ID and the epochs; return where the whole records end."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             self._create()
-            return
+            return 0
         whole = len(data) - len(data) % RECORD_BYTES
         corrupt_since_last_valid = 0
         for position in range(0, whole, RECORD_BYTES):
@@ -110,9 +119,7 @@ class BlockLog:
         self.torn_bytes = len(data) - whole
         if self.torn_bytes:
             log.warning("%s: dropping %d bytes of a record cut short", self.path, self.torn_bytes)
-            with open(self.path, "r+b") as file:
-                file.truncate(whole)
-                os.fsync(file.fileno())
+        return whole
 
     def _create(self) -> None:
         with open(self.path, "xb") as file:
@@ -125,22 +132,19 @@ class BlockLog:
     def allocate(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
         """The next block, durable on disk before it is returned."""
         with self._lock:
-            if self._failure is not None:
-                raise BlockLogFailed(f"{self.path}: an earlier write failed ({self._failure}); restart to recover")
             known = self._epochs.get(broker_id)
             if known is not None and broker_epoch < known:
                 raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} is older than {known}")
+            if not 0 <= broker_epoch <= (known or 0) + MAX_EPOCH_ADVANCE:
+                raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} is not a registration of it "
+                                       f"(last epoch {known}; at most {MAX_EPOCH_ADVANCE} above it)")
             first = self.next_id
             if first + self._block_size > self._end_id:
                 raise ProducerIdsExhausted(f"no block of {self._block_size} left below {self._end_id}")
             next_id = first + self._block_size
             try:
-                written = self._file.write(encode_record(next_id, broker_id, broker_epoch, int(time.time() * 1000)))
-                if written != RECORD_BYTES:
-                    raise OSError(f"short write ({written} of {RECORD_BYTES} bytes)")
-                os.fsync(self._file.fileno())
+                self._file.append(encode_record(next_id, broker_id, broker_epoch, int(time.time() * 1000)), sync=True)
             except OSError as error:
-                self._failure = error
                 raise BlockLogFailed(f"{self.path}: cannot append: {error}") from error
             self.next_id = next_id
             self._epochs[broker_id] = broker_epoch

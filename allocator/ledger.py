@@ -18,6 +18,14 @@ a kill: temporary files are removed, a segment already sealed is dropped, a seal
 finished, and the active segment's records are read up to the first torn or corrupt one and the
 file is truncated there.
 
+Faults: an append that fails (full disk, I/O error) leaves no part of its records in the segment
+(``AppendOnlyFile``) and raises; the caller keeps the records and tries again. A seal whose
+snapshot cannot be written keeps the segment readable and is finished by the next ``flush``.
+
+Bounds: a record stores at most ``MAX_CLIENT_ID_BYTES`` of the client id (a client id may be 32 KiB,
+and a request may carry hundreds of PIDs); ``expire_snapshots`` deletes snapshots sealed before a
+cut-off (every PID in one was last seen before it was sealed; a PID seen since has a newer record).
+
 The Bloom filter implementation is injected (``FilterFactory``): the proxy passes the quota
 engines' MurmurHash3 filter, whose byte layout is the sidecar format.
 """
@@ -34,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from allocator.durable import TEMPORARY_SUFFIX, write_durably
+from allocator.durable import TEMPORARY_SUFFIX, AppendOnlyFile, write_durably
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,8 @@ _INDEX_ENTRY = struct.Struct(">qI")  # pid, offset of its record in the data sec
 _MAGIC = b"PIDS"
 _SNAPSHOT = re.compile(r"snapshot-(\d{10})\.pids")
 _ACTIVE = re.compile(r"active-(\d{10})\.log")
+MAX_CLIENT_ID_BYTES = 64
+"""A record keeps this much of the client id: enough to tell clients apart in a report."""
 
 
 class PidRecord(NamedTuple):
@@ -71,8 +81,16 @@ class LedgerCorrupt(Exception):
     pass
 
 
+def bounded_client_id(client_id: str) -> str:
+    """The client id as a record stores it: its first ``MAX_CLIENT_ID_BYTES`` bytes, cut between characters."""
+    encoded = client_id.encode()
+    if len(encoded) <= MAX_CLIENT_ID_BYTES:
+        return client_id
+    return encoded[:MAX_CLIENT_ID_BYTES].decode(errors="ignore")
+
+
 def encode_record(record: PidRecord) -> bytes:
-    user, client = record.user.encode(), record.client_id.encode()
+    user, client = record.user.encode(), bounded_client_id(record.client_id).encode()
     body = _RECORD_HEAD.pack(record.pid, record.epoch, record.first_seen_ms, record.last_seen_ms,
                              len(user), len(client)) + user + client
     return body + _CRC.pack(zlib.crc32(body))
@@ -149,6 +167,9 @@ class Snapshot:
                 return read_record_at(self._fd, self.path, self._data_offset + offset)
         return None
 
+    def fileno(self) -> int:
+        return self._fd
+
     def close(self) -> None:
         os.close(self._fd)
 
@@ -187,12 +208,15 @@ class Segment:
         self.offsets: dict[int, int] = {}
         """PID -> offset of its newest record."""
         self.torn_bytes = 0
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self._recover()
-        self.size = os.fstat(self._fd).st_size
+        self._file = AppendOnlyFile(path, self._recover())
+        self._fd = self._file.fileno()
 
-    def _recover(self) -> None:
-        data = self.path.read_bytes()
+    def _recover(self) -> int:
+        """Index the records up to the first torn or corrupt one; return where they end."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return 0
         position = 0
         while (decoded := decode_record(data, position)) is not None:
             self._remember(decoded[0].pid, position)
@@ -200,21 +224,24 @@ class Segment:
         self.torn_bytes = len(data) - position
         if self.torn_bytes:
             log.warning("%s: dropping %d bytes after the last valid record", self.path, self.torn_bytes)
-            os.ftruncate(self._fd, position)
-            os.fsync(self._fd)
+        return position
 
     def _remember(self, pid: int, offset: int) -> None:
         if pid not in self.offsets:
             self.filter.add(pid)
         self.offsets[pid] = offset
 
-    def append(self, record: PidRecord) -> None:
-        encoded = encode_record(record)
-        written = os.write(self._fd, encoded)
-        if written != len(encoded):
-            raise OSError(f"{self.path}: short write ({written} of {len(encoded)} bytes)")
-        self._remember(record.pid, self.size)
-        self.size += written
+    @property
+    def size(self) -> int:
+        return self._file.size
+
+    def append(self, records: list[PidRecord]) -> None:
+        """Append ``records`` in one write: all of them, or (raising OSError) none."""
+        encoded = [encode_record(record) for record in records]
+        offset = self._file.append(b"".join(encoded))
+        for record, data in zip(records, encoded, strict=True):
+            self._remember(record.pid, offset)
+            offset += len(data)
 
     def find(self, pid: int) -> PidRecord | None:
         offset = self.offsets.get(pid)
@@ -231,12 +258,11 @@ class Segment:
         return path
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._file.close()
 
 
 class PidLedger:
-    """``read``/``update``/``flush`` run on one thread; of a seal, only ``Segment.write_snapshot``
-    may run elsewhere (``begin_seal`` -> ``write_snapshot`` on a worker -> ``finish_seal``)."""
+    """Not thread-safe: one thread at a time (the proxy runs every call on one worker thread)."""
 
     def __init__(self, directory: Path, filters: FilterFactory, segment_capacity: int = 100_000,
                  cache_size: int = 100_000, seal_when_full: bool = True) -> None:
@@ -251,11 +277,16 @@ class PidLedger:
         self.snapshots: list[Snapshot] = []
         """Newest first."""
         self._sealing: Segment | None = None
+        """A segment being sealed: its snapshot is being written, or failed to be and will be retried."""
         directory.mkdir(parents=True, exist_ok=True)
         newest, unsealed = self._recover_snapshots()
-        for sequence in unsealed[:-1]:  # a seal was under way at the crash: finish it now
+        for sequence in unsealed[:-1]:  # a seal was under way (or failed) at the crash: finish it now
             self._sealing = self._segment(sequence)
-            self.finish_seal(self._sealing, self._sealing.write_snapshot())
+            try:
+                self.finish_seal(self._sealing, self._sealing.write_snapshot())
+            except OSError as error:  # e.g. still no space: the segment stays readable, a flush retries
+                log.error("cannot seal %s yet: %s", self._sealing.path, error)
+                break
         self._active = self._segment(unsealed[-1] if unsealed else newest + 1)
         self.torn_bytes = self._active.torn_bytes
 
@@ -324,8 +355,13 @@ class PidLedger:
 
     def update(self, record: PidRecord) -> None:
         """Write through: the cache and the active segment."""
-        self._active.append(record)
-        self._cache_put(record)
+        self.update_many([record])
+
+    def update_many(self, records: list[PidRecord]) -> None:
+        """Write ``records`` through in one append: all of them, or (raising OSError) none."""
+        self._active.append(records)
+        for record in records:
+            self._cache_put(record)
         if self._seal_when_full and self.needs_seal:
             self.flush()
 
@@ -361,10 +397,36 @@ class PidLedger:
         sealing.path.unlink()
 
     def flush(self) -> None:
-        """Seal the active segment into a snapshot, here and now (nothing to do when it is empty)."""
+        """Seal the active segment into a snapshot, here and now (nothing to do when it is empty).
+
+        A seal whose snapshot could not be written is finished first; if it fails again, the error
+        is raised and the segment stays readable until a later ``flush``.
+        """
+        if self._sealing is not None:
+            self.finish_seal(self._sealing, self._sealing.write_snapshot())
         sealing = self.begin_seal()
         if sealing is not None:
             self.finish_seal(sealing, sealing.write_snapshot())
+
+    @property
+    def seal_pending(self) -> bool:
+        """A seal failed and is to be retried."""
+        return self._sealing is not None
+
+    def expire_snapshots(self, sealed_before_ms: int) -> int:
+        """Delete the snapshots (and their filters) sealed before ``sealed_before_ms`` (wall clock);
+        return how many. Their PIDs were all last seen before then."""
+        expired = [snapshot for snapshot in self.snapshots
+                   if os.fstat(snapshot.fileno()).st_mtime * 1000 < sealed_before_ms]
+        for snapshot in expired:
+            self.snapshots.remove(snapshot)
+            snapshot.close()
+            snapshot.path.unlink(missing_ok=True)
+            snapshot.path.with_suffix(".bloom").unlink(missing_ok=True)
+        if expired:
+            log.info("deleted %d ledger snapshots sealed before %d (producer-ID expiration)", len(expired),
+                     sealed_before_ms)
+        return len(expired)
 
     def close(self) -> None:
         self._active.close()

@@ -25,7 +25,7 @@ from allocator.ledger import PidLedger, PidRecord
 from bench.report import write_results
 from protocol.apis import Api
 from proxy.embedded_broker import EmbeddedBroker
-from proxy.producer_ids import LedgerFilters
+from proxy.pid_ledger import LedgerFilters
 from tests.support import ProxyProcess, encode_request, read_frame
 
 
@@ -106,7 +106,7 @@ import sys, psutil
 from pathlib import Path
 from allocator.ledger import PidLedger
 from bench.allocator import record
-from proxy.producer_ids import LedgerFilters
+from proxy.pid_ledger import LedgerFilters
 ledger = PidLedger(Path(sys.argv[1]), LedgerFilters(100_000), 100_000, 100_000)
 for pid in range(int(sys.argv[2])):
     ledger.update(record(pid))

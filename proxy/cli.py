@@ -10,6 +10,7 @@ import sys
 
 import uvloop
 
+from allocator.durable import DirectoryLocked
 from allocator.ledger import LedgerCorrupt
 from proxy import admin_cli
 from proxy.config import ConfigError, ProxyConfig, build_parser, load_config
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_file_limit()
     try:
         uvloop.run(serve(config))
-    except (QuotaConfigError, SaslConfigError, ConfigError, LedgerCorrupt) as error:
+    except (QuotaConfigError, SaslConfigError, ConfigError, LedgerCorrupt, DirectoryLocked) as error:
         log.error("cannot start: %s", error)
         return 2
     except OSError as error:

@@ -19,7 +19,7 @@ from typing import Any
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.header import read_request_header
+from protocol.header import RequestHeader, read_request_header
 from proxy.outcome import Caller, Decided, Outcome, local_answer, replacement_request
 from proxy.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, validate_quota
@@ -106,11 +106,25 @@ class ClientQuotaHandlers:
             ours = [op for op in entry.ops if op.key in _PROXY_KEYS]
             results.append(self._check_entry(entity_key(entry.entity), ours, changes))
         if changes and not request.validate_only:
-            try:
-                self._quotas.override(changes)
-            except (QuotaConfigError, OSError) as error:
-                results = [(code, message) if code else (INVALID_REQUEST, f"not applied: {error}")
-                           for code, message in results]
+            return self._save_then_answer(frame, header, request, changes, results, forwarded_entries, foreign)
+        return self._answer_alter(frame, header, request, results, forwarded_entries, foreign)
+
+    async def _save_then_answer(self, frame: memoryview, header: RequestHeader, request: Any,
+                                changes: dict[QuotaEntity, dict[QuotaType, float | None]],
+                                results: list[tuple[int, str | None]], forwarded_entries: list[dict[str, Any]],
+                                foreign: set[EntityKey]) -> Outcome:
+        try:
+            await self._quotas.override(changes)
+        except (QuotaConfigError, OSError) as error:
+            results = [(code, message) if code else (INVALID_REQUEST, f"not applied: {error}")
+                       for code, message in results]
+        decided = self._answer_alter(frame, header, request, results, forwarded_entries, foreign)
+        return decided if isinstance(decided, Outcome) else await decided
+
+    def _answer_alter(self, frame: memoryview, header: RequestHeader, request: Any,
+                      results: list[tuple[int, str | None]], forwarded_entries: list[dict[str, Any]],
+                      foreign: set[EntityKey]) -> Decided:
+        version = header.api_version
         if not forwarded_entries:
             return local_answer(header, _alter_response(version, request.entries, results, {}, 0))
 

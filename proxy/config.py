@@ -68,6 +68,10 @@ class ProxyConfig:
     max_frame_bytes: int = 100 * MIB
     idle_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
+    request_timeout_s: float = 30.0
+    """A forwarded request the cluster has not answered by then closes its connection (the client's
+    own ``request.timeout.ms`` default)."""
+    usage_retention_days: float = 7.0
     write_buffer_high_bytes: int = 4 * MIB
     max_in_flight_requests: int = 1000
     shutdown_grace_s: float = 5.0
@@ -107,6 +111,8 @@ _SETTINGS = {
     "max_frame_bytes": "max-frame-bytes",
     "idle_timeout_s": "idle-timeout-seconds",
     "connect_timeout_s": "connect-timeout-seconds",
+    "request_timeout_s": "request-timeout-seconds",
+    "usage_retention_days": "usage-retention-days",
     "write_buffer_high_bytes": "write-buffer-high-bytes",
     "max_in_flight_requests": "max-in-flight-requests",
     "shutdown_grace_s": "shutdown-grace-seconds",
@@ -152,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--idle-timeout-seconds", dest="idle_timeout_s", type=float,
         help="close connections idle this long (default 600)")
     add("--connect-timeout-seconds", dest="connect_timeout_s", type=float)
+    add("--request-timeout-seconds", dest="request_timeout_s", type=float,
+        help="close a connection whose forwarded request the cluster has not answered by then (default 30)")
+    add("--usage-retention-days", type=float, help="delete usage-log files older than this (default 7)")
     add("--write-buffer-high-bytes", type=int,
         help="stop reading one side while the other side has this much unsent (default 4 MiB)")
     add("--max-in-flight-requests", type=int, help="per connection (default 1000)")
@@ -237,8 +246,8 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
     defaults = {f.name: f.default for f in fields(ProxyConfig)}
     tunables = {
         name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
-        for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s",
-                     "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s",
+        for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s", "request_timeout_s",
+                     "usage_retention_days", "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s",
                      "default_num_partitions")
     }
     sasl_users = settings.get("sasl_users")

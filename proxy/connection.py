@@ -150,6 +150,9 @@ class ClientConnection(asyncio.Protocol):
         self._draining = False
         self._last_activity = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._request_timer: asyncio.TimerHandle | None = None
+        self._upstream_heard_at = 0.0
+        """``perf_counter`` when the cluster last sent something on this connection."""
         self._connect_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
@@ -165,6 +168,11 @@ class ClientConnection(asyncio.Protocol):
         self._held = bytearray()
         """Whole request frames read but not yet decided: they wait behind a request whose handler
         asks the cluster first, or behind a throttle (``_holding``)."""
+        self._client_backlogged = False
+        """The client's write buffer is above its high-water mark (``pause_writing``)."""
+        self._local_answer_bytes = 0
+        """Bytes of the proxy's own answers waiting their turn: beyond the high-water mark, later requests
+        wait too (a client reading nothing must not make the proxy hold answers without bound)."""
         self._throttled_response_pending = False
         """A request holding later ones (``InFlight.holds_later_requests``) has not had its response sent
         yet: the mute starts then."""
@@ -261,12 +269,20 @@ class ClientConnection(asyncio.Protocol):
         return None
 
     def pause_writing(self) -> None:
+        """The client reads less than it is sent: nothing more is read from the cluster for it, and
+        none of its requests is read or decided, whoever would answer it (the proxy's own answers
+        included), until it catches up."""
+        self._client_backlogged = True
+        self.gate.pause(PauseReason.CLIENT_BACKLOG)
         if self._upstream_gate is not None:
             self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)
 
     def resume_writing(self) -> None:
+        self._client_backlogged = False
+        self.gate.resume(PauseReason.CLIENT_BACKLOG)
         if self._upstream_gate is not None:
             self._upstream_gate.resume(PauseReason.PEER_BACKPRESSURE)
+        self._release_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.close("client disconnected" if exc is None else f"client connection lost: {exc}")
@@ -304,6 +320,8 @@ class ClientConnection(asyncio.Protocol):
             upstream.write(view[forward_from:start])
         self._send_local_responses_in_turn()
         self._close_if_answered()
+        if self._held and not self._holding():  # held only for the answers' size, which are sent now
+            self._loop.call_soon(self._release_held)
 
     def _close_if_answered(self) -> None:
         if self._close_when_answered and not self._awaiting_responses():
@@ -316,12 +334,14 @@ class ClientConnection(asyncio.Protocol):
         """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
         return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
                 or self._close_when_answered or (self._connect_task is not None and self._upstream is None)
-                or self._login_step_pending)
+                or self._login_step_pending or self._client_backlogged
+                or self._local_answer_bytes >= self._config.write_buffer_high_bytes)
 
     def _release_held(self) -> None:
         """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
         if self._closed or self._draining or self._holding():
             return
+        self.gate.resume(PauseReason.THROTTLED)  # paused while holding, whatever held
         held, self._held = self._held, bytearray()
         try:
             if held:
@@ -410,6 +430,10 @@ class ClientConnection(asyncio.Protocol):
 
     def _await_response(self, request: InFlight) -> None:
         self._in_flight.append(request)
+        if request.local_response is not None:
+            self._local_answer_bytes += len(request.local_response)
+        elif self._request_timer is None:
+            self._request_timer = self._loop.call_later(self._config.request_timeout_s, self._check_request_timeout)
         if len(self._in_flight) >= self._config.max_in_flight_requests:
             self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
 
@@ -460,8 +484,29 @@ class ClientConnection(asyncio.Protocol):
     def _check_cut_through_producer_ids(self) -> None:
         assert self._cut_through_copy is not None
         frame, self._cut_through_copy = self._cut_through_copy, None  # complete: it grows no more
-        throttle_ms = self._context.produce_handler.producer_id_throttle(
+        throttle = self._context.produce_handler.producer_id_throttle(
             memoryview(frame)[SIZE_PREFIX_BYTES:], Caller(self._user, now_ms(), self._upstream_broker))
+        if isinstance(throttle, int):
+            self._throttle_cut_through(frame, throttle)
+        else:  # the ledger reads a PID from disk first: later requests wait for the verdict
+            self.gate.pause(PauseReason.AWAITING_CLUSTER)
+            self._settling = self._loop.create_task(self._settle_cut_through(frame, throttle))
+
+    async def _settle_cut_through(self, frame: bytearray, throttle: Awaitable[int]) -> None:
+        try:
+            throttle_ms = await throttle
+        except Exception as error:
+            log.warning("cannot check the producer IDs of a request from %s: %s", self._peer, error)
+            self.close("could not decide on a request", warn=True)
+            return
+        if self._closed:
+            return
+        self._settling = None
+        self.gate.resume(PauseReason.AWAITING_CLUSTER)
+        self._throttle_cut_through(frame, throttle_ms)
+        self._release_held()
+
+    def _throttle_cut_through(self, frame: bytearray, throttle_ms: int) -> None:
         if not throttle_ms:
             return
         request = self._in_flight[-1] if self._in_flight else None
@@ -471,12 +516,31 @@ class ClientConnection(asyncio.Protocol):
             self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
         self._throttled(throttle_ms, expects_response)
 
+    def _check_request_timeout(self) -> None:
+        """Close the connection when the cluster has sent nothing for the request at the head of the
+        queue for ``request-timeout-seconds`` (as the client would, by its ``request.timeout.ms``): a
+        lost request would otherwise hold its connection, and every request behind it, for ever. Time
+        the client spends not reading its responses, or still sending a request, is not the cluster's."""
+        self._request_timer = None
+        if self._closed or not self._in_flight or self._in_flight[0].local_response is not None:
+            return
+        timeout_s = self._config.request_timeout_s
+        waited_s = time.perf_counter() - max(self._in_flight[0].read_at, self._upstream_heard_at)
+        if waited_s >= timeout_s and not (self._client_backlogged or self._cut_through_remaining):
+            self._metrics.upstream_request_timeouts += 1
+            request = self._in_flight[0]
+            self.close(f"the cluster sent nothing for request {request.correlation_id} (api {request.api_key}) "
+                       f"in {waited_s:.1f} s (request-timeout-seconds {timeout_s:g})", warn=True)
+            return
+        self._request_timer = self._loop.call_later(max(timeout_s - waited_s, 0.1), self._check_request_timeout)
+
     # ---- responses -----------------------------------------------------------------------------
 
     def upstream_data_received(self, data: bytes) -> None:
         if self._closed:
             return
         self._last_activity = self._loop.time()
+        self._upstream_heard_at = time.perf_counter()
         self._metrics.bytes_out += len(data)
         try:
             if self._response_cut_through_remaining:
@@ -615,6 +679,7 @@ class ClientConnection(asyncio.Protocol):
             self._metrics.observe_latency(request.api_key, now - request.read_at)
             assert request.local_response is not None
             due.append(request.local_response)
+            self._local_answer_bytes -= len(request.local_response)
             if request.throttle_ms:
                 self._loop.call_soon(self._mute, request.throttle_ms)  # once this answer has been written
             self._close_after_write |= request.close_after_response
@@ -802,7 +867,7 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         (log.warning if warn else log.debug)("closing connection from %s on %s: %s",
                                              self._peer, self._listener, reason)
-        for timer in (self._idle_timer, self._login_timer):
+        for timer in (self._idle_timer, self._login_timer, self._request_timer):
             if timer is not None:
                 timer.cancel()
         if self._mute_timer is not None:

@@ -9,6 +9,7 @@ import enum
 class PauseReason(enum.Enum):
     CONNECTING = "connecting upstream"
     PEER_BACKPRESSURE = "the other side's write buffer is full"
+    CLIENT_BACKLOG = "the client's own write buffer is full"
     TOO_MANY_IN_FLIGHT = "too many requests awaiting a response"
     DRAINING = "shutting down"
     THROTTLED = "quota throttle"

@@ -22,6 +22,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from allocator.durable import WriteErrors
+
 log = logging.getLogger(__name__)
 
 _API_NAMES = {int(key): key.name for key in ApiKey}
@@ -52,13 +54,15 @@ class ListenerCounts:
 class ProxyMetrics(Collector):
     """Counters of the transport layer: connections, bytes and requests by api."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, write_errors: WriteErrors | None = None) -> None:
         self.registry = registry
+        self._write_errors = write_errors or WriteErrors()
         self.open_connections = 0
         self.connections_accepted = 0
         self.bytes_in = 0
         self.bytes_out = 0
         self.upstream_connect_failures = 0
+        self.upstream_request_timeouts = 0
         self.closed_for_bad_input = 0
         self.muted_connections = 0
         self._listeners: dict[str, ListenerCounts] = {}
@@ -120,6 +124,8 @@ class ProxyMetrics(Collector):
             ("kafka_proxy_bytes_out", "Bytes sent to clients", self.bytes_out),
             ("kafka_proxy_upstream_connect_failures", "Upstream connections that could not be opened",
              self.upstream_connect_failures),
+            ("kafka_proxy_upstream_request_timeouts", "Connections closed because the cluster did not answer a "
+             "request within request-timeout-seconds", self.upstream_request_timeouts),
             ("kafka_proxy_connections_closed_bad_input", "Connections closed for malformed or truncated frames",
              self.closed_for_bad_input),
         )
@@ -139,6 +145,13 @@ class ProxyMetrics(Collector):
             buckets.append(("+Inf", cumulative[-1]))
             latency.add_metric([_API_NAMES.get(api_key, str(api_key))], buckets, self._latency_sums[api_key])
         yield latency
+        write_errors = CounterMetricFamily("kafka_quota_proxy_state_write_errors",
+                                           "Failed writes of durable state (full disk, I/O error), by store; "
+                                           "the store keeps what it could not write and tries again",
+                                           labels=["store"])
+        for store, count in sorted(self._write_errors.counts.items()):
+            write_errors.add_metric([store], count)
+        yield write_errors
 
 
 class _Collected:

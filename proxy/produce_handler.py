@@ -5,6 +5,8 @@ The handler decides; the connection acts: forward or answer locally, then thrott
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.header import RequestHeader, parse_request_header, peek_request
@@ -15,9 +17,9 @@ from protocol.responses import (
     produce_error_response,
     produce_request_without_invalid_partitions,
 )
-from proxy.outcome import Caller, Outcome, local_answer, replacement_request
-from proxy.producer_ids import LedgerRecorder
-from proxy.quota_service import QuotaService
+from proxy.outcome import Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.pid_ledger import LedgerRecorder
+from proxy.quota_service import QuotaService, now_ms
 from proxy.usage_log import UsageLog
 from quotas.config import PidQuotaMode, QuotaType
 from quotas.managers import PidDecision, ProducerBatch
@@ -40,12 +42,11 @@ class ProduceHandler:
         return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
 
     def _check_producer_ids(self, scan: ProduceScan, user: str, client_id: str, now_ms: int) -> PidDecision:
-        """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see."""
+        """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see.
+        Every PID of ``scan`` is in the ledger's cache (``_missing_from_ledger_cache``)."""
         ledger = self._ledger
         window_ms = self._quotas.config.settings.producer_id_window.size_ms  # one KIP-936 window
-        batches = [ProducerBatch(p.batch.producer_id, (topic.name, topic.topic_id, p.partition), p.batch.base_sequence)
-                   for topic in scan.topics for p in topic.partitions
-                   if p.batch is not None and p.batch.producer_id != NO_PRODUCER_ID]
+        batches = _producer_batches(scan)
         decision = self._quotas.producer_ids.check(user, batches, now_ms, ledger.seen_within(window_ms))
         if decision.admitted and batches:
             ledger.seen({batch.producer_id for batch in batches}, user, client_id)
@@ -56,18 +57,33 @@ class ProduceHandler:
         and check its producer IDs once it is complete (``producer_id_throttle``)."""
         return self.scans_batches(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT
 
-    def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Outcome:
+    def _missing_from_ledger_cache(self, scan: ProduceScan) -> list[int]:
+        return self._ledger.needs_lookup({batch.producer_id for batch in _producer_batches(scan)})
+
+    def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
         is False (cut through: producer IDs are checked later). ``request_bytes`` is the whole
         request's size (Kafka's ``sizeInBytes``), charged to the byte-rate quota.
 
         Everything is parsed before anything is charged, so a request that turns out malformed
-        (or whose start is too short to judge yet) costs no quota.
+        (or whose start is too short to judge yet) costs no quota. A request carrying a PID the
+        ledger's cache does not know is decided once the worker thread has read it from disk.
         """
-        user, now_ms, broker = caller
         header = _header(frame)
+        scan = scan_produce(frame, header) if whole and self.scans_batches(caller.user) else None
+        if scan is not None and (missing := self._missing_from_ledger_cache(scan)):
+            return self._decide_after_lookup(missing, frame, header, scan, request_bytes, caller)
+        return self._decide(frame, header, scan, request_bytes, caller)
+
+    async def _decide_after_lookup(self, missing: list[int], frame: memoryview, header: RequestHeader,
+                                   scan: ProduceScan, request_bytes: int, caller: Caller) -> Outcome:
+        await self._ledger.look_up(missing)
+        return self._decide(frame, header, scan, request_bytes, caller._replace(now_ms=now_ms()))
+
+    def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None, request_bytes: int,
+                caller: Caller) -> Outcome:
+        user, now_ms, broker = caller
         client_id = header.client_id or ""
-        scan = scan_produce(frame, header) if whole and self.scans_batches(user) else None
         acks = scan.acks if scan is not None else produce_acks(frame, header)
         throttle_ms = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker).throttle_ms
         if scan is None:
@@ -85,10 +101,21 @@ class ProduceHandler:
             return _without_invalid_partitions(frame, header, scan, throttle_ms)
         return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
 
-    def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int:
-        """Throttle mode, for a request forwarded while it arrived: check its producer IDs now."""
+    def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int | Awaitable[int]:
+        """Throttle mode, for a request forwarded while it arrived: check its producer IDs now (or
+        once the ledger has read the ones its cache does not know)."""
         header = _header(frame)
         scan = scan_produce(frame, header)
+        if missing := self._missing_from_ledger_cache(scan):
+            return self._throttle_after_lookup(missing, header, scan, caller)
+        return self._producer_id_throttle(header, scan, caller)
+
+    async def _throttle_after_lookup(self, missing: list[int], header: RequestHeader, scan: ProduceScan,
+                                     caller: Caller) -> int:
+        await self._ledger.look_up(missing)
+        return self._producer_id_throttle(header, scan, caller._replace(now_ms=now_ms()))
+
+    def _producer_id_throttle(self, header: RequestHeader, scan: ProduceScan, caller: Caller) -> int:
         client_id = header.client_id or ""
         decision = self._check_producer_ids(scan, caller.user, client_id, caller.now_ms)
         self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
@@ -113,6 +140,12 @@ def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: 
 
     forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
     return Outcome(replacement=forwarded, finish=finish, throttle_ms=throttle_ms)
+
+
+def _producer_batches(scan: ProduceScan) -> list[ProducerBatch]:
+    return [ProducerBatch(p.batch.producer_id, (topic.name, topic.topic_id, p.partition), p.batch.base_sequence)
+            for topic in scan.topics for p in topic.partitions
+            if p.batch is not None and p.batch.producer_id != NO_PRODUCER_ID]
 
 
 def _header(frame: memoryview) -> RequestHeader:

@@ -9,9 +9,10 @@
   next block is requested at 90% use; while a needed block is pending the answer is
   COORDINATOR_LOAD_IN_PROGRESS; after a failed request it waits 50 ms before asking again.
   Transactional InitProducerId is always forwarded.
-- Every PID issued here, and every PID seen in a Produce request whose batches are read, is
-  recorded in the PID ledger, which the producer-ID quota consults so that a PID seen before a
-  restart is not counted as new again.
+- The proxy asks for blocks as broker ``[allocator] broker_id`` (required: proxies behind one
+  name must not share an id) with an epoch counted up at each start and kept in
+  ``<state-dir>/allocator-epoch`` (never the clock: a clock stepped back would fence the proxy).
+- Every PID issued here is recorded in the PID ledger (``proxy.pid_ledger``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,15 +34,15 @@ from allocator.block_log import (
     ProducerIdsExhausted,
     StaleBrokerEpoch,
 )
-from allocator.ledger import PidLedger, PidRecord
+from allocator.durable import WriteErrors, write_durably
 from protocol.apis import Api
 from protocol.codecs import decode_request, encode_response
 from protocol.header import RequestHeader, read_request_header
 from proxy.config import ConfigError, HostPort, ProxyConfig, principal_list
 from proxy.outcome import Caller, Decided, Outcome, local_answer
+from proxy.pid_ledger import LedgerRecorder
 from proxy.quota_service import QuotaService
 from proxy.upstream_client import UpstreamAccess, request_any
-from quotas.bloom import BloomFilter
 from quotas.config import Window
 from quotas.token_bucket import TokenBucket, bucket_throttle_ms
 
@@ -54,8 +54,9 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 UNKNOWN_SERVER_ERROR = -1
 PREFETCH_AT_USED_FRACTION = 0.9
 RETRY_BACKOFF_S = 0.05
-LEDGER_TOUCH_INTERVAL_MS = 60_000
-"""A PID's last-seen time in the ledger is refreshed at most this often (a write per refresh)."""
+EPOCH_FILE = "allocator-epoch"
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+"""Kafka's ``producer.id.expiration.ms`` default: ledger snapshots older than this are deleted."""
 _RATE_WINDOW = Window(11, 1)
 
 
@@ -73,6 +74,7 @@ class AllocatorSettings:
     ledger_capacity: int = 100_000
     ledger_cache: int = 100_000
     ledger_seal_interval_s: float = 3600.0
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS
     scan_all_produce: bool = False
 
     @classmethod
@@ -92,6 +94,7 @@ class AllocatorSettings:
                 ledger_capacity=int(ledger.pop("segment_capacity", 100_000)),
                 ledger_cache=int(ledger.pop("cache_size", 100_000)),
                 ledger_seal_interval_s=float(ledger.pop("seal_interval_seconds", 3600.0)),
+                producer_id_expiration_ms=int(ledger.pop("producer_id_expiration_ms", PRODUCER_ID_EXPIRATION_MS)),
                 scan_all_produce=bool(ledger.pop("scan_all_produce", False)),
             )
         except (TypeError, ValueError) as error:
@@ -103,8 +106,14 @@ class AllocatorSettings:
             raise ConfigError(f"[allocator] pid_source: \"upstream\" or \"allocator\", got {settings.pid_source!r}")
         if not 0 <= settings.first_id < settings.end_id <= MAX_PRODUCER_ID + 1:
             raise ConfigError("[allocator] first_id/end_id: need 0 <= first_id < end_id <= 2^63")
-        if settings.allocations_per_second <= 0 or settings.ledger_capacity < 1 or settings.ledger_cache < 1:
-            raise ConfigError("[allocator]/[ledger]: rates, capacities and sizes must be positive")
+        if (settings.allocations_per_second <= 0 or settings.ledger_capacity < 1 or settings.ledger_cache < 1
+                or settings.producer_id_expiration_ms < 1 or settings.ledger_seal_interval_s <= 0):
+            raise ConfigError("[allocator]/[ledger]: rates, capacities, sizes and times must be positive")
+        if settings.pid_source == "allocator" and settings.broker_id is None:
+            raise ConfigError("[allocator] broker_id: required with pid_source = \"allocator\" (the id this proxy "
+                              "asks for producer-ID blocks as; give each proxy its own)")
+        if settings.broker_id is not None and not 0 <= settings.broker_id <= 0x7FFFFFFF:
+            raise ConfigError(f"[allocator] broker_id: 0..2^31-1, got {settings.broker_id}")
         return settings
 
 
@@ -116,24 +125,35 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-class LedgerFilters:
-    """The ledger's Bloom filters: the quota engines' MurmurHash3 filter, 1% false positives."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-
-    def new(self) -> BloomFilter:
-        return BloomFilter.for_capacity(self._capacity, 0.01)
-
-    def load(self, data: bytes) -> BloomFilter:
-        return BloomFilter.from_bytes(data)
-
-
 # ---- AllocateProducerIds ------------------------------------------------------------------------
 
-class AllocateProducerIdsHandler:
-    def __init__(self, blocks: BlockLog, settings: AllocatorSettings) -> None:
+BLOCK_LOG_STORE = "block-log"
+
+
+class Allocator:
+    """The block log as the proxy uses it: each allocation (an fsync) on a worker thread, its write
+    failures counted and logged as the block log's."""
+
+    def __init__(self, blocks: BlockLog, errors: WriteErrors) -> None:
         self._blocks = blocks
+        self._errors = errors
+
+    async def allocate(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        return await asyncio.get_running_loop().run_in_executor(None, self._allocate, broker_id, broker_epoch)
+
+    def _allocate(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        try:
+            block = self._blocks.allocate(broker_id, broker_epoch)
+        except BlockLogFailed as error:
+            self._errors.failed(BLOCK_LOG_STORE, error)
+            raise
+        self._errors.succeeded(BLOCK_LOG_STORE)
+        return block
+
+
+class AllocateProducerIdsHandler:
+    def __init__(self, allocator: Allocator, settings: AllocatorSettings) -> None:
+        self._allocator = allocator
         self._principals = settings.cluster_principals
         self._rate = settings.allocations_per_second
         self._buckets: dict[str, TokenBucket] = {}
@@ -153,14 +173,15 @@ class AllocateProducerIdsHandler:
         return self._allocate(header, request.broker_id, request.broker_epoch, throttle_ms)
 
     async def _allocate(self, header: RequestHeader, broker_id: int, broker_epoch: int, throttle_ms: int) -> Outcome:
-        loop = asyncio.get_running_loop()
-        try:  # the fsync runs on a thread: the event loop keeps serving other connections
-            block = await loop.run_in_executor(None, self._blocks.allocate, broker_id, broker_epoch)
+        try:
+            block = await self._allocator.allocate(broker_id, broker_epoch)
         except StaleBrokerEpoch as error:
             log.warning("AllocateProducerIds: %s", error)
             return _allocation_answer(header, STALE_BROKER_EPOCH, None, throttle_ms)
-        except (ProducerIdsExhausted, BlockLogFailed) as error:
+        except ProducerIdsExhausted as error:
             log.error("AllocateProducerIds: %s", error)
+            return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
+        except BlockLogFailed:  # logged as a write error of the block log
             return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
         return _allocation_answer(header, 0, block, throttle_ms)
 
@@ -191,6 +212,7 @@ class ProducerIdSource:
         self._fetching: asyncio.Task[None] | None = None
         self._retry_at = 0.0
         self.fetch_failures = 0
+        self._failures_in_a_row = 0
 
     def start(self) -> None:
         """Ask for the first block now, so the first InitProducerId need not wait for it."""
@@ -223,18 +245,25 @@ class ProducerIdSource:
         try:
             self._prefetched = await self._fetch_block()
         except Exception as error:  # a failed fetch is retried after the back-off, never fatal
+            self._failures_in_a_row += 1
             self.fetch_failures += 1
             self._retry_at = self._clock() + RETRY_BACKOFF_S
-            log.warning("cannot get a producer-ID block: %s", error or type(error).__name__)
+            # retried 20 times a second: the first failure of a run is worth a warning, the rest are not
+            (log.warning if self._failures_in_a_row == 1 else log.debug)(
+                "cannot get a producer-ID block: %s", error or type(error).__name__)
+            return
+        if self._failures_in_a_row:
+            log.warning("got a producer-ID block after %d failed attempts", self._failures_in_a_row)
+            self._failures_in_a_row = 0
 
     def stop(self) -> None:
         if self._fetching is not None:
             self._fetching.cancel()
 
 
-def embedded_fetcher(blocks: BlockLog, broker_id: int, broker_epoch: int) -> BlockFetcher:
+def embedded_fetcher(allocator: Allocator, broker_id: int, broker_epoch: int) -> BlockFetcher:
     async def fetch() -> ProducerIdBlock:
-        return await asyncio.get_running_loop().run_in_executor(None, blocks.allocate, broker_id, broker_epoch)
+        return await allocator.allocate(broker_id, broker_epoch)
     return fetch
 
 
@@ -250,9 +279,20 @@ def remote_fetcher(config: ProxyConfig, access: UpstreamAccess, bootstrap: HostP
     return fetch
 
 
-def default_broker_id(config: ProxyConfig) -> int:
-    """Stable per proxy address, so proxies sharing one allocator use distinct broker ids."""
-    return zlib.crc32(f"{config.advertised_host}:{config.listen.port}".encode()) & 0x7FFFFFFF
+def next_broker_epoch(state_dir: Path) -> int:
+    """This start's broker epoch: one more than the last start's, kept durably before it is used, so a
+    restarted proxy fences its previous incarnation whatever the clock says."""
+    path = state_dir / EPOCH_FILE
+    try:
+        last = int(path.read_text(encoding="ascii"))
+    except FileNotFoundError:
+        last = 0
+    except ValueError as error:
+        raise ConfigError(f"{path}: not an epoch counter ({error}); remove it only if no allocator knows this "
+                          "proxy's broker id") from None
+    epoch = last + 1
+    write_durably(path, str(epoch).encode("ascii"))
+    return epoch
 
 
 # ---- InitProducerId -----------------------------------------------------------------------------
@@ -289,51 +329,3 @@ class InitProducerIdHandler:
             "throttle_time_ms": throttle_ms, "error_code": error_code, "producer_id": pid, "producer_epoch": epoch,
             "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1})
         return local_answer(header, body, throttle_ms)
-
-
-# ---- the ledger in the request path -------------------------------------------------------------
-
-class LedgerRecorder:
-    """Records issued and seen PIDs; answers the producer-ID quota's "seen before?"."""
-
-    def __init__(self, ledger: PidLedger) -> None:
-        self._ledger = ledger
-
-    def issued(self, pid: int, user: str, client_id: str, epoch: int) -> None:
-        now = _wall_ms()
-        self._ledger.update(PidRecord(pid, user, client_id, epoch, now, now))
-
-    def seen(self, pids: Iterable[int], user: str, client_id: str) -> None:
-        now = _wall_ms()
-        for pid in pids:
-            known = self._ledger.read(pid)
-            if known is None:
-                self._ledger.update(PidRecord(pid, user, client_id, 0, now, now))
-            elif now - known.last_seen_ms >= LEDGER_TOUCH_INTERVAL_MS:
-                self._ledger.update(known._replace(last_seen_ms=now))
-
-    def seen_within(self, window_ms: int) -> Callable[[int], bool]:
-        def seen_recently(pid: int) -> bool:
-            known = self._ledger.read(pid)
-            return known is not None and _wall_ms() - known.last_seen_ms < window_ms
-        return seen_recently
-
-
-def _wall_ms() -> int:
-    """Ledger times are wall-clock: they must mean the same after a restart."""
-    return int(time.time() * 1000)
-
-
-def open_ledger(state_dir: Path, settings: AllocatorSettings) -> PidLedger:
-    return PidLedger(state_dir / "pid-ledger", LedgerFilters(settings.ledger_capacity), settings.ledger_capacity,
-                     settings.ledger_cache, seal_when_full=False)
-
-
-async def seal_ledger(ledger: PidLedger) -> None:
-    """Seal the active segment with the snapshot written on a worker thread, not on the event loop."""
-    sealing = ledger.begin_seal()
-    if sealing is None:
-        return
-    snapshot = await asyncio.get_running_loop().run_in_executor(None, sealing.write_snapshot)
-    ledger.finish_seal(sealing, snapshot)
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import socket
 import ssl
 import time
@@ -15,6 +16,7 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 
 from allocator.block_log import BlockLog
+from allocator.durable import WriteErrors, lock_directory
 from protocol.addresses import ADDRESS_BEARING_APIS, BrokerAddress
 from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import Api
@@ -27,25 +29,28 @@ from proxy.connection import NEWEST_API_VERSIONS, ClientConnection, RequestHandl
 from proxy.fetch_handler import FetchHandler
 from proxy.metrics import ProxyMetrics, serve_metrics
 from proxy.outcome import Decided, Outcome, local_answer
+from proxy.pid_ledger import STORE as LEDGER_STORE
+from proxy.pid_ledger import LedgerRecorder, open_ledger
 from proxy.produce_handler import ProduceHandler
 from proxy.producer_ids import (
+    BLOCK_LOG_STORE,
     AllocateProducerIdsHandler,
+    Allocator,
     AllocatorSettings,
     InitProducerIdHandler,
-    LedgerRecorder,
     ProducerIdSource,
-    default_broker_id,
     embedded_fetcher,
-    open_ledger,
+    next_broker_epoch,
     remote_fetcher,
-    seal_ledger,
 )
 from proxy.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
+from proxy.quota_service import STORE as CLIENT_QUOTAS_STORE
 from proxy.sasl import SaslConfigError, SaslServer, UserStore, load_users
 from proxy.sasl_inspect import SaslInspector
 from proxy.tls import PrincipalMapper, ReloadingContext
 from proxy.topic_mutations import TopicMutationHandler
 from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, fetch_brokers, request_any
+from proxy.usage_log import STORE as USAGE_LOG_STORE
 from proxy.usage_log import UsageLog
 from proxy.watched_file import WatchedFile
 from quotas.config import normalized_ip
@@ -97,6 +102,8 @@ def peer_ip(address: object) -> str:
 class ProxyServer:
     def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
         self.config = config
+        self._state_lock = lock_directory(config.state_dir)  # first: nothing of the directory is read before
+        self.write_errors = WriteErrors((BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE, USAGE_LOG_STORE))
         upstream_tls = config.upstream_tls
         self.upstream_access = UpstreamAccess(config.upstream_sasl, None if upstream_tls is None else ReloadingContext(
             upstream_tls.context, upstream_tls.files(), "upstream"))
@@ -107,17 +114,19 @@ class ProxyServer:
         self.listener_tls = None if listener_tls is None else ReloadingContext(
             listener_tls.context, listener_tls.files(), "listener")
         self.principal_mapper = PrincipalMapper(listener_tls.principal_mapping_rules if listener_tls else "DEFAULT")
-        self.metrics = ProxyMetrics(registry or CollectorRegistry())
-        self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits)
+        self.metrics = ProxyMetrics(registry or CollectorRegistry(), self.write_errors)
+        self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits,
+                                   self.write_errors)
         self.metrics.busiest_ips = self.quotas.connections.busiest_ips
-        self.usage = UsageLog(config.state_dir / "usage")
+        self.usage = UsageLog(config.state_dir / "usage", config.usage_retention_days, self.write_errors)
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
         self.allocator_settings = settings = AllocatorSettings.from_config(config)
         self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
-        self.pid_ledger = open_ledger(config.state_dir, settings)
-        self.ledger = LedgerRecorder(self.pid_ledger)
+        self.allocator = Allocator(self.blocks, self.write_errors)
+        self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings.ledger_capacity), self.write_errors,
+                                     settings.ledger_cache)
         self.pid_source = self._producer_id_source(settings)
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys(), self.upstream_access)
@@ -129,7 +138,7 @@ class ProxyServer:
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,
             Api.INIT_PRODUCER_ID: InitProducerIdHandler(self.quotas, self.pid_source, self.ledger),
-            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.blocks, settings),
+            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings),
             Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
         }
@@ -159,10 +168,11 @@ class ProxyServer:
     def _producer_id_source(self, settings: AllocatorSettings) -> ProducerIdSource | None:
         if settings.pid_source != "allocator":
             return None
-        broker_id = default_broker_id(self.config) if settings.broker_id is None else settings.broker_id
-        epoch = int(time.time() * 1000)  # a restarted proxy is a newer epoch of the same broker id
+        broker_id = settings.broker_id
+        assert broker_id is not None, "required with pid_source allocator (AllocatorSettings)"
+        epoch = next_broker_epoch(self.config.state_dir)
         if settings.bootstrap is None:
-            return ProducerIdSource(embedded_fetcher(self.blocks, broker_id, epoch))
+            return ProducerIdSource(embedded_fetcher(self.allocator, broker_id, epoch))
         return ProducerIdSource(remote_fetcher(self.config, self.upstream_access, settings.bootstrap, broker_id, epoch))
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
@@ -367,7 +377,9 @@ class ProxyServer:
         self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
-        self._maintenance.append(loop.create_task(self._seal_ledger()))
+        settings = self.allocator_settings
+        self._maintenance.append(loop.create_task(self.ledger.maintain(
+            settings.ledger_seal_interval_s, settings.producer_id_expiration_ms, LEDGER_CHECK_INTERVAL_S)))
         if self.pid_source is not None:
             self.pid_source.start()
         if self.config.metrics_listen is not None:
@@ -401,19 +413,10 @@ class ProxyServer:
         self.usage.stop(int(time.time()))
         if self.pid_source is not None:
             self.pid_source.stop()
-        self.pid_ledger.close()
+        self.ledger.close()
         self.blocks.close()
         self._login_pool.shutdown(wait=False, cancel_futures=True)
-
-    async def _seal_ledger(self) -> None:
-        """Seal the ledger's active segment when it is full, and on a timer so it is fsynced that often."""
-        ledger = self.pid_ledger
-        last_seal = time.monotonic()
-        while True:
-            await asyncio.sleep(LEDGER_CHECK_INTERVAL_S)
-            if ledger.needs_seal or time.monotonic() - last_seal >= self.allocator_settings.ledger_seal_interval_s:
-                await seal_ledger(ledger)
-                last_seal = time.monotonic()
+        os.close(self._state_lock)
 
     async def _reload_users(self, users_file: WatchedFile) -> None:
         """A changed users file applies to the next login; a bad one keeps the users loaded before."""

@@ -5,6 +5,10 @@ the counters are swapped out and handed to a writer thread, which appends them t
 file ``usage-YYYY-MM-DDTHH.jsonl`` under ``<state-dir>/usage/``. The event loop never waits for
 the disk: if the writer falls behind, seconds queue up in memory (bounded, oldest dropped with
 a count). This log is the input of the PySpark pipeline (``pipeline/``).
+
+A second that cannot be written (full disk, I/O error) leaves no partial line in its file and
+stays queued; each later second tries again, oldest first, so writing resumes by itself. Hourly
+files older than the retention (``usage-retention-days``) are deleted as each new hour begins.
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ import json
 import logging
 import queue
 import threading
+from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
-from quotas.usage_record import USAGE_FIELDS, usage_file_name
+from allocator.durable import AppendOnlyFile, WriteErrors
+from quotas.usage_record import USAGE_FIELDS, usage_file_hour, usage_file_name
 
 log = logging.getLogger(__name__)
 
 _BYTES, _PRODUCE_REQUESTS, _NEW_PIDS, _MUTATIONS, _THROTTLE_MS, _REJECTIONS, _FETCH_BYTES = range(len(USAGE_FIELDS))
 _MAX_QUEUED_SECONDS = 3600
+STORE = "usage-log"
+"""The usage log's name in ``kafka_quota_proxy_state_write_errors_total``."""
+DEFAULT_RETENTION_DAYS = 7
 
 
 class UsageSecond(NamedTuple):
@@ -30,10 +39,16 @@ class UsageSecond(NamedTuple):
 
 
 class UsageLog:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, retention_days: float = DEFAULT_RETENTION_DAYS,
+                 write_errors: WriteErrors | None = None) -> None:
         self.directory = directory
+        self._retention_s = retention_days * 86400
+        self._errors = write_errors or WriteErrors()
         self._counters: dict[tuple[str, str], list[int]] = {}
         self._queue: queue.Queue[UsageSecond | None] = queue.Queue(_MAX_QUEUED_SECONDS)
+        self._unwritten: deque[UsageSecond] = deque()
+        """Seconds the writer could not write yet (its thread only)."""
+        self._current_file = ""
         self.dropped_seconds = 0
         self.lines_written = 0
         self.write_errors = 0
@@ -100,14 +115,42 @@ class UsageLog:
 
     def _write_loop(self) -> None:
         while (second := self._queue.get()) is not None:
-            path = self.directory / usage_file_name(second.epoch_s)
+            self._unwritten.append(second)
+            if len(self._unwritten) > _MAX_QUEUED_SECONDS:
+                dropped = self._unwritten.popleft()
+                self.dropped_seconds += 1
+                log.warning("usage log cannot be written for an hour; dropped the second %d", dropped.epoch_s)
+            self._write_unwritten()
+        self._write_unwritten()
+
+    def _write_unwritten(self) -> None:
+        while self._unwritten:
+            second = self._unwritten[0]
+            name = usage_file_name(second.epoch_s)
             lines = [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id,
                                  **dict(zip(USAGE_FIELDS, counters, strict=True))}, separators=(",", ":"))
                      for (user, client_id), counters in second.counters.items()]
             try:
-                with path.open("a", encoding="utf-8") as file:
-                    file.write("\n".join(lines) + "\n")
-                self.lines_written += len(lines)
+                file = AppendOnlyFile(self.directory / name)
+                try:
+                    file.append(("\n".join(lines) + "\n").encode())
+                finally:
+                    file.close()
             except OSError as error:
                 self.write_errors += 1
-                log.error("cannot write the usage log %s: %s", path, error)
+                self._errors.failed(STORE, error)
+                return
+            self._errors.succeeded(STORE)
+            self._unwritten.popleft()
+            self.lines_written += len(lines)
+            if name != self._current_file:
+                self._current_file = name
+                self.expire(second.epoch_s)
+
+    def expire(self, now_s: float) -> None:
+        """Delete the hourly files that ended more than the retention before ``now_s``."""
+        for path in self.directory.glob("usage-*.jsonl"):
+            hour_start = usage_file_hour(path.name)
+            if hour_start is not None and hour_start + 3600 < now_s - self._retention_s:
+                path.unlink(missing_ok=True)
+                log.info("deleted %s (older than the usage log's retention)", path.name)

@@ -5,12 +5,24 @@ One JSON line per (user, client id) for each second with traffic: ``time`` (epoc
 written before it existed read it as 0.
 """
 
+import calendar
 import time
 
 USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections", "fetch_bytes")
 """``bytes``: Produce request bytes; ``fetch_bytes``: Fetch response bytes charged to a consumer."""
 
 
+_FILE_NAME_FORMAT = "usage-%Y-%m-%dT%H.jsonl"
+
+
 def usage_file_name(epoch_s: int) -> str:
     """The hour's file the proxy appends a second's lines to."""
-    return time.strftime("usage-%Y-%m-%dT%H.jsonl", time.gmtime(epoch_s))
+    return time.strftime(_FILE_NAME_FORMAT, time.gmtime(epoch_s))
+
+
+def usage_file_hour(name: str) -> int | None:
+    """The epoch second the hour of file ``name`` starts at, or None when it is not a usage file."""
+    try:
+        return calendar.timegm(time.strptime(name, _FILE_NAME_FORMAT))
+    except ValueError:
+        return None

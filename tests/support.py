@@ -94,6 +94,9 @@ class Cluster:
             time.sleep(0.2)
 
 
+_READY = "ready: "
+
+
 class ProxyProcess:
     """The proxy CLI in a child process; ``bootstrap`` is where clients connect."""
 
@@ -111,20 +114,22 @@ class ProxyProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 30.0) -> ProxyProcess:
+        """Start (or restart, appending to the same log) and wait for this start's "ready"."""
+        starts_before = self.log().count(_READY) if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(self.args, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.wait_for_log("ready", timeout_s)
+        self.wait_for_log(_READY, timeout_s, occurrence=starts_before + 1)
         return self
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_for_log(self, text: str, timeout_s: float = 10.0) -> str:
+    def wait_for_log(self, text: str, timeout_s: float = 10.0, occurrence: int = 1) -> str:
         deadline = time.monotonic() + timeout_s
         while True:
             content = self.log()
-            if text in content:
+            if content.count(text) >= occurrence:
                 return content
             assert self.process is not None
             if self.process.poll() is not None:

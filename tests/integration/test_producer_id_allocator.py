@@ -66,13 +66,33 @@ def test_allocate_producer_ids_authorization_epochs_and_rate(own_proxy, tmp_path
     assert allocate(other, 1, 1).error_code == CLUSTER_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
 
 
+def test_an_epoch_far_ahead_cannot_lock_a_broker_id_out_and_a_restart_is_a_newer_epoch(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    """A cluster principal sending broker epoch 2^63-1 used to be stored, fencing the real broker id
+    for ever; epochs now come from the proxy's own counter (1, 2, ... per start, never the clock)."""
+    authority = own_proxy("--config", config_file(tmp_path, "authority.toml",
+                                                  '[allocator]\ncluster_principals = ["User:ANONYMOUS"]\n'))
+    assert allocate(authority, 5, (1 << 63) - 1).error_code == STALE_BROKER_EPOCH  # type: ignore[attr-defined]
+    settings = (f'[allocator]\npid_source = "allocator"\nbootstrap = "{authority.bootstrap}"\nbroker_id = 5\n'
+                'allocations_per_second = 100\n')
+    client = own_proxy("--config", config_file(tmp_path, "client.toml", settings))
+    before = init_producer_ids(client, 1)
+    assert client.stop() == 0
+    assert (client.state_dir / "allocator-epoch").read_text() == "1"
+    client.start()  # same state directory: epoch 2, which fences epoch 1
+    after = init_producer_ids(client, 1)
+    assert (client.state_dir / "allocator-epoch").read_text() == "2"
+    assert after[0] > before[0]
+    assert allocate(authority, 5, 1).error_code == STALE_BROKER_EPOCH  # type: ignore[attr-defined]
+
+
 def test_local_init_producer_id_and_two_proxies_sharing_one_allocator(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     authority = own_proxy("--config", config_file(tmp_path, "authority.toml",
                                                   '[allocator]\ncluster_principals = ["User:ANONYMOUS"]\n'
-                                                  'pid_source = "allocator"\n'))
+                                                  'pid_source = "allocator"\nbroker_id = 1\n'))
     shared = f'[allocator]\npid_source = "allocator"\nbootstrap = "{authority.bootstrap}"\n'
-    first = own_proxy("--config", config_file(tmp_path, "first.toml", shared))
-    second = own_proxy("--config", config_file(tmp_path, "second.toml", shared))
+    first = own_proxy("--config", config_file(tmp_path, "first.toml", shared + "broker_id = 2\n"))
+    second = own_proxy("--config", config_file(tmp_path, "second.toml", shared + "broker_id = 3\n"))
     issued = {name: init_producer_ids(proxy, 2500) for name, proxy in
               (("authority", authority), ("first", first), ("second", second))}
     everything = [pid for pids in issued.values() for pid in pids]
@@ -102,7 +122,8 @@ def test_idempotent_producer_with_proxy_issued_ids_delivers_everything_exactly_o
     if not accepts_foreign_producer_ids(broker, f"{topic}-probe"):
         pytest.xfail("the cluster refuses producer IDs it did not issue (Tansu 0.6: UNKNOWN_PRODUCER_ID); "
                      "Apache Kafka accepts them")
-    proxy = own_proxy("--config", config_file(tmp_path, "proxy.toml", '[allocator]\npid_source = "allocator"\n'))
+    proxy = own_proxy("--config", config_file(tmp_path, "proxy.toml",
+                                              '[allocator]\npid_source = "allocator"\nbroker_id = 1\n'))
     create_topic(proxy.bootstrap, topic)
     producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
                              delivery_timeout_ms=10_000, request_timeout_ms=5_000)

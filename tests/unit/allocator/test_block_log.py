@@ -6,12 +6,15 @@ import pytest
 
 from allocator.block_log import (
     DEFAULT_FIRST_ID,
+    MAX_EPOCH_ADVANCE,
     RECORD_BYTES,
     BlockLog,
+    BlockLogFailed,
     ProducerIdBlock,
     ProducerIdsExhausted,
     StaleBrokerEpoch,
 )
+from tests.unit.allocator.test_durable import FullDisk
 
 
 def test_blocks_of_1000_from_2_pow_48_and_never_again_after_a_restart(tmp_path: Path) -> None:
@@ -62,3 +65,36 @@ def test_exhaustion_and_bad_id_spaces(tmp_path: Path) -> None:
             log.allocate(1, 1)
     with pytest.raises(ValueError):
         BlockLog(tmp_path / "other.log", first_id=10, end_id=10)
+
+
+def test_an_epoch_far_above_the_last_is_refused_and_not_stored(tmp_path: Path) -> None:
+    with BlockLog(tmp_path / "blocks.log") as log:
+        with pytest.raises(StaleBrokerEpoch, match="not a registration"):
+            log.allocate(3, (1 << 63) - 1)  # would have locked broker 3 out for ever
+        with pytest.raises(StaleBrokerEpoch):
+            log.allocate(3, -1)
+        assert log.broker_epoch(3) is None
+        log.allocate(3, 1)
+        log.allocate(3, 1 + MAX_EPOCH_ADVANCE)  # a proxy restarted that often still gets its blocks
+        with pytest.raises(StaleBrokerEpoch):
+            log.allocate(3, 2 + 2 * MAX_EPOCH_ADVANCE)
+    with BlockLog(tmp_path / "blocks.log") as reopened:
+        assert reopened.broker_epoch(3) == 1 + MAX_EPOCH_ADVANCE
+
+
+def test_a_full_disk_hands_out_nothing_and_allocation_resumes_with_it(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "blocks.log"
+    with BlockLog(path, first_id=0) as log:
+        first = log.allocate(1, 1)
+        disk = FullDisk(monkeypatch, room=RECORD_BYTES // 2)
+        for _ in range(2):
+            with pytest.raises(BlockLogFailed):
+                log.allocate(1, 1)
+        assert path.stat().st_size == RECORD_BYTES  # no half record left behind
+        disk.room = 10 * RECORD_BYTES
+        second = log.allocate(1, 1)
+    assert second.first_id == first.last_id + 1
+    with BlockLog(path, first_id=0) as reopened:
+        assert (reopened.torn_bytes, reopened.corrupt_records) == (0, 0)
+        assert reopened.allocate(1, 1).first_id == second.last_id + 1

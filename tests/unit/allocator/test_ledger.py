@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from allocator.ledger import PidLedger, PidRecord, encode_record
+from allocator.ledger import MAX_CLIENT_ID_BYTES, PidLedger, PidRecord, encode_record
 from quotas.bloom import BloomFilter
+from tests.unit.allocator.test_durable import FullDisk
 
 
 class Filters:
@@ -159,3 +161,63 @@ def test_a_seal_cut_short_by_a_crash_is_finished_at_recovery(tmp_path: Path) -> 
     assert len(recovered.snapshots) == 1 and recovered.active_records == 1
     assert all(recovered.read(pid) == record(pid) for pid in range(6))
     recovered.close()
+
+
+def test_records_written_after_a_full_disk_are_readable_and_survive_recovery(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = PidLedger(tmp_path, Filters(), cache_size=1)
+    ledger.update(record(1))
+    disk = FullDisk(monkeypatch, room=10)  # part of the next record fits
+    with pytest.raises(OSError):
+        ledger.update_many([record(2), record(3)])
+    disk.room = 1 << 20  # space is back
+    ledger.update(record(4))
+    assert [ledger.read(pid) for pid in (1, 2, 3, 4)] == [record(1), None, None, record(4)]
+    ledger.close()
+    recovered = PidLedger(tmp_path, Filters(), cache_size=1)
+    assert recovered.torn_bytes == 0
+    assert [recovered.read(pid) for pid in (1, 4)] == [record(1), record(4)]
+    recovered.close()
+
+
+def test_a_failed_seal_keeps_its_pids_readable_and_is_finished_by_the_next_flush(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = PidLedger(tmp_path, Filters(), segment_capacity=10, cache_size=1, seal_when_full=False)
+    ledger.update_many([record(pid) for pid in range(10)])
+    with monkeypatch.context() as failing:
+        def refuse(descriptor: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+        failing.setattr(os, "fsync", refuse)  # the snapshot cannot be made durable
+        with pytest.raises(OSError):
+            ledger.flush()
+        assert ledger.seal_pending and not list(tmp_path.glob("*.tmp"))
+    ledger.update(record(10))
+    assert all(ledger.read(pid) == record(pid) for pid in range(11))
+    ledger.flush()  # the failed seal first, then the segment written since
+    assert not ledger.seal_pending and len(ledger.snapshots) == 2 and ledger.active_records == 0
+    assert all(ledger.read(pid) == record(pid) for pid in range(11))
+    ledger.close()
+
+
+def test_a_record_keeps_a_bounded_client_id(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(), cache_size=1)
+    huge = "é" * 16_000  # 32,000 bytes
+    ledger.update_many([PidRecord(pid, "alice", huge, 0, 1, 1) for pid in range(300)])
+    assert ledger.read(7) == PidRecord(7, "alice", "é" * (MAX_CLIENT_ID_BYTES // 2), 0, 1, 1)
+    assert next(tmp_path.glob("active-*.log")).stat().st_size < 300 * 150
+    ledger.close()
+
+
+def test_snapshots_sealed_before_the_expiration_are_deleted_with_their_filters(tmp_path: Path) -> None:
+    ledger = PidLedger(tmp_path, Filters(), cache_size=1)
+    ledger.update(record(1))
+    ledger.flush()
+    ledger.update(record(2))
+    ledger.flush()
+    old, new = sorted(tmp_path.glob("snapshot-*.pids"))
+    os.utime(old, (1_000, 1_000))  # sealed at 1,000 s
+    assert ledger.expire_snapshots(sealed_before_ms=2_000_000) == 1
+    left = sorted(path.name for path in tmp_path.iterdir() if path.suffix != ".log")
+    assert left == [new.with_suffix(".bloom").name, new.name]
+    assert ledger.read(1) is None and ledger.read(2) == record(2)
+    ledger.close()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -9,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from proxy.client_quotas import MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, ClientQuotaHandlers, _matches, quota_entity
-from proxy.outcome import Caller, Outcome
+from proxy.outcome import Caller, Decided, Outcome
 from proxy.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
 from tests.support import encode_request
@@ -56,23 +58,39 @@ def service(tmp_path: Path, quota_text: str | None = None) -> QuotaService:
 def test_overrides_persist_win_over_the_file_and_removals_hide_it(tmp_path: Path) -> None:
     text = '[[quota]]\nuser = "alice"\nproducer_byte_rate = 1000\nproducer_ids_rate = 5\n'
     quotas = service(tmp_path, text)
-    quotas.override({QuotaEntity("alice"): {BYTES: 2000, PIDS: None}, QuotaEntity(None, "app"): {BYTES: 10}})
+    asyncio.run(quotas.override({QuotaEntity("alice"): {BYTES: 2000, PIDS: None},
+                                 QuotaEntity(None, "app"): {BYTES: 10}}))
     assert quotas.config.entries[QuotaEntity("alice")] == {BYTES: 2000}
     assert quotas.config.resolve(BYTES, "bob", "app") is not None
 
-    quotas.override({QuotaEntity(ip="10.0.0.7"): {RATE: 3}})
+    asyncio.run(quotas.override({QuotaEntity(ip="10.0.0.7"): {RATE: 3}}))
     assert quotas.config.connection_rate_for("10.0.0.7") == 3
     restarted = service(tmp_path, text)
     assert restarted.config.entries == quotas.config.entries
-    restarted.override({QuotaEntity(None, "app"): {BYTES: None}})
+    asyncio.run(restarted.override({QuotaEntity(None, "app"): {BYTES: None}}))
     assert QuotaEntity(None, "app") not in restarted.config.entries
 
 
 def test_an_invalid_override_changes_nothing(tmp_path: Path) -> None:
     quotas = service(tmp_path)
     with pytest.raises(QuotaConfigError):
-        quotas.override({QuotaEntity(None, "app"): {PIDS: 1}})  # producer-ID quotas are per user only
+        asyncio.run(quotas.override({QuotaEntity(None, "app"): {PIDS: 1}}))  # producer-ID quotas are per user only
     assert quotas.overrides == {} and not (tmp_path / "state").exists()
+
+
+def test_a_change_whose_save_failed_is_neither_applied_nor_saved_by_the_next_change(tmp_path: Path) -> None:
+    quotas = service(tmp_path)
+    (tmp_path / "state").mkdir()
+    in_the_way = tmp_path / "state" / "client-quotas.json.tmp"
+    in_the_way.mkdir()  # the save's temporary file cannot be created: as on a full disk, the write fails
+    with pytest.raises(OSError):
+        asyncio.run(quotas.override({QuotaEntity("alice"): {BYTES: 1000}}))
+    assert quotas.overrides == {} and QuotaEntity("alice") not in quotas.config.entries
+    in_the_way.rmdir()
+    asyncio.run(quotas.override({QuotaEntity("bob"): {BYTES: 2000}}))
+    saved = json.loads((tmp_path / "state" / "client-quotas.json").read_text())
+    assert saved == {"entries": [{"user": "bob", "quotas": {"producer_byte_rate": 2000}}]}
+    assert set(quotas.config.entries) == {QuotaEntity("bob")}
 
 
 def test_a_corrupt_overrides_file_is_refused_at_start(tmp_path: Path) -> None:
@@ -85,10 +103,19 @@ def test_a_corrupt_overrides_file_is_refused_at_start(tmp_path: Path) -> None:
 def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[int]:
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}], "ops": [op]}])
-    outcome = handlers.alter(memoryview(frame)[4:], Caller(user, 0))
+    outcome = decided(handlers.alter(memoryview(frame)[4:], Caller(user, 0)))
     assert outcome.local_response is not None
     answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.local_response)[9:])
     return [entry.error_code for entry in answer.entries]
+
+
+def decided(decision: Decided) -> Outcome:
+    if isinstance(decision, Outcome):
+        return decision
+
+    async def wait() -> Outcome:
+        return await decision
+    return asyncio.run(wait())
 
 
 async def no_cluster_apis() -> frozenset[int]:
@@ -105,7 +132,7 @@ def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_p
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=True, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}],
          "ops": [{"key": "producer_ids_rate", "value": 9.0, "remove": False}]}])
-    handlers.alter(memoryview(frame)[4:], Caller("ops", 0))
+    decided(handlers.alter(memoryview(frame)[4:], Caller("ops", 0)))
     assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
 
 

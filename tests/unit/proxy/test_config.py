@@ -62,6 +62,9 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     ('[allocator]\nbootstrap = "nohost"\n', "HOST:PORT"),
     ('[allocator]\nsurprise = 1\n', "unknown key"),
     ('[ledger]\ncache_size = 0\n', "positive"),
+    ('[ledger]\nproducer_id_expiration_ms = 0\n', "positive"),
+    ('[allocator]\npid_source = "allocator"\n', "broker_id: required"),
+    ('[allocator]\nbroker_id = -1\n', "broker_id: 0..2"),
 ])
 def test_bad_allocator_settings_are_refused(tmp_path: Path, toml: str, message: str) -> None:
     path = tmp_path / "proxy.toml"
@@ -74,10 +77,11 @@ def test_bad_allocator_settings_are_refused(tmp_path: Path, toml: str, message: 
 def test_allocator_settings_from_the_config_file(tmp_path: Path) -> None:
     path = tmp_path / "proxy.toml"
     path.write_text('upstream = "127.0.0.1:9"\n[allocator]\ncluster_principals = ["User:a"]\n'
-                    'pid_source = "allocator"\nbootstrap = "127.0.0.1:9092"\n[ledger]\nscan_all_produce = true\n')
+                    'pid_source = "allocator"\nbroker_id = 7\nbootstrap = "127.0.0.1:9092"\n'
+                    '[ledger]\nscan_all_produce = true\n')
     settings = AllocatorSettings.from_config(load_config(build_parser().parse_args(["--config", str(path)])))
     assert settings.cluster_principals == {"User:a"} and settings.pid_source == "allocator"
-    assert str(settings.bootstrap) == "127.0.0.1:9092" and settings.scan_all_produce
+    assert str(settings.bootstrap) == "127.0.0.1:9092" and settings.scan_all_produce and settings.broker_id == 7
 
 
 def test_admin_principals_are_kafka_principals(tmp_path: Path) -> None:

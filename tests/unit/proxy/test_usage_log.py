@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from proxy.usage_log import UsageLog
+from allocator.durable import WriteErrors
+from proxy.usage_log import STORE, UsageLog
 from quotas.usage_record import usage_file_name
 
 HOUR = 3600
@@ -41,11 +44,43 @@ def test_one_line_per_principal_and_second_in_hourly_files(tmp_path: Path) -> No
     assert usage.lines_written == 3
 
 
-def test_an_unwritable_directory_is_counted_not_fatal(tmp_path: Path) -> None:
-    usage = UsageLog(tmp_path / "usage")
+def test_seconds_that_cannot_be_written_wait_and_are_written_once_the_disk_is_back(tmp_path: Path) -> None:
+    errors = WriteErrors((STORE,))
+    usage = UsageLog(tmp_path / "usage", write_errors=errors)
     usage.start()
     (tmp_path / "usage").rmdir()
-    (tmp_path / "usage").write_text("not a directory")
+    (tmp_path / "usage").write_text("not a directory")  # every write fails, as on a full disk
+    usage.produce("alice", "app", 1, 0, 0, False)
+    usage.end_second(START)
+    usage.produce("alice", "app", 2, 0, 0, False)
+    usage.end_second(START + 1)
+    wait_for(lambda: errors.counts[STORE] >= 2)
+    assert usage.lines_written == 0 and errors.failing(STORE)
+    (tmp_path / "usage").unlink()
+    (tmp_path / "usage").mkdir()
+    usage.produce("alice", "app", 3, 0, 0, False)
+    usage.stop(START + 2)
+    lines = read_lines(tmp_path / "usage")[usage_file_name(START)]
+    assert [(line["time"], line["bytes"]) for line in lines] == [(START, 1), (START + 1, 2), (START + 2, 3)]
+    assert not errors.failing(STORE)
+
+
+def test_hourly_files_older_than_the_retention_are_deleted_as_a_new_hour_begins(tmp_path: Path) -> None:
+    directory = tmp_path / "usage"
+    directory.mkdir()
+    day = 86400
+    old, kept = usage_file_name(START - 8 * day), usage_file_name(START - 6 * day)
+    for name in (old, kept, "notes.txt"):
+        (directory / name).write_text("{}\n")
+    usage = UsageLog(directory, retention_days=7)
+    usage.start()
     usage.produce("alice", "app", 1, 0, 0, False)
     usage.stop(START)
-    assert usage.write_errors == 1 and usage.lines_written == 0
+    assert sorted(path.name for path in directory.iterdir()) == sorted([kept, usage_file_name(START), "notes.txt"])
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
