@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-cluster unit integration lint bench clean
+.PHONY: run test test-cluster unit integration lint bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.allocator --out bench/allocator-results.json
 	$(BIN)/python -m bench.pipeline --out bench/pipeline-results.json
 	$(BIN)/python -m bench.tls --out bench/tls-results.json
+	$(BIN)/python -m bench.ledger_latency --out bench/ledger-latency-results.json
+
+# 20 minutes of mixed traffic with a broker restart and a proxy SIGKILL (not part of `make test`)
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --out bench/soak-results.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,308 @@
+"""Soak: mixed traffic through one proxy with quotas binding, a broker restart and a proxy SIGKILL.
+
+``make soak`` (not part of ``make test``; 20 minutes by default). Through one proxy terminating
+SASL (SCRAM-SHA-256 and PLAIN logins), with byte-rate, mutation and producer-ID quotas that bind:
+10 idempotent librdkafka producers (acks=all), 4 librdkafka consumers (one partition each, assigned,
+no group: Tansu's group joins take 10-20 s), a topic created and deleted every 10 s, and a new
+producer (a new PID, a new login) every 0.6 s (100 a minute). At 40% of the run the broker is
+restarted on its port (Tansu keeps records in memory: they go with it, so records are counted from
+the restart on); at 70% the proxy is killed with SIGKILL and started again on its ports and state.
+
+Checks at the end: every record acknowledged since the broker restart consumed exactly once, and
+none that was not acknowledged; the proxy's RSS flat after warm-up (within 10% between minute 5
+and the kill, and between the restart's warm-up and the end); no file-descriptor growth; the state
+directory within its bound. Figures go to ``bench/soak-results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.report import write_results
+from proxy.embedded_broker import EmbeddedBroker
+from tests.support import ProxyProcess, proxy_command
+
+PARTITIONS = 4
+USERS = {"producer": ("SCRAM-SHA-256", "producer-secret"), "consumer": ("PLAIN", "consumer-secret"),
+         "ops": ("SCRAM-SHA-256", "ops-secret")}
+QUOTAS = """
+[[quota]]
+user = "producer"
+producer_byte_rate = 400000
+producer_ids_rate = 1.5
+[[quota]]
+user = "consumer"
+consumer_byte_rate = 2000000
+[[quota]]
+user = "ops"
+controller_mutation_rate = 1
+"""
+
+
+def client_settings(proxy: ProxyProcess, user: str) -> dict[str, Any]:
+    mechanism, password = USERS[user]
+    return {"bootstrap.servers": proxy.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+
+
+class Ledger:
+    """What was acknowledged and what was consumed, per phase (a phase starts at the broker restart)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.phase = 0
+        self.acknowledged: list[set[bytes]] = [set(), set()]
+        self.consumed: list[Counter[bytes]] = [Counter(), Counter()]
+        self.failed_deliveries = 0
+
+    def delivered(self, error: KafkaError | None, value: bytes) -> None:
+        with self.lock:
+            if error is None:
+                self.acknowledged[self.phase].add(value)
+            else:
+                self.failed_deliveries += 1
+
+
+class Soak:
+    def __init__(self, duration_s: float, workdir: Path) -> None:
+        self.duration_s = duration_s
+        self.workdir = workdir
+        self.stop = threading.Event()
+        self.pause = threading.Event()
+        """Set while the broker restarts: clients hold off (the topic is recreated first)."""
+        self.draining = threading.Event()
+        """Set after the run while the consumers catch up."""
+        self.ledger = Ledger()
+        self.topic = f"soak-{uuid.uuid4().hex[:8]}"
+        self.errors: list[str] = []
+        self.new_pid_producers = 0
+        self.topics_created = 0
+
+    # ---- clients ------------------------------------------------------------------------------------
+
+    def producer(self, proxy: ProxyProcess, index: int) -> None:
+        settings = {**client_settings(proxy, "producer"), "enable.idempotence": True, "acks": "all",
+                    "linger.ms": 20, "message.timeout.ms": 120_000, "client.id": f"soak-p{index}"}
+        producer = Producer(settings)
+        sequence = 0
+        while not self.stop.is_set():
+            if self.pause.is_set():
+                producer.poll(0.1)  # acknowledgements keep arriving; new records wait
+                continue
+            value = f"p{index}-{sequence}".encode()
+            try:
+                producer.produce(self.topic, value, partition=sequence % PARTITIONS,
+                                 on_delivery=lambda error, message, v=value: self.ledger.delivered(error, v))
+                sequence += 1
+            except BufferError:
+                producer.poll(0.1)
+            except KafkaException as error:  # a fatal idempotence error: a new producer carries on
+                self.errors.append(f"producer {index}: {error}")
+                producer.flush(30)
+                producer = Producer(settings)
+            producer.poll(0)
+            time.sleep(0.002)
+        producer.flush(150)
+
+    def consumer(self, proxy: ProxyProcess, index: int) -> None:
+        partition = index % PARTITIONS
+        seen_phase = -1
+        consumer: Consumer | None = None
+        while not self.stop.is_set() or self.draining.is_set():
+            if self.pause.is_set():
+                time.sleep(0.1)
+                continue
+            if seen_phase != self.ledger.phase:  # after the broker restart the partition starts again at 0
+                if consumer is not None:
+                    consumer.close()
+                seen_phase = self.ledger.phase
+                consumer = Consumer({**client_settings(proxy, "consumer"), "group.id": f"soak-{index}",
+                                     "enable.auto.commit": False, "client.id": f"soak-c{index}"})
+                consumer.assign([TopicPartition(self.topic, partition, OFFSET_BEGINNING)])
+            assert consumer is not None
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                continue
+            with self.ledger.lock:  # one consumer per partition: a count above 1 is a duplicate
+                self.ledger.consumed[seen_phase][message.value()] += 1
+        if consumer is not None:
+            consumer.close()
+
+    def new_pids(self, proxy: ProxyProcess) -> None:
+        """A new idempotent producer (a new login, a new PID) every 0.6 s: 100 a minute."""
+        while not self.stop.is_set():
+            time.sleep(0.6)
+            if self.pause.is_set():
+                continue
+            producer = Producer({**client_settings(proxy, "producer"), "enable.idempotence": True,
+                                 "message.timeout.ms": 30_000, "client.id": "soak-new-pid"})
+            value = f"n{self.new_pid_producers}".encode()
+            producer.produce(self.topic, value, partition=0,
+                             on_delivery=lambda error, message, v=value: self.ledger.delivered(error, v))
+            producer.flush(30)
+            self.new_pid_producers += 1
+
+    def topic_churn(self, proxy: ProxyProcess) -> None:
+        admin = AdminClient(client_settings(proxy, "ops"))
+        while not self.stop.is_set():
+            time.sleep(10)
+            if self.pause.is_set():
+                continue
+            name = f"churn-{uuid.uuid4().hex[:8]}"
+            try:
+                admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+                admin.delete_topics([name])[name].result(30)
+                self.topics_created += 1
+            except Exception as error:  # throttled by the mutation quota, or the broker restarting
+                self.errors.append(f"topic churn: {error}")
+
+    # ---- the run ------------------------------------------------------------------------------------
+
+    def create_topic(self, proxy: ProxyProcess) -> None:
+        admin = AdminClient(client_settings(proxy, "ops"))
+        admin.create_topics([NewTopic(self.topic, PARTITIONS, 1)])[self.topic].result(60)
+
+    def run(self) -> dict[str, Any]:
+        users_file = self.workdir / "users.toml"
+        for user, (mechanism, password) in USERS.items():
+            subprocess.run([*proxy_command(), "users", "add", user, "--mechanism", mechanism, "--users-file",
+                            str(users_file)], input=password + "\n", text=True, check=True, capture_output=True)
+        quota_file = self.workdir / "quotas.toml"
+        quota_file.write_text(QUOTAS)
+        config = self.workdir / "proxy.toml"
+        config.write_text('[admin]\nprincipals = ["User:ops"]\n[ledger]\nseal_interval_seconds = 60\n')
+        samples: list[dict[str, float]] = []
+        with EmbeddedBroker(log_path=self.workdir / "tansu.log") as broker:
+            proxy = ProxyProcess(broker.bootstrap, self.workdir / "proxy.log", "--sasl-users", str(users_file),
+                                 "--quota-file", str(quota_file), "--config", str(config), "--log-level", "WARNING")
+            proxy.start()
+            self.create_topic(proxy)
+            threads = [threading.Thread(target=self.producer, args=(proxy, i), daemon=True) for i in range(10)]
+            threads += [threading.Thread(target=self.consumer, args=(proxy, i), daemon=True) for i in range(4)]
+            threads += [threading.Thread(target=self.new_pids, args=(proxy,), daemon=True),
+                        threading.Thread(target=self.topic_churn, args=(proxy,), daemon=True)]
+            for thread in threads:
+                thread.start()
+            started = time.monotonic()
+            broker_restarted = proxy_killed = False
+            while (elapsed := time.monotonic() - started) < self.duration_s:
+                time.sleep(min(60 - elapsed % 60, self.duration_s - elapsed))
+                elapsed = time.monotonic() - started
+                samples.append(self.sample(proxy, elapsed))
+                print(f"soak {elapsed / 60:.1f} min: {samples[-1]}", file=sys.stderr, flush=True)
+                if not broker_restarted and elapsed >= 0.4 * self.duration_s:
+                    broker_restarted = True
+                    self.restart_broker(broker, proxy)
+                elif not proxy_killed and elapsed >= 0.7 * self.duration_s:
+                    proxy_killed = True
+                    proxy.stop(signal.SIGKILL)
+                    samples.append({"minute": elapsed / 60, "event": "proxy killed"})  # type: ignore[dict-item]
+                    proxy.start()
+            self.stop.set()
+            self.draining.set()
+            for thread in threads[:10] + threads[14:]:
+                thread.join(180)
+            self.wait_for_consumers()
+            self.draining.clear()
+            for thread in threads[10:14]:
+                thread.join(30)
+            final = self.sample(proxy, time.monotonic() - started)
+            assert proxy.stop() == 0, "the proxy did not stop cleanly"
+        return self.figures(samples, final)
+
+    def restart_broker(self, broker: EmbeddedBroker, proxy: ProxyProcess) -> None:
+        """Stop the broker under load and start it again on its port (empty: Tansu keeps records in memory)."""
+        self.pause.set()
+        time.sleep(3)  # acknowledgements of the records already sent are counted before the restart
+        broker.stop()
+        time.sleep(2)
+        broker.start()
+        with self.ledger.lock:
+            self.ledger.phase = 1
+        self.create_topic(proxy)
+        self.pause.clear()
+
+    def wait_for_consumers(self, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.ledger.lock:
+                missing = self.ledger.acknowledged[1] - set(self.ledger.consumed[1])
+            if not missing:
+                return
+            time.sleep(1)
+
+    @staticmethod
+    def sample(proxy: ProxyProcess, elapsed_s: float) -> dict[str, float]:
+        assert proxy.process is not None
+        process = psutil.Process(proxy.process.pid)
+        state = sum(path.stat().st_size for path in proxy.state_dir.rglob("*") if path.is_file())
+        return {"minute": round(elapsed_s / 60, 2), "rss_mb": round(process.memory_info().rss / 1e6, 1),
+                "fds": process.num_fds(), "state_dir_mb": round(state / 1e6, 2)}
+
+    def figures(self, samples: list[dict[str, float]], final: dict[str, float]) -> dict[str, Any]:
+        ledger = self.ledger
+        after_restart = ledger.acknowledged[1]
+        consumed = ledger.consumed[1]
+        lost = after_restart - set(consumed)
+        duplicated = [value for value, count in consumed.items() if count > 1]
+        unacknowledged = set(consumed) - after_restart
+        runs = [sample for sample in samples if "rss_mb" in sample]
+        kill_at = next((s["minute"] for s in samples if "event" in s), None)
+        before_kill = [s for s in runs if kill_at is None or s["minute"] < kill_at]
+        after_kill = [s for s in runs if kill_at is not None and s["minute"] > kill_at + 2]
+        warm = [s for s in before_kill if s["minute"] >= 5] or before_kill
+        results = {
+            "duration_min": round(self.duration_s / 60, 1),
+            "acknowledged_after_broker_restart": len(after_restart),
+            "lost": len(lost), "duplicated": len(duplicated), "consumed_unacknowledged": len(unacknowledged),
+            "acknowledged_before_restart": len(ledger.acknowledged[0]),
+            "failed_deliveries": ledger.failed_deliveries,
+            "new_pid_producers": self.new_pid_producers, "topics_created_and_deleted": self.topics_created,
+            "rss_growth_after_warm_up": round(warm[-1]["rss_mb"] / warm[0]["rss_mb"] - 1, 3) if warm else None,
+            "rss_growth_after_proxy_restart": (round(after_kill[-1]["rss_mb"] / after_kill[0]["rss_mb"] - 1, 3)
+                                               if len(after_kill) > 1 else None),
+            "fds_first_last": [runs[0]["fds"], final["fds"]],
+            "state_dir_mb_final": final["state_dir_mb"],
+            "samples": samples + [final],
+            "client_errors": self.errors[:20],
+        }
+        results["passed"] = bool(
+            not lost and not duplicated and not unacknowledged and len(after_restart) > 0
+            and (results["rss_growth_after_warm_up"] or 0) <= 0.10
+            and (results["rss_growth_after_proxy_restart"] or 0) <= 0.10
+            and final["fds"] <= runs[0]["fds"] + 20 and final["state_dir_mb"] < 100)
+        return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--out", default="bench/soak-results.json")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="kqp-soak-"))
+    results = Soak(args.minutes * 60, workdir).run()
+    results["workdir"] = str(workdir)
+    write_results(args.out, results)
+    os.sync()
+    return 0 if results["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
