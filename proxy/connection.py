@@ -423,6 +423,7 @@ class ClientConnection(asyncio.Protocol):
             elif outcome.forward and outcome.replacement is not None:
                 upstream.write(outcome.replacement)
             self._send_local_responses_in_turn()
+            self._close_if_answered()
         except Exception as error:
             self._fail_on_requests(error)
             return
