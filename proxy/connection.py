@@ -17,7 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import NamedTuple, Protocol, cast
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
 from protocol.api_versions import VersionRange, adapt_api_versions
@@ -45,6 +45,7 @@ from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, open_upstream
 from quotas.token_bucket import remaining_throttle_ms
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 ANONYMOUS = "ANONYMOUS"
 """The principal of a connection with neither a login nor a client certificate."""
@@ -401,13 +402,18 @@ class ClientConnection(asyncio.Protocol):
         return outcome.forward and outcome.replacement is None
 
     def _await_decision(self, decided: Awaitable[Outcome], frame: bytes) -> None:
-        """Wait for a handler that asks the cluster first; later requests wait behind it, in order."""
-        self.gate.pause(PauseReason.AWAITING_CLUSTER)
-        self._settling = self._loop.create_task(self._settle(decided, frame))
+        """Wait for a handler that asks the cluster (or the ledger) first; later requests wait behind it."""
+        self._hold_until(decided, lambda outcome: self._carry_out_decided(outcome, frame))
 
-    async def _settle(self, decided: Awaitable[Outcome], frame: bytes) -> None:
+    def _hold_until(self, pending: Awaitable[_T], carry_on: Callable[[_T], None]) -> None:
+        """Hold later requests, unread and undecided, until ``pending`` is done and ``carry_on`` has
+        acted on its result."""
+        self.gate.pause(PauseReason.AWAITING_CLUSTER)
+        self._settling = self._loop.create_task(self._settle(pending, carry_on))
+
+    async def _settle(self, pending: Awaitable[_T], carry_on: Callable[[_T], None]) -> None:
         try:
-            outcome = await decided
+            result = await pending
         except Exception as error:
             log.warning("cannot decide on a request from %s: %s", self._peer, error)
             self.close("could not decide on a request", warn=True)
@@ -416,18 +422,21 @@ class ClientConnection(asyncio.Protocol):
             return
         self._settling = None
         self.gate.resume(PauseReason.AWAITING_CLUSTER)
-        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
         try:
-            if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
-                upstream.write(frame)
-            elif outcome.forward and outcome.replacement is not None:
-                upstream.write(outcome.replacement)
-            self._send_local_responses_in_turn()
-            self._close_if_answered()
+            carry_on(result)
         except Exception as error:
             self._fail_on_requests(error)
             return
         self._release_held()
+
+    def _carry_out_decided(self, outcome: Outcome, frame: bytes) -> None:
+        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
+        if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
+            upstream.write(frame)
+        elif outcome.forward and outcome.replacement is not None:
+            upstream.write(outcome.replacement)
+        self._send_local_responses_in_turn()
+        self._close_if_answered()
 
     def _await_response(self, request: InFlight) -> None:
         self._in_flight.append(request)
@@ -490,22 +499,7 @@ class ClientConnection(asyncio.Protocol):
         if isinstance(throttle, int):
             self._throttle_cut_through(frame, throttle)
         else:  # the ledger reads a PID from disk first: later requests wait for the verdict
-            self.gate.pause(PauseReason.AWAITING_CLUSTER)
-            self._settling = self._loop.create_task(self._settle_cut_through(frame, throttle))
-
-    async def _settle_cut_through(self, frame: bytearray, throttle: Awaitable[int]) -> None:
-        try:
-            throttle_ms = await throttle
-        except Exception as error:
-            log.warning("cannot check the producer IDs of a request from %s: %s", self._peer, error)
-            self.close("could not decide on a request", warn=True)
-            return
-        if self._closed:
-            return
-        self._settling = None
-        self.gate.resume(PauseReason.AWAITING_CLUSTER)
-        self._throttle_cut_through(frame, throttle_ms)
-        self._release_held()
+            self._hold_until(throttle, lambda throttle_ms: self._throttle_cut_through(frame, throttle_ms))
 
     def _throttle_cut_through(self, frame: bytearray, throttle_ms: int) -> None:
         if not throttle_ms:

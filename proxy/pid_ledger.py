@@ -173,9 +173,9 @@ class LedgerRecorder:
 
     def _written(self, batch: list[PidRecord], done: asyncio.Future[None]) -> None:
         self._writing = False
-        error = None if done.cancelled() else done.exception()
-        if done.cancelled():
+        if done.cancelled():  # the thread was shut down (close writes what is left)
             return
+        error = done.exception()
         if error is not None:
             self._errors.failed(STORE, error)
             delay_s = self._write_backoff.failed()

@@ -41,12 +41,12 @@ class ProduceHandler:
         """A producer-ID quota applies (or every PID is recorded): the batch headers must be read."""
         return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
 
-    def _check_producer_ids(self, scan: ProduceScan, user: str, client_id: str, now_ms: int) -> PidDecision:
+    def _check_producer_ids(self, batches: list[ProducerBatch], user: str, client_id: str,
+                            now_ms: int) -> PidDecision:
         """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see.
-        Every PID of ``scan`` is in the ledger's cache (``_missing_from_ledger_cache``)."""
+        Every PID of ``batches`` is in the ledger's cache (``needs_lookup`` was asked)."""
         ledger = self._ledger
         window_ms = self._quotas.config.settings.producer_id_window.size_ms  # one KIP-936 window
-        batches = _producer_batches(scan)
         decision = self._quotas.producer_ids.check(user, batches, now_ms, ledger.seen_within(window_ms))
         if decision.admitted and batches:
             ledger.seen({batch.producer_id for batch in batches}, user, client_id)
@@ -56,9 +56,6 @@ class ProduceHandler:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
         and check its producer IDs once it is complete (``producer_id_throttle``)."""
         return self.scans_batches(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT
-
-    def _missing_from_ledger_cache(self, scan: ProduceScan) -> list[int]:
-        return self._ledger.needs_lookup({batch.producer_id for batch in _producer_batches(scan)})
 
     def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
@@ -71,17 +68,21 @@ class ProduceHandler:
         """
         header = _header(frame)
         scan = scan_produce(frame, header) if whole and self.scans_batches(caller.user) else None
-        if scan is not None and (missing := self._missing_from_ledger_cache(scan)):
-            return self._decide_after_lookup(missing, frame, header, scan, request_bytes, caller)
-        return self._decide(frame, header, scan, request_bytes, caller)
+        if scan is None:
+            return self._decide(frame, header, None, [], request_bytes, caller)
+        batches = _producer_batches(scan)
+        if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
+            return self._decide_after_lookup(missing, frame, header, scan, batches, request_bytes, caller)
+        return self._decide(frame, header, scan, batches, request_bytes, caller)
 
     async def _decide_after_lookup(self, missing: list[int], frame: memoryview, header: RequestHeader,
-                                   scan: ProduceScan, request_bytes: int, caller: Caller) -> Outcome:
+                                   scan: ProduceScan, batches: list[ProducerBatch], request_bytes: int,
+                                   caller: Caller) -> Outcome:
         await self._ledger.look_up(missing)
-        return self._decide(frame, header, scan, request_bytes, caller._replace(now_ms=now_ms()))
+        return self._decide(frame, header, scan, batches, request_bytes, caller._replace(now_ms=now_ms()))
 
-    def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None, request_bytes: int,
-                caller: Caller) -> Outcome:
+    def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None,
+                batches: list[ProducerBatch], request_bytes: int, caller: Caller) -> Outcome:
         user, now_ms, broker = caller
         client_id = header.client_id or ""
         acks = scan.acks if scan is not None else produce_acks(frame, header)
@@ -89,7 +90,7 @@ class ProduceHandler:
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
             return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
-        decision = self._check_producer_ids(scan, user, client_id, now_ms)
+        decision = self._check_producer_ids(batches, user, client_id, now_ms)
         throttle_ms = max(throttle_ms, decision.throttle_ms)
         self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
         if not decision.admitted:
@@ -105,19 +106,19 @@ class ProduceHandler:
         """Throttle mode, for a request forwarded while it arrived: check its producer IDs now (or
         once the ledger has read the ones its cache does not know)."""
         header = _header(frame)
-        scan = scan_produce(frame, header)
-        if missing := self._missing_from_ledger_cache(scan):
-            return self._throttle_after_lookup(missing, header, scan, caller)
-        return self._producer_id_throttle(header, scan, caller)
+        batches = _producer_batches(scan_produce(frame, header))
+        if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
+            return self._throttle_after_lookup(missing, header, batches, caller)
+        return self._producer_id_throttle(header, batches, caller)
 
-    async def _throttle_after_lookup(self, missing: list[int], header: RequestHeader, scan: ProduceScan,
+    async def _throttle_after_lookup(self, missing: list[int], header: RequestHeader, batches: list[ProducerBatch],
                                      caller: Caller) -> int:
         await self._ledger.look_up(missing)
-        return self._producer_id_throttle(header, scan, caller._replace(now_ms=now_ms()))
+        return self._producer_id_throttle(header, batches, caller._replace(now_ms=now_ms()))
 
-    def _producer_id_throttle(self, header: RequestHeader, scan: ProduceScan, caller: Caller) -> int:
+    def _producer_id_throttle(self, header: RequestHeader, batches: list[ProducerBatch], caller: Caller) -> int:
         client_id = header.client_id or ""
-        decision = self._check_producer_ids(scan, caller.user, client_id, caller.now_ms)
+        decision = self._check_producer_ids(batches, caller.user, client_id, caller.now_ms)
         self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
         return decision.throttle_ms
 
