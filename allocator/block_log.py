@@ -61,6 +61,10 @@ class ProducerIdsExhausted(Exception):
     """The ID space has no room for another block."""
 
 
+class ClaimsWentBack(Exception):
+    """A block claimed elsewhere lies below one recorded before: handing it out would repeat IDs."""
+
+
 class BlockLogFailed(Exception):
     """A write or fsync failed: nothing was handed out and the file holds no part of the record."""
 
@@ -132,23 +136,33 @@ class BlockLog:
     def allocate(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
         """The next block, durable on disk before it is returned."""
         with self._lock:
-            known = self._epochs.get(broker_id)
-            if known is not None and broker_epoch < known:
-                raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} is older than {known}")
-            if not 0 <= broker_epoch <= (known or 0) + MAX_EPOCH_ADVANCE:
-                raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} is not a registration of it "
-                                       f"(last epoch {known}; at most {MAX_EPOCH_ADVANCE} above it)")
-            first = self.next_id
-            if first + self._block_size > self._end_id:
-                raise ProducerIdsExhausted(f"no block of {self._block_size} left below {self._end_id}")
-            next_id = first + self._block_size
-            try:
-                self._file.append(encode_record(next_id, broker_id, broker_epoch, int(time.time() * 1000)), sync=True)
-            except OSError as error:
-                raise BlockLogFailed(f"{self.path}: cannot append: {error}") from error
-            self.next_id = next_id
-            self._epochs[broker_id] = broker_epoch
-            return ProducerIdBlock(first, self._block_size)
+            return self._append(self.next_id, broker_id, broker_epoch)
+
+    def record_claimed(self, first_id: int, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        """A block claimed elsewhere (``pid_source = "cluster"``), durable here before it is used."""
+        with self._lock:
+            if first_id < self.next_id:
+                raise ClaimsWentBack(f"block {first_id} is below {self.next_id}, where the blocks already "
+                                     f"recorded in {self.path} end")
+            return self._append(first_id, broker_id, broker_epoch)
+
+    def _append(self, first: int, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        known = self._epochs.get(broker_id)
+        if known is not None and broker_epoch < known:
+            raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} is older than {known}")
+        if not 0 <= broker_epoch <= (known or 0) + MAX_EPOCH_ADVANCE:
+            raise StaleBrokerEpoch(f"broker {broker_id} epoch {broker_epoch} is not a registration of it "
+                                   f"(last epoch {known}; at most {MAX_EPOCH_ADVANCE} above it)")
+        if first + self._block_size > self._end_id:
+            raise ProducerIdsExhausted(f"no block of {self._block_size} left below {self._end_id}")
+        next_id = first + self._block_size
+        try:
+            self._file.append(encode_record(next_id, broker_id, broker_epoch, int(time.time() * 1000)), sync=True)
+        except OSError as error:
+            raise BlockLogFailed(f"{self.path}: cannot append: {error}") from error
+        self.next_id = next_id
+        self._epochs[broker_id] = broker_epoch
+        return ProducerIdBlock(first, self._block_size)
 
     def close(self) -> None:
         self._file.close()

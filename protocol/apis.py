@@ -24,6 +24,7 @@ class Api(enum.IntEnum):
 
     PRODUCE = 0
     FETCH = 1
+    LIST_OFFSETS = 2
     METADATA = 3
     FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import resource
 import signal
 import sys
+import time
+from dataclasses import replace
 
 import uvloop
 
 from allocator.durable import DirectoryLocked
 from allocator.ledger import LedgerCorrupt
 from proxy import admin_cli
-from proxy.config import ConfigError, ProxyConfig, build_parser, load_config
+from proxy.config import ConfigError, HostPort, ProxyConfig, build_parser, load_config
 from proxy.sasl import SaslConfigError
 from proxy.server import ProxyServer
 from quotas.config import QuotaConfigError
@@ -71,9 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka-quota-proxy: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+                        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s" if config.workers > 1
+                        else "%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
     _raise_open_file_limit()
+    if config.workers > 1:
+        return _supervise(config)
+    return _run(config)
+
+
+def _run(config: ProxyConfig) -> int:
     try:
         uvloop.run(serve(config))
     except (QuotaConfigError, SaslConfigError, ConfigError, LedgerCorrupt, DirectoryLocked) as error:
@@ -83,3 +94,58 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot start: %s", error)
         return 1
     return 0
+
+
+WORKER_RESTART_DELAY_S = 1.0
+
+
+def worker_config(config: ProxyConfig, worker: int) -> ProxyConfig:
+    """Worker ``worker``'s settings: its own state directory (each has its own lock, ledger and logs) and
+    metrics port (the metrics port + ``worker``, every sample labelled ``worker``)."""
+    metrics = config.metrics_listen
+    return replace(config, worker=worker, state_dir=config.state_dir / f"worker-{worker}",
+                   metrics_listen=None if metrics is None else HostPort(metrics.host, metrics.port + worker))
+
+
+def _supervise(config: ProxyConfig) -> int:
+    """Fork the workers (before any event loop or thread exists), pass SIGTERM/SIGINT on to them, start a
+    worker that died again; a worker that cannot start (exit 2: its configuration) stops them all."""
+    children: dict[int, int] = {}
+    stopping = False
+
+    def spawn(worker: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_DFL)
+            os._exit(_run(worker_config(config, worker)))
+        children[pid] = worker
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for worker in range(config.workers):
+        spawn(worker)
+    worst = 0
+    while children:
+        pid, status = os.wait()
+        worker = children.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        worst = max(worst, code)
+        if stopping:
+            continue
+        if code == 2:
+            log.error("worker %d cannot start (exit 2): stopping the others", worker)
+            stop(signal.SIGTERM, None)
+            continue
+        log.error("worker %d exited with %d: starting it again in %.0f s", worker, code, WORKER_RESTART_DELAY_S)
+        time.sleep(WORKER_RESTART_DELAY_S)
+        if not stopping:
+            spawn(worker)
+    return 0 if stopping and worst <= 0 else worst

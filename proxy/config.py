@@ -96,6 +96,15 @@ class ProxyConfig:
     ``max.connection.creation.rate``, over all the client listeners."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Sections of the TOML file that other subsystems read (e.g. ``[allocator]``)."""
+    workers: int = 1
+    """Processes serving the same listeners (SO_REUSEPORT), each a member of the fleet."""
+    worker: int | None = None
+    """Which of them this process is (None: the only one)."""
+
+    @property
+    def advertised_bootstrap(self) -> str:
+        """Where clients are told this proxy's bootstrap listener is: its name among proxies."""
+        return f"{self.advertised_host}:{self.listen.port}"
 
 
 # Flag name -> TOML key; both spell the same setting.
@@ -129,6 +138,7 @@ _SETTINGS = {
     "max_connections_per_ip": "max-connections-per-ip",
     "max_connections_per_ip_overrides": "max-connections-per-ip-overrides",
     "max_connection_creation_rate": "max-connection-creation-rate",
+    "workers": "workers",
 }
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
 _TLS_SECTION = "tls"
@@ -186,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="open client connections over all listeners; beyond it new ones wait to be accepted")
     add("--max-connections-per-ip", type=int, help="beyond it an IP's new connections are closed at once")
     add("--max-connections-per-ip-overrides", help="IP:COUNT[,IP:COUNT...] (Kafka's max.connections.per.ip.overrides)")
+    add("--workers", type=int, help="processes accepting on the same listeners (SO_REUSEPORT), each a member of the "
+        "[fleet]; worker i keeps its state in STATE_DIR/worker-i and serves metrics on the metrics port + i "
+        "(default 1)")
     add("--max-connection-creation-rate", type=float,
         help="new connections/s over all listeners; beyond it accepting waits (Kafka's listener setting)")
     return parser
@@ -277,6 +290,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
         connection_limits=connection_limits,
         extra=extra,
+        workers=_workers(settings.get("workers", 1), extra),
         **tunables,
     )
 
@@ -303,6 +317,14 @@ def _login_settings(settings: dict[str, Any]) -> tuple[str, LoginSettings]:
         max_receive_bytes=_optional_positive("sasl_max_receive_bytes", settings, int) or defaults.max_receive_bytes,
         oauthbearer_principal_claim=claim,
         oauthbearer_unsecured_jwt=unsecured)
+
+
+def _workers(value: Any, extra: dict[str, Any]) -> int:
+    workers = _positive("workers", value, int)
+    if workers > 1 and "fleet" not in extra:
+        raise ConfigError("workers: more than one needs a [fleet] table in --config (the workers share their "
+                          "quotas through it)")
+    return int(workers)
 
 
 def _optional_positive(name: str, settings: dict[str, Any], kind: type) -> Any:

@@ -36,6 +36,25 @@ BUSIEST_IPS = 100
 """Connections per IP are exported for this many IPs, those with the most: a series per IP would not be bounded."""
 
 
+class Observations:
+    """One Prometheus histogram's counts per bucket, kept as plain numbers (observed on the hot path)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative, as ``HistogramMetricFamily`` takes them, ending with +Inf."""
+        return list(zip((*map(str, self.bounds), "+Inf"), accumulate(self.counts), strict=True))
+
+
 class ListenerCounts:
     """What a listener's acceptor did with the connections it took (Kafka's ConnectionQuotas outcomes)."""
 
@@ -71,8 +90,7 @@ class ProxyMetrics(Collector):
         """Open connections of the IPs with the most, most first (set by the server)."""
         self.requests_by_api = [0] * (_MAX_API_KEY + 1)
         """Indexed by api key; keys outside Kafka's known set close the connection first."""
-        self._latency_counts: dict[int, list[int]] = {}
-        self._latency_sums: dict[int, float] = {}
+        self._latency: dict[int, Observations] = {}
         registry.register(self)
 
     def login_ended(self, mechanism: str, succeeded: bool) -> None:
@@ -105,12 +123,10 @@ class ProxyMetrics(Collector):
         yield logins
 
     def observe_latency(self, api_key: int, seconds: float) -> None:
-        counts = self._latency_counts.get(api_key)
-        if counts is None:
-            counts = self._latency_counts[api_key] = [0] * (len(LATENCY_BUCKETS_S) + 1)
-            self._latency_sums[api_key] = 0.0
-        counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
-        self._latency_sums[api_key] += seconds
+        observations = self._latency.get(api_key)
+        if observations is None:
+            observations = self._latency[api_key] = Observations(LATENCY_BUCKETS_S)
+        observations.observe(seconds)
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("kafka_proxy_client_connections", "Open client connections",
@@ -139,11 +155,8 @@ class ProxyMetrics(Collector):
         latency = HistogramMetricFamily("kafka_proxy_request_latency_seconds",
                                         "From a request's last byte read to its response written, by api",
                                         labels=["api"])
-        for api_key, counts in sorted(self._latency_counts.items()):
-            cumulative = list(accumulate(counts))
-            buckets = [(str(bound), count) for bound, count in zip(LATENCY_BUCKETS_S, cumulative, strict=False)]
-            buckets.append(("+Inf", cumulative[-1]))
-            latency.add_metric([_API_NAMES.get(api_key, str(api_key))], buckets, self._latency_sums[api_key])
+        for api_key, observations in sorted(self._latency.items()):
+            latency.add_metric([_API_NAMES.get(api_key, str(api_key))], observations.buckets(), observations.sum)
         yield latency
         write_errors = CounterMetricFamily("kafka_quota_proxy_state_write_errors",
                                            "Failed writes of durable state (full disk, I/O error), by store; "
@@ -166,6 +179,25 @@ class _Collected:
 
 
 _MAX_HEADER_LINES = 100
+
+
+class _WorkerLabelled(Collector):
+    def __init__(self, registry: CollectorRegistry, worker: int) -> None:
+        self._registry = registry
+        self._worker = str(worker)
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            metric.samples = [sample._replace(labels={**sample.labels, "worker": self._worker})
+                              for sample in metric.samples]
+            yield metric
+
+
+def worker_labelled(registry: CollectorRegistry, worker: int) -> CollectorRegistry:
+    """``registry`` with ``worker="N"`` on every sample: one endpoint per worker, Prometheus-style."""
+    labelled = CollectorRegistry(auto_describe=False)
+    labelled.register(_WorkerLabelled(registry, worker))
+    return labelled
 
 
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int, credentials: str | None = None,

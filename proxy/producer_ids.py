@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from allocator.block_log import (
     MAX_PRODUCER_ID,
     BlockLog,
     BlockLogFailed,
+    ClaimsWentBack,
     ProducerIdBlock,
     ProducerIdsExhausted,
     StaleBrokerEpoch,
@@ -38,11 +41,12 @@ from allocator.durable import WriteErrors, write_durably
 from protocol.apis import Api
 from protocol.codecs import decode_request, encode_response
 from protocol.header import RequestHeader, read_request_header
+from proxy.cluster_blocks import DEFAULT_BLOCKS_TOPIC, BlocksTopicChanged, ClusterBlockClaims
 from proxy.config import ConfigError, HostPort, ProxyConfig, principal_list
 from proxy.outcome import Caller, Decided, Outcome, local_answer
 from proxy.pid_ledger import LedgerRecorder
 from proxy.quota_service import QuotaService
-from proxy.upstream_client import UpstreamAccess, request_any
+from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, request_any
 from quotas.config import Window
 from quotas.token_bucket import TokenBucket, bucket_throttle_ms
 
@@ -58,6 +62,7 @@ EPOCH_FILE = "allocator-epoch"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default: ledger snapshots older than this are deleted."""
 _RATE_WINDOW = Window(11, 1)
+PID_SOURCES = ("upstream", "allocator", "cluster")
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ class AllocatorSettings:
     end_id: int = MAX_PRODUCER_ID + 1
     broker_id: int | None = None
     allocations_per_second: float = 10.0
+    blocks_topic: str = DEFAULT_BLOCKS_TOPIC
+    blocks_topic_id: str | None = None
+    """An operator's confirmation that the blocks topic was recreated (its new id): see ``proxy.cluster_blocks``."""
     ledger_capacity: int = 100_000
     ledger_cache: int = 100_000
     ledger_seal_interval_s: float = 3600.0
@@ -91,6 +99,8 @@ class AllocatorSettings:
                 end_id=int(allocator.pop("end_id", MAX_PRODUCER_ID + 1)),
                 broker_id=_optional_int(allocator.pop("broker_id", None)),
                 allocations_per_second=float(allocator.pop("allocations_per_second", 10.0)),
+                blocks_topic=str(allocator.pop("blocks_topic", DEFAULT_BLOCKS_TOPIC)),
+                blocks_topic_id=_optional_topic_id(allocator.pop("blocks_topic_id", None)),
                 ledger_capacity=int(ledger.pop("segment_capacity", 100_000)),
                 ledger_cache=int(ledger.pop("cache_size", 100_000)),
                 ledger_seal_interval_s=float(ledger.pop("seal_interval_seconds", 3600.0)),
@@ -102,8 +112,8 @@ class AllocatorSettings:
         for section, leftover in (("allocator", allocator), ("ledger", ledger)):
             if leftover:
                 raise ConfigError(f"[{section}]: unknown key(s) {', '.join(sorted(leftover))}")
-        if settings.pid_source not in ("upstream", "allocator"):
-            raise ConfigError(f"[allocator] pid_source: \"upstream\" or \"allocator\", got {settings.pid_source!r}")
+        if settings.pid_source not in PID_SOURCES:
+            raise ConfigError(f"[allocator] pid_source: one of {', '.join(PID_SOURCES)}, got {settings.pid_source!r}")
         if not 0 <= settings.first_id < settings.end_id <= MAX_PRODUCER_ID + 1:
             raise ConfigError("[allocator] first_id/end_id: need 0 <= first_id < end_id <= 2^63")
         if (settings.allocations_per_second <= 0 or settings.ledger_capacity < 1 or settings.ledger_cache < 1
@@ -125,6 +135,15 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _optional_topic_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ConfigError(f"[allocator] blocks_topic_id: a topic id (UUID), got {value!r}") from None
+
+
 # ---- AllocateProducerIds ------------------------------------------------------------------------
 
 BLOCK_LOG_STORE = "block-log"
@@ -132,18 +151,26 @@ BLOCK_LOG_STORE = "block-log"
 
 class Allocator:
     """The block log as the proxy uses it: each allocation (an fsync) on a worker thread, its write
-    failures counted and logged as the block log's."""
+    failures counted and logged as the block log's. With ``claims`` (``pid_source = "cluster"``) each
+    block is claimed through the cluster first and the block log only records it."""
 
-    def __init__(self, blocks: BlockLog, errors: WriteErrors) -> None:
+    def __init__(self, blocks: BlockLog, errors: WriteErrors, claims: ClusterBlockClaims | None = None) -> None:
         self._blocks = blocks
         self._errors = errors
+        self._claims = claims
 
     async def allocate(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
-        return await asyncio.get_running_loop().run_in_executor(None, self._allocate, broker_id, broker_epoch)
+        loop = asyncio.get_running_loop()
+        if self._claims is None:
+            return await loop.run_in_executor(None, self._written, self._blocks.allocate, broker_id, broker_epoch)
+        first_id = await self._claims.claim()
+        return await loop.run_in_executor(None, self._written, partial(self._blocks.record_claimed, first_id),
+                                          broker_id, broker_epoch)
 
-    def _allocate(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+    def _written(self, write: Callable[[int, int], ProducerIdBlock], broker_id: int,
+                 broker_epoch: int) -> ProducerIdBlock:
         try:
-            block = self._blocks.allocate(broker_id, broker_epoch)
+            block = write(broker_id, broker_epoch)
         except BlockLogFailed as error:
             self._errors.failed(BLOCK_LOG_STORE, error)
             raise
@@ -182,6 +209,10 @@ class AllocateProducerIdsHandler:
             log.error("AllocateProducerIds: %s", error)
             return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
         except BlockLogFailed:  # logged as a write error of the block log
+            return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
+        except (*UPSTREAM_ERRORS, BlocksTopicChanged, ClaimsWentBack) as error:
+            log.error("AllocateProducerIds: cannot claim a block through the cluster: %s",
+                      error or type(error).__name__)
             return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
         return _allocation_answer(header, 0, block, throttle_ms)
 

@@ -23,11 +23,14 @@ from protocol.apis import Api
 from protocol.codecs import encode_response, max_version
 from protocol.header import RequestHeader, read_request_header
 from proxy.client_quotas import UNSUPPORTED_VERSION, ClientQuotaHandlers
+from proxy.cluster_blocks import ClusterBlockClaims
+from proxy.cluster_client import ClusterClient
 from proxy.cluster_info import ClusterInfo
 from proxy.config import HostPort, ProxyConfig
 from proxy.connection import NEWEST_API_VERSIONS, ClientConnection, RequestHandler, UpstreamResolver
 from proxy.fetch_handler import FetchHandler
-from proxy.metrics import ProxyMetrics, serve_metrics
+from proxy.fleet import Fleet, FleetSettings
+from proxy.metrics import ProxyMetrics, serve_metrics, worker_labelled
 from proxy.outcome import Decided, Outcome, local_answer
 from proxy.pid_ledger import STORE as LEDGER_STORE
 from proxy.pid_ledger import LedgerRecorder, open_ledger
@@ -53,7 +56,7 @@ from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, fetch_brokers
 from proxy.usage_log import STORE as USAGE_LOG_STORE
 from proxy.usage_log import UsageLog
 from proxy.watched_file import WatchedFile
-from quotas.config import normalized_ip
+from quotas.config import QuotaScope, normalized_ip
 from quotas.connection_quotas import Verdict
 
 log = logging.getLogger(__name__)
@@ -118,13 +121,18 @@ class ProxyServer:
         self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits,
                                    self.write_errors)
         self.metrics.busiest_ips = self.quotas.connections.busiest_ips
+        fleet = FleetSettings.from_config(config)
+        self.fleet = None if fleet is None else Fleet(fleet, fleet.instance(config, config.worker), self.quotas, config,
+                                                      self.upstream_access, self.metrics.registry)
+        if self.fleet is None and self.quotas.config.settings.quota_scope is QuotaScope.CLUSTER:
+            log.warning("quota.scope is \"cluster\" but --config has no [fleet]: budgets are this proxy's alone")
         self.usage = UsageLog(config.state_dir / "usage", config.usage_retention_days, self.write_errors)
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
         self.allocator_settings = settings = AllocatorSettings.from_config(config)
         self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
-        self.allocator = Allocator(self.blocks, self.write_errors)
+        self.allocator = Allocator(self.blocks, self.write_errors, self._block_claims(settings))
         self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings.ledger_capacity), self.write_errors,
                                      settings.ledger_cache)
         self.pid_source = self._producer_id_source(settings)
@@ -165,13 +173,22 @@ class ProxyServer:
 
     # ---- ProxyContext ---------------------------------------------------------------------------
 
-    def _producer_id_source(self, settings: AllocatorSettings) -> ProducerIdSource | None:
-        if settings.pid_source != "allocator":
+    def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
+        if settings.pid_source != "cluster":
             return None
-        broker_id = settings.broker_id
-        assert broker_id is not None, "required with pid_source allocator (AllocatorSettings)"
+        config = self.config
+        client = ClusterClient(config.upstream, settings.blocks_topic, self.upstream_access, config.connect_timeout_s,
+                               config.max_frame_bytes)
+        return ClusterBlockClaims(client, config.state_dir, settings.first_id, settings.blocks_topic_id,
+                                  config.advertised_bootstrap)
+
+    def _producer_id_source(self, settings: AllocatorSettings) -> ProducerIdSource | None:
+        if settings.pid_source == "upstream":
+            return None
+        # with claims through the cluster the broker id only tags this proxy's own block log
+        broker_id = settings.broker_id if settings.broker_id is not None else 0
         epoch = next_broker_epoch(self.config.state_dir)
-        if settings.bootstrap is None:
+        if settings.pid_source == "cluster" or settings.bootstrap is None:
             return ProducerIdSource(embedded_fetcher(self.allocator, broker_id, epoch))
         return ProducerIdSource(remote_fetcher(self.config, self.upstream_access, settings.bootstrap, broker_id, epoch))
 
@@ -262,13 +279,17 @@ class ProxyServer:
         try:
             if not 0 < port < 65536:
                 raise OSError(f"port {port} out of range (broker-port-base + node id)")
-            sock = socket.create_server((self.config.listen.host, port), backlog=_LISTEN_BACKLOG)
+            sock = self._listening_socket(self.config.listen.host, port)
         except OSError as error:
             log.error("cannot listen for %s on %s:%s: %s", name, self.config.listen.host, port, error)
             return
         log.info("listening for %s on %s:%d (upstream %s)", name, self.config.listen.host, port,
                  self._upstream_brokers[node_id])
         self._serve(sock, name, self._broker_resolver(node_id))
+
+    def _listening_socket(self, host: str, port: int) -> socket.socket:
+        """With several workers each binds the same port; the kernel spreads new connections over them."""
+        return socket.create_server((host, port), backlog=_LISTEN_BACKLOG, reuse_port=self.config.workers > 1)
 
     def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
         sock.setblocking(False)
@@ -367,7 +388,7 @@ class ProxyServer:
 
     async def start(self) -> None:
         listen = self.config.listen
-        sock = socket.create_server((listen.host, listen.port), backlog=_LISTEN_BACKLOG)
+        sock = self._listening_socket(listen.host, listen.port)
         self._serve(sock, "bootstrap", self._bootstrap_target)
         log.info("listening for bootstrap on %s (upstream %s)", listen,
                  ",".join(map(str, self.config.upstream)))
@@ -382,11 +403,15 @@ class ProxyServer:
             settings.ledger_seal_interval_s, settings.producer_id_expiration_ms, LEDGER_CHECK_INTERVAL_S)))
         if self.pid_source is not None:
             self.pid_source.start()
+        if self.fleet is not None:
+            self.fleet.start()
         if self.config.metrics_listen is not None:
             metrics = self.config.metrics_listen
             endpoint = self.config.metrics_endpoint
+            registry = self.metrics.registry if self.config.worker is None else worker_labelled(
+                self.metrics.registry, self.config.worker)
             self._servers.append(await serve_metrics(
-                self.metrics.registry, metrics.host, metrics.port, endpoint.credentials,
+                registry, metrics.host, metrics.port, endpoint.credentials,
                 None if endpoint.tls is None else endpoint.tls.context()))
             log.info("serving metrics on %s://%s/metrics%s", "http" if endpoint.tls is None else "https", metrics,
                      "" if endpoint.credentials is None else " (basic authentication)")
@@ -411,6 +436,8 @@ class ProxyServer:
         for server in self._servers:
             await server.wait_closed()
         self.usage.stop(int(time.time()))
+        if self.fleet is not None:
+            await self.fleet.stop()
         if self.pid_source is not None:
             self.pid_source.stop()
         self.ledger.close()

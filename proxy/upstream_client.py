@@ -124,12 +124,13 @@ async def request_any(bootstrap: tuple[HostPort, ...], api_key: int, api_version
 
 
 async def fetch_metadata(bootstrap: tuple[HostPort, ...], topics: list[str] | None, timeout_s: float,
-                         max_frame_bytes: int, access: UpstreamAccess = PLAINTEXT) -> Any:
+                         max_frame_bytes: int, access: UpstreamAccess = PLAINTEXT, topic_ids: bool = False) -> Any:
     """The cluster's Metadata answer for ``topics``, never creating them (an empty list: brokers only;
-    None: every topic, with its id)."""
-    if topics is None:
+    None: every topic, with its id; ``topic_ids``: the named topics with their ids)."""
+    if topics is None or topic_ids:
         return await request_any(bootstrap, Api.METADATA, _METADATA_WITH_TOPIC_IDS_VERSION,
-                                 {"topics": None, "allow_auto_topic_creation": False},
+                                 {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+                                  "allow_auto_topic_creation": False},
                                  timeout_s, max_frame_bytes, access)
     return await request_any(bootstrap, Api.METADATA, _METADATA_VERSION,
                              {"topics": [{"name": topic} for topic in topics], "allow_auto_topic_creation": False},

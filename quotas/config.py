@@ -43,6 +43,8 @@ class QuotaScope(enum.StrEnum):
     """One budget per upstream broker per entity, as each Kafka broker keeps its own."""
     PROXY = "proxy"
     """One budget per entity for all the traffic through this proxy, whichever broker it goes to."""
+    CLUSTER = "cluster"
+    """One budget per entity for the whole fleet of proxies (``[fleet]``): each adds the others' usage."""
 
 
 class PidQuotaMode(enum.StrEnum):

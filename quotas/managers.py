@@ -14,7 +14,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from quotas.bloom import Probe, TimeControlledBloomFilter
-from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota
+from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota, Window
+from quotas.fleet import SharedProducerIds, SharedUsage, UsageShare
 from quotas.rate import SampledRate, java_round, rate_throttle_ms
 from quotas.token_bucket import (
     BucketQuota,
@@ -112,13 +113,20 @@ _NO_PID_QUOTA = PidDecision(True, 0)
 
 
 class _Counters:
-    """Requests throttled and rejected, for the metrics."""
+    """Requests throttled and rejected, for the metrics, and what is shared with the fleet."""
 
-    __slots__ = ("throttled", "rejected")
+    config: QuotaConfig
+    quota_type: QuotaType
 
     def __init__(self) -> None:
         self.throttled = 0
         self.rejected = 0
+        self.share: UsageShare | None = None
+        """Set when this proxy is a member of a fleet: charges go there too in ``cluster`` scope."""
+
+    def _shared(self, key: QuotaKey, amount: float, limit: float) -> None:
+        if self.share is not None and self.config.settings.quota_scope is QuotaScope.CLUSTER:
+            self.share.charged(self.quota_type, key, amount, limit)
 
 
 # ---- produce and fetch bytes (KIP-13) ---------------------------------------------------------
@@ -156,6 +164,7 @@ class ClientQuotaManager(_Counters):
         key = quota.key._replace(broker=broker) if settings.quota_scope is QuotaScope.BROKER else quota.key
         state = self.entities.get_or_create(key, now_ms, ByteRateState)
         state.rate.record(size_bytes, now_ms, window)
+        self._shared(key, size_bytes, quota.limit)
         rate, window_ms = state.rate.measure_with_window(now_ms, window)
         if rate <= quota.limit:
             return Decision(True, 0, key)
@@ -164,6 +173,11 @@ class ClientQuotaManager(_Counters):
             state.last_throttle_ms = throttle_ms
             self.throttled += 1
         return Decision(True, throttle_ms, key)
+
+    def absorb(self, usage: SharedUsage, now_ms: int) -> None:
+        """Another fleet member's bytes: they count in this proxy's rate from now on."""
+        state = self.entities.get_or_create(usage.key, now_ms, ByteRateState)
+        state.rate.record(usage.amount, now_ms, self.config.settings.byte_rate_window)
 
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """The most that can be recorded at once without a certain throttle, or None without a quota:
@@ -200,12 +214,23 @@ class _BucketManager(_Counters):
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
 
+    @property
+    def window(self) -> Window:
+        return self.config.settings.window_for(self.quota_type)
+
     def _state(self, quota: ResolvedQuota, now_ms: int) -> BucketState:
-        window = self.config.settings.window_for(self.quota_type)
-        state = self.entities.get_or_create(
-            quota.key, now_ms, lambda: BucketState(TokenBucket(quota.limit, window, now_ms), quota.limit))
-        state.limit = quota.limit
+        return self._state_of(quota.key, quota.limit, now_ms)
+
+    def _state_of(self, key: QuotaKey, limit: float, now_ms: int) -> BucketState:
+        window = self.window
+        state = self.entities.get_or_create(key, now_ms, lambda: BucketState(TokenBucket(limit, window, now_ms), limit))
+        state.limit = limit
         return state
+
+    def _charge_shared(self, state: BucketState, permits: float, now_ms: int) -> None:
+        state.bucket.record(permits, state.limit, self.window, now_ms)
+        if permits > 0:
+            state.rate.record(permits, now_ms, self.window)
 
 
 class ControllerMutationQuotaManager(_BucketManager):
@@ -236,10 +261,13 @@ class ControllerMutationQuotaManager(_BucketManager):
             strategy = PermissiveQuota(state.bucket, quota.limit, window)
         admitted = tuple(strategy.record(count, now_ms) for count in mutations)
         throttle_ms = strategy.throttle_ms(now_ms)
-        if state is not None:
+        if quota is not None and state is not None:
+            charged = 0.0
             for count, topic_admitted in zip(mutations, admitted, strict=True):
                 if topic_admitted:
                     state.rate.record(count, now_ms, window)
+                    charged += count
+            self._shared(quota.key, charged, quota.limit)
             if throttle_ms:
                 state.last_throttle_ms = throttle_ms
                 self.throttled += 1
@@ -254,11 +282,12 @@ class ControllerMutationQuotaManager(_BucketManager):
         quota = self.config.resolve(self.quota_type, user, client_id)
         if quota is None or not permits:
             return
-        window = self.config.settings.mutation_window
-        state = self._state(quota, now_ms)
-        state.bucket.record(permits, quota.limit, window, now_ms)
-        if permits > 0:
-            state.rate.record(permits, now_ms, window)
+        self._charge_shared(self._state(quota, now_ms), permits, now_ms)
+        self._shared(quota.key, permits, quota.limit)
+
+    def absorb(self, usage: SharedUsage, now_ms: int) -> None:
+        """Another fleet member's mutations (or, negative, what it gave back) taken from this bucket too."""
+        self._charge_shared(self._state_of(usage.key, usage.limit, now_ms), usage.amount, now_ms)
 
 
 class ProducerBatch(NamedTuple):
@@ -387,6 +416,7 @@ class ProducerIdQuotaManager(_BucketManager):
             state.rate.record(1, now_ms, window)
             seen.add(user, pid_probe, now_ms, capacity)
         self.admitted_pids += len(unseen)
+        self._shared_producer_ids(quota, tuple(unseen))
         throttle_ms = 0
         if over_quota:
             throttle_ms = bucket_throttle_ms(bucket.measure(quota.limit, window, now_ms), quota.limit)
@@ -407,8 +437,30 @@ class ProducerIdQuotaManager(_BucketManager):
             state.bucket.record(1, quota.limit, window, now_ms)
             state.rate.record(1, now_ms, window)
             self.seen.add(user, pid_probe, now_ms, capacity)
+        self._shared_producer_ids(quota, tuple(unseen))
         self._admitted(user, batches)
         return PidDecision(True, 0, quota.key, tuple(unseen), ())
+
+    def _shared_producer_ids(self, quota: ResolvedQuota, producer_ids: tuple[int, ...]) -> None:
+        if self.share is not None and self.config.settings.quota_scope is QuotaScope.CLUSTER:
+            self.share.producer_ids_charged(quota.key.user, producer_ids, quota.limit)
+
+    def absorb_producer_ids(self, shared: SharedProducerIds, now_ms: int) -> int:
+        """Producer IDs another fleet member charged: remembered for the user, and those this proxy had not
+        seen in the window charged to the user's bucket here too (a PID is charged once per window).
+        Returns how many were new here."""
+        state = self._state_of(QuotaKey(shared.user, ""), shared.limit, now_ms)
+        capacity = self.filter_capacity(shared.limit)
+        new = 0
+        for pid in shared.producer_ids:
+            pid_probe = self.seen.probe(pid)
+            if self.seen.might_contain(shared.user, pid_probe, now_ms):
+                continue
+            self.seen.add(shared.user, pid_probe, now_ms, capacity)
+            new += 1
+        if new:
+            self._charge_shared(state, new, now_ms)
+        return new
 
     def _refuse(self, user: str, batches: Sequence[ProducerBatch], unseen: tuple[int, ...], quota: ResolvedQuota,
                 state: BucketState, now_ms: int, needed: int = 1) -> PidDecision:

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from proxy.config import build_parser, load_config
+from proxy.fleet import FleetSettings
+from quotas.config import QuotaScope, load_quota_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_broker_port() -> None:
+@pytest.mark.parametrize("proxy", ["proxy", "proxy-2"])
+def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_broker_port(proxy: str) -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     # the image's /app is this repository (Dockerfile: COPY examples examples)
-    command = [argument.replace("=/app/", f"={ROOT}/") for argument in services["proxy"]["command"]]
+    command = [argument.replace("=/app/", f"={ROOT}/") for argument in services[proxy]["command"]]
     config = load_config(build_parser().parse_args(command))
     assert config.admin_principals == {"User:ANONYMOUS"}
     node_ids = sorted(int(services[name]["environment"]["KAFKA_NODE_ID"]) for name in services
@@ -24,7 +28,7 @@ def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_bro
     assert [str(hp) for hp in config.upstream] == [f"kafka-{n}:9092" for n in node_ids]
 
     published: set[int] = set()
-    for mapping in services["proxy"]["ports"]:
+    for mapping in services[proxy]["ports"]:
         host_side = mapping.split(":")[0]
         low, _, high = host_side.partition("-")
         published.update(range(int(low), int(high or low) + 1))
@@ -59,7 +63,16 @@ def test_every_broker_is_published_for_the_tests_against_apache_kafka() -> None:
     assert any("make test-cluster" in step.get("run", "") for step in steps)
 
 
-def test_prometheus_scrapes_the_proxy_metrics_port() -> None:
+def test_the_two_compose_proxies_are_distinct_members_of_one_fleet_and_both_scraped() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    configs = [load_config(build_parser().parse_args(
+        [argument.replace("=/app/", f"={ROOT}/") for argument in compose["services"][name]["command"]]))
+        for name in ("proxy", "proxy-2")]
+    fleets = [FleetSettings.from_config(config) for config in configs]
+    assert fleets[0] is not None and fleets[1] is not None and fleets[0].topic == fleets[1].topic
+    assert fleets[0].instance(configs[0]) != fleets[1].instance(configs[1])
+    assert all(load_quota_file(config.quota_file).settings.quota_scope is QuotaScope.CLUSTER
+               for config in configs if config.quota_file is not None)
     prometheus = yaml.safe_load((ROOT / "examples/prometheus.yml").read_text())
     targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
-    assert targets == ["proxy:9100"]
+    assert targets == [f"proxy:{configs[0].metrics_listen.port}", f"proxy-2:{configs[1].metrics_listen.port}"]  # type: ignore[union-attr]

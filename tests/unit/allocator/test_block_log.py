@@ -10,6 +10,7 @@ from allocator.block_log import (
     RECORD_BYTES,
     BlockLog,
     BlockLogFailed,
+    ClaimsWentBack,
     ProducerIdBlock,
     ProducerIdsExhausted,
     StaleBrokerEpoch,
@@ -98,3 +99,15 @@ def test_a_full_disk_hands_out_nothing_and_allocation_resumes_with_it(tmp_path: 
     with BlockLog(path, first_id=0) as reopened:
         assert (reopened.torn_bytes, reopened.corrupt_records) == (0, 0)
         assert reopened.allocate(1, 1).first_id == second.last_id + 1
+
+
+def test_claimed_blocks_are_recorded_with_gaps_and_never_below_one_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "blocks.log"
+    with BlockLog(path) as log:
+        assert log.record_claimed(DEFAULT_FIRST_ID + 5000, 0, 1) == ProducerIdBlock(DEFAULT_FIRST_ID + 5000, 1000)
+        with pytest.raises(ClaimsWentBack):  # a recreated topic's offsets start again
+            log.record_claimed(DEFAULT_FIRST_ID, 0, 1)
+    with BlockLog(path) as reopened:
+        with pytest.raises(ClaimsWentBack):
+            reopened.record_claimed(DEFAULT_FIRST_ID + 5000, 0, 1)
+        assert reopened.record_claimed(DEFAULT_FIRST_ID + 9000, 0, 2).first_id == DEFAULT_FIRST_ID + 9000

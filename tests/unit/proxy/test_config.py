@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ConfigError, HostPort, build_parser, load_config
+from proxy.fleet import FleetSettings
 from proxy.producer_ids import AllocatorSettings
 
 
@@ -65,6 +66,7 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     ('[ledger]\nproducer_id_expiration_ms = 0\n', "positive"),
     ('[allocator]\npid_source = "allocator"\n', "broker_id: required"),
     ('[allocator]\nbroker_id = -1\n', "broker_id: 0..2"),
+    ('[allocator]\npid_source = "cluster"\nblocks_topic_id = "not-a-uuid"\n', "blocks_topic_id"),
 ])
 def test_bad_allocator_settings_are_refused(tmp_path: Path, toml: str, message: str) -> None:
     path = tmp_path / "proxy.toml"
@@ -145,3 +147,27 @@ def test_tls_tables_are_checked_when_loaded(tmp_path: Path) -> None:
             ('[metrics]\npassword = "s"\n', "needs a username")):
         with pytest.raises(ConfigError, match=message):
             with_tables(table)
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ('[fleet]\npublish-interval-ms = 0\n', "publish-interval-ms"),
+    ('[fleet]\ntopic = ""\n', "topic"),
+    ('[fleet]\ninstance_id = "a"\n', "unknown key"),
+])
+def test_bad_fleet_settings_are_refused(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "127.0.0.1:9"\n' + toml)
+    with pytest.raises(ConfigError, match=message):
+        FleetSettings.from_config(load_config(build_parser().parse_args(["--config", str(path)])))
+
+
+def test_fleet_members_and_workers(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "127.0.0.1:9"\nlisten = "0.0.0.0:9092"\nadvertised-host = "p1"\n[fleet]\n')
+    config = load_config(build_parser().parse_args(["--config", str(path), "--workers", "2"]))
+    settings = FleetSettings.from_config(config)
+    assert settings is not None and settings.topic == "__kafka_quota_proxy_usage"
+    assert settings.instance(config) == "p1:9092" and settings.instance(config, 1) == "p1:9092/worker-1"
+    assert FleetSettings.from_config(load("--upstream", "127.0.0.1:9")) is None
+    with pytest.raises(ConfigError, match=r"\[fleet\]"):
+        load("--upstream", "127.0.0.1:9", "--workers", "2")

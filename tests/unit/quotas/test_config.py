@@ -120,7 +120,7 @@ def test_the_documented_file_format_loads(tmp_path: Path) -> None:
     ('[settings]\n"quota.window.num" = 0\n', r"\[settings\] quota.window.num: must be a positive number"),
     ('[settings]\n"producer.id.quota.mode" = "drop"\n', "one of throttle, reject"),
     ('[settings]\n"quota.window.sizes" = 1\n', "unknown key 'quota.window.sizes'"),
-    ('[settings]\n"quota.scope" = "cluster"\n', "quota.scope: one of broker, proxy"),
+    ('[settings]\n"quota.scope" = "galaxy"\n', "quota.scope: one of broker, proxy, cluster"),
     ('[settings]\n"producer.id.quota.false.positive.rate" = 1\n', "above 0 and below 0.5"),
     ('[quotas]\n', "unknown top-level key"),
     ("[[quota]\n", "not valid TOML"),

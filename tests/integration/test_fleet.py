@@ -1,0 +1,353 @@
+"""A fleet of three proxies in front of one cluster enforcing one quota (``quota.scope = "cluster"``).
+
+Each proxy publishes what it charged to a usage topic on the cluster and adds the others' usage
+into its own rates and buckets, so a principal's budget is the fleet's wherever its connections
+land. Without the fleet each proxy would give the user the whole quota (three times it in total),
+which is what every assertion on a total would catch.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from protocol.apis import Api
+from tests.integration.test_mutation_quotas import creatable, create
+from tests.integration.test_produce_quotas import create_topic, metrics
+from tests.integration.test_produce_refusals import idempotent_request, new_producer_id, partition_errors
+from tests.support import Cluster, ProxyProcess, call, connect_to_leader, read_frame
+
+pytestmark = pytest.mark.integration
+MIB = 1 << 20
+THROTTLING_QUOTA_EXCEEDED = 89
+
+
+def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3) -> list[ProxyProcess]:  # type: ignore[no-untyped-def]
+    """``members`` proxies sharing a fresh usage topic, with ``quotas`` in cluster scope."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(quotas.replace("[settings]\n", '[settings]\n"quota.scope" = "cluster"\n'))
+    usage_topic = f"usage-{uuid.uuid4().hex[:8]}"
+    proxies = []
+    for member in range(members):
+        config = tmp_path / f"fleet{member}.toml"
+        config.write_text(f'[fleet]\ntopic = "{usage_topic}"\ninstance-id = "proxy-{member}"\n'
+                          'publish-interval-ms = 200\n')
+        proxies.append(own_proxy("--quota-file", str(quota_file), "--config", str(config)))
+    for proxy in proxies:
+        proxy.wait_for_log("fleet: can read the usage topic", timeout_s=30)
+    return proxies
+
+
+class FlatOutProducer:
+    """A librdkafka producer sending as fast as the proxy lets it (librdkafka ignores throttle_time_ms:
+    only the proxy's muting holds it), recording when each byte was acknowledged."""
+
+    VALUE = b"f" * 10_000
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.acked: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "queue.buffering.max.kbytes": 4096,
+                                   "message.timeout.ms": 120_000})
+        self._topic = topic
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _delivered(self, error: object, message: object) -> None:
+        if error is None:
+            self.acked.append((time.monotonic(), len(self.VALUE)))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(self._topic, self.VALUE, on_delivery=self._delivered)
+            except BufferError:
+                self._producer.poll(0.05)
+            self._producer.poll(0)
+        self._producer.purge()
+        self._producer.poll(0)
+
+    def bytes_between(self, start: float, end: float) -> int:
+        return sum(size for at, size in list(self.acked) if start <= at < end)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str) -> None:
+    quota = 3 * MIB
+    proxies = start_fleet(own_proxy, tmp_path,
+                          f'[settings]\n[[quota]]\nuser = "ANONYMOUS"\nproducer_byte_rate = {quota}\n')
+    create_topic(proxies[0].bootstrap, topic)
+    producers = [FlatOutProducer(proxy.bootstrap, topic) for proxy in proxies]
+    try:
+        started = time.monotonic()
+        time.sleep(75)  # Kafka lets the first ~10 s of quota through at once: measure after that
+        measured_from, measured_to = started + 15, started + 75
+        total = sum(p.bytes_between(measured_from, measured_to) for p in producers) / (measured_to - measured_from)
+        assert abs(total - quota) <= 0.15 * quota, f"{total / MIB:.2f} MiB/s through the fleet, quota 3 MiB/s"
+        assert all(p.bytes_between(measured_from, measured_to) > 0 for p in producers)
+
+        proxies[2].stop(signal.SIGKILL)
+        killed_at = time.monotonic()
+        producers[2].stop()
+        # one byte window (11 s) plus a publish interval and some, then 45 s measured: the fleet, like a broker,
+        # lets its clients through in bursts between throttles, so a short measurement is mostly noise
+        time.sleep(12 + 45)
+        survivors = producers[:2]
+        measured_from, measured_to = killed_at + 12, killed_at + 57
+        total = sum(p.bytes_between(measured_from, measured_to) for p in survivors) / (measured_to - measured_from)
+        assert abs(total - quota) <= 0.15 * quota, f"{total / MIB:.2f} MiB/s through the two left, quota 3 MiB/s"
+    finally:
+        for producer in producers:
+            producer.stop()
+    members = metrics(proxies[0])
+    assert members["kafka_quota_proxy_fleet_members"] == 2  # the killed one dropped out
+    assert members["kafka_quota_proxy_fleet_reachable"] == 1
+    assert members['kafka_quota_proxy_fleet_records_received_total{outcome="applied"}'] > 100
+
+
+def test_topics_created_through_three_proxies_follow_one_mutation_bucket(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    # 1 partition/s, burst 11 x 1 s x 1 = 11: over the 20 s below the fleet admits about 11 + 20 = 31
+    proxies = start_fleet(own_proxy, tmp_path,
+                          '[settings]\n[[quota]]\nclient-id = "churn"\ncontroller_mutation_rate = 1\n')
+    prefix = f"m-{uuid.uuid4().hex[:6]}"
+    admitted = refused = 0
+    sockets = [socket.create_connection(("127.0.0.1", proxy.port), timeout=30) for proxy in proxies]
+    try:
+        started = time.monotonic()
+        attempt = 0
+        while time.monotonic() - started < 20:
+            sock = sockets[attempt % 3]
+            (error,) = create(sock, "churn", creatable(f"{prefix}-{attempt}", 1))
+            if error == 0:
+                admitted += 1
+            else:
+                assert error == THROTTLING_QUOTA_EXCEEDED, error
+                refused += 1
+            attempt += 1
+            time.sleep(0.1)
+    finally:
+        for sock in sockets:
+            sock.close()
+    # alone, each proxy would admit 11 + 20 = 31, 93 in all
+    assert 31 * 0.85 <= admitted <= 31 * 1.15, (admitted, refused)
+
+
+def test_thirty_new_producer_ids_over_three_proxies_follow_one_bucket(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    # 1 PID/s with 2 windows of 5 s: burst 10; 30 new PIDs, one every 0.25 s round the three proxies
+    proxies = start_fleet(own_proxy, tmp_path, '[settings]\n"producer.id.quota.window.num" = 2\n'
+                          '"producer.id.quota.window.size.seconds" = 5\n"producer.id.quota.mode" = "reject"\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 1\n')
+    create_topic(broker.bootstrap, topic)
+    connections = [connect_to_leader(proxy, topic) for proxy in proxies]
+    outcomes: list[int] = []
+    first_admitted: tuple[int, int] | None = None
+    try:
+        started = time.monotonic()
+        for i in range(30):
+            sock = connections[i % 3]
+            pid = new_producer_id(proxies[i % 3])
+            sock.sendall(idempotent_request(topic, pid, 0, correlation_id=i))
+            (error,) = partition_errors(read_frame(sock)).values()
+            outcomes.append(error)
+            if error == 0 and first_admitted is None:
+                first_admitted = (i % 3, pid)
+            time.sleep(max(0.0, started + 0.25 * (i + 1) - time.monotonic()))
+        elapsed = time.monotonic() - started
+        admitted = outcomes.count(0)
+        # one bucket: 10 at once, then 1/s; three buckets would admit all 30
+        expected = 10 + elapsed
+        assert set(outcomes) <= {0, THROTTLING_QUOTA_EXCEEDED}
+        assert expected * 0.85 <= admitted <= expected * 1.15, (admitted, expected, outcomes)
+        # a PID one proxy charged is not charged again by another, even with the fleet's bucket below zero
+        assert first_admitted is not None
+        owner, pid = first_admitted
+        other = (owner + 1) % 3
+        connections[other].sendall(idempotent_request(topic, pid, 1, correlation_id=99))
+        assert partition_errors(read_frame(connections[other])) == {0: 0}
+    finally:
+        for sock in connections:
+            sock.close()
+
+
+def test_a_member_that_cannot_reach_the_topic_enforces_alone_and_says_so(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    config = tmp_path / "fleet.toml"
+    # a topic name the cluster refuses: the member can never publish, yet serves and enforces
+    config.write_text('[fleet]\ntopic = "bad topic name!"\n')
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"quota.scope" = "cluster"\n[[quota]]\nuser = "ANONYMOUS"\n'
+                          'controller_mutation_rate = 1\n')
+    proxy = own_proxy("--quota-file", str(quota_file), "--config", str(config))
+    proxy.wait_for_log("fleet: cannot publish to the usage topic", timeout_s=30)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        versions = call(sock, Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+        assert versions.error_code == 0  # type: ignore[attr-defined]
+    values = metrics(proxy)
+    assert values["kafka_quota_proxy_fleet_reachable"] == 0
+    assert values['kafka_quota_proxy_fleet_topic_failures_total{operation="publish"}'] >= 1
+
+
+# ---- producer-ID blocks claimed through the cluster (pid_source = "cluster") -----------------------
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+FIRST_ID = 1 << 48
+
+
+def cluster_pid_config(tmp_path: Path, name: str, blocks_topic: str, extra: str = "") -> str:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(f'[allocator]\npid_source = "cluster"\nblocks_topic = "{blocks_topic}"\n{extra}')
+    return str(config)
+
+
+def init_producer_ids(proxy: ProxyProcess, count: int, pipelined: int = 100) -> list[int]:
+    """``count`` PIDs from raw InitProducerId frames, ``pipelined`` in flight at a time on one connection;
+    answers "block not there yet" (retriable, as for a broker) are asked again."""
+    from protocol.codecs import decode_response
+    from protocol.header import response_header_length
+    from tests.support import encode_request
+
+    issued: list[int] = []
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        while len(issued) < count:
+            wanted = min(pipelined, count - len(issued))
+            sock.sendall(b"".join(encode_request(Api.INIT_PRODUCER_ID, 4, correlation_id=i, transactional_id=None,
+                                                 transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1)
+                                  for i in range(wanted)))
+            for _ in range(wanted):
+                frame = read_frame(sock)
+                body = memoryview(frame)[response_header_length(frame, True):]
+                answer = decode_response(Api.INIT_PRODUCER_ID, 4, body)
+                if answer.error_code == 0:
+                    issued.append(answer.producer_id)
+                else:
+                    assert answer.error_code == COORDINATOR_LOAD_IN_PROGRESS, answer
+            if len(issued) < count:
+                time.sleep(0.01)
+    return issued
+
+
+def test_three_proxies_claiming_blocks_through_the_cluster_never_repeat_an_id_across_kills(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    blocks_topic = f"blocks-{uuid.uuid4().hex[:8]}"
+    proxies = [own_proxy("--config", cluster_pid_config(tmp_path, f"p{i}", blocks_topic)) for i in range(3)]
+    issued: list[int] = []
+    for round_ in range(4):  # 4 rounds x 3 proxies x 1,667 = 20,004 PIDs, a proxy killed -9 after each round
+        for proxy in proxies:
+            issued += init_producer_ids(proxy, 1_667)
+        victim = proxies[round_ % 3]
+        victim.stop(signal.SIGKILL)
+        victim.start()
+    assert len(issued) >= 20_000
+    assert len(set(issued)) == len(issued), "an ID was handed out twice"
+    # every ID lies in a block numbered by an offset of the blocks topic: first_id + offset x 1000
+    blocks = {(pid - FIRST_ID) // 1000 for pid in issued}
+    assert min(pid - FIRST_ID for pid in issued) >= 0
+    assert len(blocks) >= 21  # 20,000 IDs need 20 blocks; each kill abandons the rest of a block
+    for proxy in proxies:
+        assert "cannot claim" not in proxy.log()
+
+
+def test_a_recreated_blocks_topic_is_refused_until_an_operator_confirms_it(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    blocks_topic = f"blocks-{uuid.uuid4().hex[:8]}"
+    proxy = own_proxy("--config", cluster_pid_config(tmp_path, "first", blocks_topic))
+    (before,) = init_producer_ids(proxy, 1)
+    assert proxy.stop() == 0
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.delete_topics([blocks_topic])
+    finally:
+        admin.close()
+    time.sleep(1)
+    proxy.start()  # the proxy creates the topic again: its offsets start at 0, which would repeat `before`
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        for attempt in range(20):
+            answer = call(sock, Api.INIT_PRODUCER_ID, 4, correlation_id=attempt, transactional_id=None,
+                          transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1)
+            assert answer.error_code == COORDINATOR_LOAD_IN_PROGRESS, answer  # type: ignore[attr-defined]
+            time.sleep(0.05)
+    log_text = proxy.wait_for_log("now has topic id")
+    new_topic_id = log_text.split("blocks_topic_id = \"")[1].split("\"")[0]
+    assert proxy.stop() == 0
+
+    # confirmed, but first_id not raised: the block log still refuses blocks below what it recorded
+    confirmed = own_proxy("--config", cluster_pid_config(tmp_path, "confirmed", blocks_topic,
+                                                         f'blocks_topic_id = "{new_topic_id}"\n'),
+                          "--state-dir", str(proxy.state_dir))
+    with socket.create_connection(("127.0.0.1", confirmed.port), timeout=30) as sock:
+        answer = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
+                      producer_id=-1, producer_epoch=-1)
+        assert answer.error_code == COORDINATOR_LOAD_IN_PROGRESS  # type: ignore[attr-defined]
+    confirmed.wait_for_log("is below")
+    assert confirmed.stop() == 0
+
+    raised = own_proxy("--config", cluster_pid_config(tmp_path, "raised", blocks_topic,
+                                                      f'blocks_topic_id = "{new_topic_id}"\n'
+                                                      f"first_id = {FIRST_ID + 1_000_000}\n"),
+                       "--state-dir", str(proxy.state_dir))
+    (after,) = init_producer_ids(raised, 1)
+    assert after > before
+
+
+# ---- all cores of one machine: --workers ----------------------------------------------------------
+
+def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_back(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    import psutil
+
+    config = tmp_path / "workers.toml"
+    config.write_text(f'[fleet]\ntopic = "usage-{uuid.uuid4().hex[:8]}"\n')
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"quota.scope" = "cluster"\n[[quota]]\nclient-id = "churn"\n'
+                          'controller_mutation_rate = 1\n')
+    proxy = own_proxy("--workers", "2", "--config", str(config), "--quota-file", str(quota_file))
+    proxy.wait_for_log("ready: ", timeout_s=30, occurrence=2)
+    proxy.wait_for_log("fleet: can read the usage topic", timeout_s=30, occurrence=2)
+    prefix = f"w-{uuid.uuid4().hex[:6]}"
+    outcomes = []
+    started = time.monotonic()
+    for attempt in range(40):  # a new connection each time: the kernel spreads them over the workers
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            outcomes += create(sock, "churn", creatable(f"{prefix}-{attempt}", 1))
+        time.sleep(0.1)
+    elapsed = time.monotonic() - started
+    assert set(outcomes) <= {0, THROTTLING_QUOTA_EXCEEDED}
+    # one bucket for both workers: 11 at once, then 1/s; two buckets would admit up to twice the burst
+    assert outcomes.count(0) <= 11 + elapsed + 2, (outcomes.count(0), elapsed)
+    accepted = []
+    for worker in (0, 1):
+        values = metrics_of(proxy.metrics_port + worker)
+        accepted.append(values[f'kafka_proxy_listener_connections_total{{listener="bootstrap",outcome="accepted",'
+                               f'worker="{worker}"}}'])
+    assert all(count > 0 for count in accepted) and sum(accepted) >= 40, accepted
+
+    assert proxy.process is not None
+    victim = psutil.Process(proxy.process.pid).children()[0]
+    victim.kill()
+    proxy.wait_for_log("exited with -9: starting it again", timeout_s=10)
+    proxy.wait_for_log("ready: ", timeout_s=30, occurrence=3)
+    assert proxy.stop() == 0
+
+
+def metrics_of(port: int) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}

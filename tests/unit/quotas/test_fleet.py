@@ -1,0 +1,140 @@
+"""Usage shared between fleet members: what one charged, published and added by another (fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quotas.config import PidQuotaMode, QuotaEntity, QuotaKey, QuotaScope, QuotaType, Window
+from quotas.fleet import (
+    MAX_ENTRIES_PER_RECORD,
+    MAX_PENDING_ENTRIES,
+    FleetRecordError,
+    Publication,
+    SharedProducerIds,
+    SharedUsage,
+    UsageShare,
+)
+from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from tests.unit.quotas.clock import FakeClock
+from tests.unit.quotas.test_managers import BYTES, MIB, MUTATIONS, PIDS, batches, config
+
+ALICE = QuotaKey("alice", "")
+
+
+def exchange(publisher: UsageShare) -> Publication:
+    """What one publication carries from the publisher to a reader, through its bytes."""
+    (publication,) = publisher.take("a", 1_700_000_000_000)
+    return Publication.decode(publication.encode())
+
+
+def test_a_members_bytes_count_in_anothers_rate_only_in_cluster_scope() -> None:
+    clock = FakeClock()
+    for scope, shared in ((QuotaScope.CLUSTER, True), (QuotaScope.PROXY, False)):
+        quotas = config({QuotaEntity("alice", None): {BYTES: MIB}}, quota_scope=scope)
+        here, there = ClientQuotaManager(quotas), ClientQuotaManager(quotas)
+        here.share = UsageShare()
+        assert here.record("alice", "c1", 10 * MIB, clock()).throttle_ms == 0  # 10 MiB over Kafka's 10 s floor
+        if not shared:
+            assert not here.share
+            continue
+        (usage,) = exchange(here.share).usage
+        assert usage == SharedUsage(BYTES, ALICE, 10 * MIB, MIB)
+        there.absorb(usage, clock())
+        # alone, 1 MiB more would be 11 MiB / 10 s: throttled by Kafka's formula as if it had charged them
+        decision = there.record("alice", "c2", MIB, clock())
+        assert decision.throttle_ms == round((11 / 10 - 1) * 10_000)
+
+
+def test_mutations_and_their_refunds_reach_the_other_members_bucket() -> None:
+    clock = FakeClock()
+    quotas = config({QuotaEntity(None, "churn"): {MUTATIONS: 1}}, quota_scope=QuotaScope.CLUSTER)
+    here, there = ControllerMutationQuotaManager(quotas), ControllerMutationQuotaManager(quotas)
+    here.share = UsageShare()
+    assert here.admit_topics("u", "churn", [11], strict=True, now_ms=clock()).admitted  # the whole burst of 11
+    here.correct("u", "churn", -1, clock())  # the cluster created one partition fewer
+    (usage,) = exchange(here.share).usage
+    assert usage.amount == 10
+    there.absorb(usage, clock())  # 1 token of 11 left: two topics are admitted (strict: until below zero)
+    assert there.admit_topics("u", "churn", [1, 1, 1], strict=True, now_ms=clock()).topics_admitted == (
+        True, True, False)
+
+
+def test_a_producer_id_is_charged_once_in_the_fleet() -> None:
+    clock = FakeClock()
+    quotas = config({QuotaEntity("alice", None): {PIDS: 1}}, producer_id_window=Window(2, 5),
+                    producer_id_mode=PidQuotaMode.REJECT, quota_scope=QuotaScope.CLUSTER)
+    here, there = ProducerIdQuotaManager(quotas), ProducerIdQuotaManager(quotas)
+    here.share = UsageShare()
+    assert here.check("alice", batches(range(10)), clock()).admitted  # the whole burst of 10
+    (shared,) = exchange(here.share).producer_ids
+    assert shared == SharedProducerIds("alice", 1, tuple(range(10)))
+    assert there.absorb_producer_ids(shared, clock()) == 10
+    assert there.absorb_producer_ids(shared, clock()) == 0  # read twice: charged once
+    assert there.check("alice", batches([3]), clock()).admitted  # seen by the fleet: no charge
+    assert there.check("alice", batches([99]), clock()).admitted  # the bucket at 0 admits one more (strict)
+    refused = there.check("alice", batches([100]), clock())
+    assert not refused.admitted and refused.over_quota_pids == (100,)
+
+
+def test_a_bucket_used_up_for_a_whole_interval_asks_to_publish_at_once() -> None:
+    urgent: list[bool] = []
+    share = UsageShare(urgent_after_s=0.2, on_urgent=lambda: urgent.append(True))
+    share.charged(BYTES, ALICE, 0.1 * MIB, MIB)
+    assert not urgent
+    share.charged(BYTES, ALICE, 0.1 * MIB, MIB)  # 0.2 MiB: the limit's worth of 200 ms
+    assert urgent == [True]
+    share.producer_ids_charged("alice", (1,), 1.0)  # one PID at 1/s is more than 200 ms worth
+    assert urgent == [True, True]
+
+
+def test_large_shares_are_split_into_records_and_bounded_while_unpublished() -> None:
+    share = UsageShare()
+    for client in range(MAX_ENTRIES_PER_RECORD + 1):
+        share.charged(BYTES, QuotaKey("u", str(client)), 1, 10)
+    share.producer_ids_charged("u", tuple(range(2 * MAX_ENTRIES_PER_RECORD + 1)), 1)
+    publications = share.take("a", 0)
+    assert sum(len(p.usage) for p in publications) == MAX_ENTRIES_PER_RECORD + 1
+    assert sum(len(s.producer_ids) for p in publications for s in p.producer_ids) == 2 * MAX_ENTRIES_PER_RECORD + 1
+    assert all(p.entries <= MAX_ENTRIES_PER_RECORD for p in publications)
+    assert not share and share.take("a", 0) == []
+
+    share.producer_ids_charged("u", tuple(range(MAX_PENDING_ENTRIES + 5)), 1)
+    share.charged(BYTES, ALICE, 1, 1)
+    assert share.dropped == 6
+
+
+def usage_record(entry: str, pids: str = "") -> bytes:
+    return f'{{"v":1,"instance":"a","oldest_ms":0,"usage":[{entry}],"pids":[{pids}]}}'.encode()
+
+
+@pytest.mark.parametrize("value", [
+    b"not json", b'{"v": 2}', b'{"v": 1, "instance": "a"}',
+    usage_record('["producer_byte_rate","u","",1,0]'),
+    usage_record('["connection_creation_rate","","",1,1]'),
+    usage_record('["producer_ids_rate","u","",1,1]'),
+    # a negative or non-finite amount would lower a rate or stop it from being measured: a quota bypass
+    usage_record('["producer_byte_rate","u","",-1000000,1000]'),
+    usage_record('["consumer_byte_rate","u","",-1,1000]'),
+    usage_record('["producer_byte_rate","u","",NaN,1000]'),
+    usage_record('["producer_byte_rate","u","",Infinity,1000]'),
+    usage_record('["controller_mutation_rate","u","",-Infinity,10]'),
+    usage_record('["producer_byte_rate","u","",1,Infinity]'),
+    usage_record("", '["u",NaN,[1]]'),
+    usage_record("", '["u",1,[-5]]'),
+    usage_record("", '["u",0,[1]]'),
+], ids=lambda value: value.decode()[:90])
+def test_a_record_that_is_not_a_publication_is_refused(value: bytes) -> None:
+    with pytest.raises(FleetRecordError):
+        Publication.decode(value)
+
+
+def test_only_a_mutation_bucket_takes_a_negative_amount() -> None:
+    """The tokens a member gave back for a failed creation."""
+    refund = Publication.decode(usage_record('["controller_mutation_rate","u","",-2,10]'))
+    assert refund.usage == (SharedUsage(QuotaType.CONTROLLER_MUTATION_RATE, QuotaKey("u", ""), -2.0, 10.0),)
+
+
+def test_publication_round_trip() -> None:
+    usage = SharedUsage(QuotaType.CONSUMER_BYTE_RATE, QuotaKey("u", "c"), 5.0, 9.0)
+    publication = Publication("proxy-1", 123, (usage,), (SharedProducerIds("u", 2.0, (7, 8)),))
+    assert Publication.decode(publication.encode()) == publication
