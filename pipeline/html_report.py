@@ -65,7 +65,8 @@ def _file_name(index: int, user: str, client_id: str) -> str:
 
 
 def write_report(out_dir: Path, usage: DataFrame, summary: list[dict[str, Any]], churners: list[dict[str, Any]],
-                 malformed: int, lines: int, quota_file: Path | None) -> Path:
+                 malformed: int, lines: int, quota_file: Path | None, block_hours: list[dict[str, Any]],
+                 broker_block_hours: list[dict[str, Any]]) -> Path:
     quotas = load_quota_file(quota_file) if quota_file is not None else None
     busiest = sorted(summary, key=lambda row: -(row["total_bytes"] + row["total_fetch_bytes"]))[:CHARTED_PRINCIPALS]
     principals = [(row["user"], row["client_id"]) for row in busiest]
@@ -83,6 +84,15 @@ def write_report(out_dir: Path, usage: DataFrame, summary: list[dict[str, Any]],
     table = _table(columns, summary)
     churn_table = _table(["user", "max_new_pids_per_hour", "total_new_pids", "max_ledger_new_pids_per_hour"],
                          churners)
+    changes = [row for row in block_hours if row["change"] is not None]
+    jump = max(changes, key=lambda row: row["change"], default=None)
+    jump_text = ("" if jump is None else
+                 f"<p>Largest jump: {html.escape(jump['hour_utc'])}, {jump['change']:.3g} times the hour before.</p>")
+    blocks_section = (f"""{jump_text}
+{_table(["hour_utc", "blocks", "block_ids", "brokers", "change"], block_hours)}
+<h3>Per broker</h3>
+{_table(["hour_utc", "broker_id", "blocks", "block_ids"], broker_block_hours)}""" if block_hours
+                      else "<p>No producer-ID blocks were handed out (AllocateProducerIds) in this log.</p>")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kafka-quota-proxy usage report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -95,6 +105,10 @@ percentiles are exact. <a href="recommended-quotas.toml">Recommended quotas</a>.
 {table}
 <h2>Top producer-ID churners</h2>
 {churn_table}
+<h2>Producer-ID blocks per hour</h2>
+<p>Blocks handed out to brokers (AllocateProducerIds; 1,000 IDs each in Kafka): a jump is a producer-ID
+explosion somewhere in the cluster.</p>
+{blocks_section}
 <h2>Usage against quota over time</h2>
 <p>The {len(principals)} principals with the most bytes produced and fetched; each point is the busiest
 second of a minute.</p>

@@ -25,13 +25,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script (spark-submit pipeline/job.py): import the packages beside it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
 
 from allocator.ledger import read_ledger_file  # noqa: E402
 from pipeline.html_report import write_report  # noqa: E402
-from quotas.usage_record import USAGE_FIELDS  # noqa: E402
+from quotas.usage_record import BLOCK_FIELDS, USAGE_FIELDS  # noqa: E402
 
 COUNTERS = USAGE_FIELDS
 USAGE_SCHEMA = StructType([
@@ -39,6 +39,8 @@ USAGE_SCHEMA = StructType([
     StructField("user", StringType()),
     StructField("client_id", StringType()),
     *(StructField(counter, LongType()) for counter in COUNTERS),
+    StructField("broker_id", LongType()),
+    *(StructField(counter, LongType()) for counter in BLOCK_FIELDS),
     StructField("_corrupt", StringType()),
 ])
 """The usage log's columns, read without schema inference (a counter a line lacks reads as 0)."""
@@ -61,6 +63,9 @@ class Report:
     churners: list[dict[str, Any]]
     malformed_lines: int
     lines: int
+    block_hours: list[dict[str, Any]]
+    """Producer-ID blocks per hour, all brokers together, with the change from the hour before."""
+    broker_block_hours: list[dict[str, Any]]
 
 
 def spark_session(master: str | None, driver_memory: str | None = None) -> SparkSession:
@@ -87,8 +92,38 @@ def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int
     counts = raw.agg(F.count(F.lit(1)).alias("lines"),
                      F.sum(F.when(valid_condition, 0).otherwise(1)).alias("malformed")).first()
     assert counts is not None
-    valid = raw.where(valid_condition).drop("_corrupt").fillna(0, list(COUNTERS))
+    valid = raw.where(valid_condition).drop("_corrupt").fillna(0, [*COUNTERS, *BLOCK_FIELDS])
     return valid, int(counts["malformed"] or 0), int(counts["lines"])
+
+
+def split_block_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The clients' lines and the producer-ID block lines (those with a ``broker_id``)."""
+    return usage.where(F.col("broker_id").isNull()), usage.where(F.col("broker_id").isNotNull())
+
+
+def _hour(column: str) -> Any:
+    return (F.col(column) - F.col(column) % 3600).alias("hour")
+
+
+def broker_block_hours(blocks: DataFrame) -> DataFrame:
+    """Blocks handed out per requesting broker per hour."""
+    return (blocks.groupBy(_hour("time"), "broker_id")
+            .agg(F.sum("blocks").alias("blocks"), F.sum("block_ids").alias("block_ids"))
+            .withColumn("hour_utc", F.from_unixtime("hour", "yyyy-MM-dd'T'HH:00'Z'"))
+            .orderBy("hour", "broker_id"))
+
+
+def cluster_block_hours(blocks: DataFrame) -> DataFrame:
+    """Blocks per hour, all brokers together, and ``change``: this hour's blocks over the hour before's (empty
+    when the hour before had none): where the cluster's producer-ID issue rate jumped."""
+    hourly = (blocks.groupBy(_hour("time"))
+              .agg(F.sum("blocks").alias("blocks"), F.sum("block_ids").alias("block_ids"),
+                   F.countDistinct("broker_id").alias("brokers")))
+    before = Window.orderBy("hour")
+    return (hourly.withColumn("change", F.when(F.lag("hour").over(before) == F.col("hour") - 3600,
+                                               F.col("blocks") / F.lag("blocks").over(before)))
+            .withColumn("hour_utc", F.from_unixtime("hour", "yyyy-MM-dd'T'HH:00'Z'"))
+            .orderBy("hour"))
 
 
 def summarize(usage: DataFrame) -> DataFrame:
@@ -174,17 +209,22 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
 
 def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | None = None,
         headroom: float = 1.5, quota_file: Path | None = None) -> Report:
-    usage, malformed, lines = read_usage(spark, usage_dir)
+    all_lines, malformed, lines = read_usage(spark, usage_dir)
+    usage, blocks = split_block_lines(all_lines)
     ledger = read_ledger(spark, ledger_dir) if ledger_dir else None
     summary = [row.asDict() for row in summarize(usage).collect()]
     top = [row.asDict() for row in churners(usage, ledger).collect()]
+    block_hours = [row.asDict() for row in cluster_block_hours(blocks).collect()]
+    per_broker = [row.asDict() for row in broker_block_hours(blocks).collect()]
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_csv(out_dir / "summary.csv", summary)  # from the rows collected: no second aggregation
+    _write_csv(out_dir / "producer-id-blocks.csv", per_broker)
     (out_dir / "summary.json").write_text(json.dumps(
-        {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top}, indent=1))
+        {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top,
+         "producer_id_blocks_per_hour": block_hours, "producer_id_blocks_per_broker_hour": per_broker}, indent=1))
     (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom))
-    write_report(out_dir, usage, summary, top, malformed, lines, quota_file)
-    return Report(summary, top, malformed, lines)
+    write_report(out_dir, usage, summary, top, malformed, lines, quota_file, block_hours, per_broker)
+    return Report(summary, top, malformed, lines, block_hours, per_broker)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -95,6 +95,8 @@ class ProxyContext(Protocol):
     principal_mapper: PrincipalMapper
     produce_handler: ProduceHandler
     handlers: Mapping[int, RequestHandler]
+    rewrites_addresses: bool
+    """False in front of the controller quorum: brokers must reach the controllers' own endpoints."""
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         """The connection's SASL login, or None when the proxy takes no logins (every client ANONYMOUS)."""
@@ -633,7 +635,7 @@ class ClientConnection(asyncio.Protocol):
             return
         request = self._in_flight[0]
         if (request.api_key != Api.FETCH or request.local_response is not None or request.finish is not None
-                or carries_addresses(request.api_key, request.api_version)):
+                or self._names_brokers(request.api_key, request.api_version)):
             return
         partial = self._responses.partial_frame(CUT_THROUGH_AFTER_BYTES)
         assert partial is not None
@@ -691,6 +693,10 @@ class ClientConnection(asyncio.Protocol):
             self._login_step_answered()
             self._after_responses()
 
+    def _names_brokers(self, api_key: int, api_version: int) -> bool:
+        """The response names brokers the client must reach through the proxy."""
+        return self._context.rewrites_addresses and carries_addresses(api_key, api_version)
+
     def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
         """A whole replacement frame (size prefix included), or None to forward it untouched."""
         api_key, api_version = request.api_key, request.api_version
@@ -699,7 +705,7 @@ class ClientConnection(asyncio.Protocol):
             body = adapt_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings,
                                       self._context.served_api_versions)
         else:
-            names_brokers = carries_addresses(api_key, api_version)
+            names_brokers = self._names_brokers(api_key, api_version)
             if not request.throttle_ms and not names_brokers and request.finish is None:
                 return None
             header_length = response_header_length(frame, is_flexible_request(api_key, api_version))

@@ -1,8 +1,10 @@
 """Producer IDs handed out by the proxy (KIP-730) and the PID ledger, wired into the request path.
 
-- AllocateProducerIds (api key 67) is served from the embedded block log to the principals listed
-  in ``[allocator] cluster_principals``; a principal's requests are rate-limited by a token bucket
-  (throttle time plus muting).
+- AllocateProducerIds (api key 67) from the principals listed in ``[allocator] cluster_principals``
+  is rate-limited per principal by a token bucket (throttle time plus muting), then, with
+  ``[allocator] mode = "serve"``, served from the embedded block log or, with ``"forward"``, passed
+  on to the controller quorum the proxy stands in front of. Other principals are refused
+  (CLUSTER_AUTHORIZATION_FAILED). Blocks handed out are counted per broker id and principal.
 - With ``[allocator] pid_source = "allocator"``, InitProducerId of idempotent producers (null
   transactional id) is answered by the proxy from blocks it gets from its own block log or from a
   remote allocator (``[allocator] bootstrap``), the way Kafka's ``RPCProducerIdManager`` does: the
@@ -21,11 +23,15 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from allocator.block_log import (
     DEFAULT_FIRST_ID,
@@ -39,15 +45,17 @@ from allocator.block_log import (
 )
 from allocator.durable import WriteErrors, write_durably
 from protocol.apis import Api
-from protocol.codecs import decode_request, encode_response
+from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import RequestHeader, read_request_header
 from proxy.cluster_blocks import DEFAULT_BLOCKS_TOPIC, BlocksTopicChanged, ClusterBlockClaims
 from proxy.config import ConfigError, HostPort, ProxyConfig, principal_list
 from proxy.outcome import Caller, Decided, Outcome, local_answer
 from proxy.pid_ledger import LedgerRecorder
-from proxy.quota_service import QuotaService
+from proxy.quota_service import QuotaService, now_ms
 from proxy.upstream_client import UPSTREAM_ERRORS, UpstreamAccess, request_any
+from proxy.usage_log import UsageLog
 from quotas.config import Window
+from quotas.rate import SampledRate
 from quotas.token_bucket import TokenBucket, bucket_throttle_ms
 
 log = logging.getLogger(__name__)
@@ -62,7 +70,12 @@ EPOCH_FILE = "allocator-epoch"
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default: ledger snapshots older than this are deleted."""
 _RATE_WINDOW = Window(11, 1)
+_HOUR_WINDOW = Window(60, 60)
+"""The cluster-wide block rate: sixty one-minute samples."""
+MAX_BROKER_SERIES = 1000
+"""Broker ids with a metric series of their own; more are summed as "other" (ids come from requests)."""
 PID_SOURCES = ("upstream", "allocator", "cluster")
+MODES = ("serve", "forward")
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,8 @@ class AllocatorSettings:
     """``[allocator]`` and ``[ledger]`` of the --config file."""
 
     cluster_principals: frozenset[str] = frozenset()
+    mode: str = "serve"
+    """AllocateProducerIds served from this proxy's block log, or forwarded to the controller quorum."""
     pid_source: str = "upstream"
     bootstrap: HostPort | None = None
     first_id: int = DEFAULT_FIRST_ID
@@ -93,6 +108,7 @@ class AllocatorSettings:
             settings = cls(
                 cluster_principals=principal_list(allocator.pop("cluster_principals", []),
                                                   "[allocator] cluster_principals"),
+                mode=str(allocator.pop("mode", "serve")),
                 pid_source=str(allocator.pop("pid_source", "upstream")),
                 bootstrap=_bootstrap(allocator.pop("bootstrap", None)),
                 first_id=int(allocator.pop("first_id", DEFAULT_FIRST_ID)),
@@ -112,6 +128,12 @@ class AllocatorSettings:
         for section, leftover in (("allocator", allocator), ("ledger", ledger)):
             if leftover:
                 raise ConfigError(f"[{section}]: unknown key(s) {', '.join(sorted(leftover))}")
+        if settings.mode not in MODES:
+            raise ConfigError(f"[allocator] mode: one of {', '.join(MODES)}, got {settings.mode!r}")
+        if settings.mode == "forward" and settings.pid_source != "upstream":
+            raise ConfigError("[allocator] mode = \"forward\" puts the proxy in front of the controller quorum, "
+                              f"where no client asks for producer IDs: pid_source must be \"upstream\", got "
+                              f"{settings.pid_source!r}")
         if settings.pid_source not in PID_SOURCES:
             raise ConfigError(f"[allocator] pid_source: one of {', '.join(PID_SOURCES)}, got {settings.pid_source!r}")
         if not 0 <= settings.first_id < settings.end_id <= MAX_PRODUCER_ID + 1:
@@ -178,28 +200,84 @@ class Allocator:
         return block
 
 
-class AllocateProducerIdsHandler:
-    def __init__(self, allocator: Allocator, settings: AllocatorSettings) -> None:
-        self._allocator = allocator
-        self._principals = settings.cluster_principals
+class BlockAllocations(Collector):
+    """The blocks handed out (served here or granted by the controller through this proxy): counted per
+    requesting broker id and principal, as a cluster-wide rate, and in the usage log."""
+
+    def __init__(self, registry: CollectorRegistry, usage: UsageLog) -> None:
+        self._usage = usage
+        self._blocks: dict[tuple[str, str], int] = {}
+        """(broker id, principal) -> blocks; broker ids beyond MAX_BROKER_SERIES are counted as "other"."""
+        self._broker_ids: set[int] = set()
+        self._block_rate = SampledRate()
+        self._id_rate = SampledRate()
+        registry.register(self)
+
+    def allocated(self, caller: Caller, client_id: str, broker_id: int, block: ProducerIdBlock) -> None:
+        if broker_id in self._broker_ids or len(self._broker_ids) < MAX_BROKER_SERIES:
+            self._broker_ids.add(broker_id)
+            broker = str(broker_id)
+        else:
+            broker = "other"
+        key = (broker, caller.principal)
+        self._blocks[key] = self._blocks.get(key, 0) + 1
+        self._block_rate.record(1, caller.now_ms, _HOUR_WINDOW)
+        self._id_rate.record(block.size, caller.now_ms, _HOUR_WINDOW)
+        self._usage.blocks(caller.user, client_id, broker_id, block.size)
+
+    def collect(self) -> Iterator[Metric]:
+        blocks = CounterMetricFamily("kafka_quota_proxy_producer_id_blocks",
+                                     "Producer-ID blocks handed out, by requesting broker id and principal",
+                                     labels=["broker_id", "principal"])
+        for (broker, principal), count in sorted(self._blocks.items()):
+            blocks.add_metric([broker, principal], count)
+        yield blocks
+        now = now_ms()
+        yield GaugeMetricFamily("kafka_quota_proxy_producer_id_blocks_per_hour",
+                                "Producer-ID blocks handed out over the last hour, all brokers together",
+                                value=self._block_rate.measure(now, _HOUR_WINDOW) * 3600)
+        yield GaugeMetricFamily("kafka_quota_proxy_producer_ids_allocated_per_hour",
+                                "Producer IDs in the blocks handed out over the last hour (blocks x their size): "
+                                "the rate at which the cluster issues new producer IDs",
+                                value=self._id_rate.measure(now, _HOUR_WINDOW) * 3600)
+
+
+class AllocationRate:
+    """``allocations_per_second`` per principal: a token bucket with Kafka's burst of 11 one-second samples."""
+
+    def __init__(self, settings: AllocatorSettings) -> None:
         self._rate = settings.allocations_per_second
         self._buckets: dict[str, TokenBucket] = {}
+        """Only the principals of ``cluster_principals`` are charged: bounded by the configuration."""
+
+    def charge(self, caller: Caller) -> int:
+        """The throttle (ms) of one more request."""
+        bucket = self._buckets.get(caller.principal)
+        if bucket is None:
+            bucket = self._buckets[caller.principal] = TokenBucket(self._rate, _RATE_WINDOW, caller.now_ms)
+        bucket.record(1, self._rate, _RATE_WINDOW, caller.now_ms)
+        tokens = bucket.measure(self._rate, _RATE_WINDOW, caller.now_ms)
+        return bucket_throttle_ms(tokens, self._rate) if tokens < 0 else 0
+
+
+class AllocateProducerIdsHandler:
+    """``mode = "serve"``: blocks from this proxy's block log (or claimed through the cluster)."""
+
+    def __init__(self, allocator: Allocator, settings: AllocatorSettings, allocations: BlockAllocations) -> None:
+        self._allocator = allocator
+        self._principals = settings.cluster_principals
+        self._rate = AllocationRate(settings)
+        self._allocations = allocations
 
     def __call__(self, frame: memoryview, caller: Caller) -> Decided:
         header = read_request_header(frame)
         request = decode_request(Api.ALLOCATE_PRODUCER_IDS, header.api_version, frame[header.length:])
-        principal = caller.principal
-        if principal not in self._principals:
+        if caller.principal not in self._principals:
             return _allocation_answer(header, CLUSTER_AUTHORIZATION_FAILED, None, 0)
-        bucket = self._buckets.get(principal)
-        if bucket is None:
-            bucket = self._buckets[principal] = TokenBucket(self._rate, _RATE_WINDOW, caller.now_ms)
-        bucket.record(1, self._rate, _RATE_WINDOW, caller.now_ms)
-        tokens = bucket.measure(self._rate, _RATE_WINDOW, caller.now_ms)
-        throttle_ms = bucket_throttle_ms(tokens, self._rate) if tokens < 0 else 0
-        return self._allocate(header, request.broker_id, request.broker_epoch, throttle_ms)
+        return self._allocate(header, caller, request.broker_id, request.broker_epoch, self._rate.charge(caller))
 
-    async def _allocate(self, header: RequestHeader, broker_id: int, broker_epoch: int, throttle_ms: int) -> Outcome:
+    async def _allocate(self, header: RequestHeader, caller: Caller, broker_id: int, broker_epoch: int,
+                        throttle_ms: int) -> Outcome:
         try:
             block = await self._allocator.allocate(broker_id, broker_epoch)
         except StaleBrokerEpoch as error:
@@ -214,7 +292,37 @@ class AllocateProducerIdsHandler:
             log.error("AllocateProducerIds: cannot claim a block through the cluster: %s",
                       error or type(error).__name__)
             return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
+        self._allocations.allocated(caller._replace(now_ms=now_ms()), header.client_id or "", broker_id, block)
         return _allocation_answer(header, 0, block, throttle_ms)
+
+
+class AllocateProducerIdsForwarder:
+    """``mode = "forward"``: the proxy stands between the brokers and the controller quorum. A request of a
+    principal in ``cluster_principals`` is charged, then passed on; the controller's answer goes back with
+    the throttle raised into it (the connection muted for it, later requests held), and a block it granted
+    is counted. Others are refused here and never reach the controller."""
+
+    def __init__(self, settings: AllocatorSettings, allocations: BlockAllocations) -> None:
+        self._principals = settings.cluster_principals
+        self._rate = AllocationRate(settings)
+        self._allocations = allocations
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        request = decode_request(Api.ALLOCATE_PRODUCER_IDS, header.api_version, frame[header.length:])
+        if caller.principal not in self._principals:
+            return _allocation_answer(header, CLUSTER_AUTHORIZATION_FAILED, None, 0)
+        client_id = header.client_id or ""
+
+        def count_granted(body: memoryview) -> bytes:
+            response = decode_response(Api.ALLOCATE_PRODUCER_IDS, header.api_version, body)
+            # the controller checked the broker id and epoch against its registrations before granting
+            if response.error_code == 0 and response.producer_id_start >= 0 and response.producer_id_len > 0:
+                block = ProducerIdBlock(response.producer_id_start, response.producer_id_len)
+                self._allocations.allocated(caller._replace(now_ms=now_ms()), client_id, request.broker_id, block)
+            return bytes(body)
+
+        return Outcome(throttle_ms=self._rate.charge(caller), finish=count_granted)
 
 
 def _allocation_answer(header: RequestHeader, error_code: int, block: ProducerIdBlock | None,

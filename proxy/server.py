@@ -37,9 +37,11 @@ from proxy.pid_ledger import LedgerRecorder, open_ledger
 from proxy.produce_handler import ProduceHandler
 from proxy.producer_ids import (
     BLOCK_LOG_STORE,
+    AllocateProducerIdsForwarder,
     AllocateProducerIdsHandler,
     Allocator,
     AllocatorSettings,
+    BlockAllocations,
     InitProducerIdHandler,
     ProducerIdSource,
     embedded_fetcher,
@@ -78,16 +80,19 @@ BLOCK_LOG_FILE = "producer-id-blocks.log"
 LEDGER_CHECK_INTERVAL_S = 1.0
 
 
-def _version_ceilings() -> dict[int, int]:
+def _version_ceilings(in_front_of_controllers: bool) -> dict[int, int]:
+    if in_front_of_controllers:  # the brokers' requests pass untouched, whatever version they and the controllers speak
+        return {Api.ALLOCATE_PRODUCER_IDS: max_version(Api.ALLOCATE_PRODUCER_IDS)}
     ceilings = {api_key: max_version(api_key) for api_key in _DECODED_APIS}
     ceilings[Api.FETCH] = min(ceilings[Api.FETCH], FETCH_VERSION_CEILING)
     return ceilings
 
 
-def _served_versions(sasl: bool) -> dict[int, VersionRange]:
+def _served_versions(sasl: bool, in_front_of_controllers: bool) -> dict[int, VersionRange]:
     """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves."""
-    served: dict[int, VersionRange] = {api_key: VersionRange(0, max_version(api_key))
-              for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS)}
+    served: dict[int, VersionRange] = {} if in_front_of_controllers else {
+        api_key: VersionRange(0, max_version(api_key))
+        for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS)}
     if sasl:
         served.update(_SASL_VERSIONS)
     return served
@@ -140,19 +145,27 @@ class ProxyServer:
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys(), self.upstream_access)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
         client_quotas = ClientQuotaHandlers(self.quotas, self.cluster_api_keys, config.admin_principals)
+        allocations = BlockAllocations(self.metrics.registry, self.usage)
+        self.in_front_of_controllers = settings.mode == "forward"
+        """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
+        else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
+        self.rewrites_addresses = not self.in_front_of_controllers
         self.handlers: Mapping[int, RequestHandler] = {
+            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
+        } if self.in_front_of_controllers else {
             Api.FETCH: FetchHandler(self.quotas, self.usage),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,
             Api.INIT_PRODUCER_ID: InitProducerIdHandler(self.quotas, self.pid_source, self.ledger),
-            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings),
+            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
         }
         self._maintenance: list[asyncio.Task[None]] = []
-        self.api_version_ceilings: Mapping[int, int] = _version_ceilings()
-        self.served_api_versions: Mapping[int, VersionRange] = _served_versions(config.sasl_mode == "terminate")
+        self.api_version_ceilings: Mapping[int, int] = _version_ceilings(self.in_front_of_controllers)
+        self.served_api_versions: Mapping[int, VersionRange] = _served_versions(config.sasl_mode == "terminate",
+                                                                                self.in_front_of_controllers)
         self._cluster_api_versions: list[dict[str, int]] | None = None
         """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
         error or a version's subset): for the answers given before a login and for what is forwarded."""
@@ -392,7 +405,8 @@ class ProxyServer:
         self._serve(sock, "bootstrap", self._bootstrap_target)
         log.info("listening for bootstrap on %s (upstream %s)", listen,
                  ",".join(map(str, self.config.upstream)))
-        await self.refresh_brokers()
+        if self.rewrites_addresses:  # controllers answer no Metadata, and their addresses are not rewritten
+            await self.refresh_brokers()
         self.usage.start()
         loop = asyncio.get_running_loop()
         self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from allocator.durable import AppendOnlyFile, WriteErrors
-from quotas.usage_record import USAGE_FIELDS, usage_file_hour, usage_file_name
+from quotas.usage_record import BLOCK_FIELDS, USAGE_FIELDS, usage_file_hour, usage_file_name
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ DEFAULT_RETENTION_DAYS = 7
 class UsageSecond(NamedTuple):
     epoch_s: int
     counters: dict[tuple[str, str], list[int]]
+    blocks: dict[tuple[str, str, int], list[int]]
+    """(user, client id, broker id) -> BLOCK_FIELDS."""
 
 
 class UsageLog:
@@ -45,6 +47,7 @@ class UsageLog:
         self._retention_s = retention_days * 86400
         self._errors = write_errors or WriteErrors()
         self._counters: dict[tuple[str, str], list[int]] = {}
+        self._blocks: dict[tuple[str, str, int], list[int]] = {}
         self._queue: queue.Queue[UsageSecond | None] = queue.Queue(_MAX_QUEUED_SECONDS)
         self._unwritten: deque[UsageSecond] = deque()
         """Seconds the writer could not write yet (its thread only)."""
@@ -87,6 +90,12 @@ class UsageLog:
         entry[_THROTTLE_MS] += throttle_ms
         entry[_REJECTIONS] += rejected_topics
 
+    def blocks(self, user: str, client_id: str, broker_id: int, block_ids: int) -> None:
+        """A producer-ID block of ``block_ids`` IDs handed out to broker ``broker_id``."""
+        entry = self._blocks.setdefault((user, client_id, broker_id), [0, 0])
+        entry[0] += 1
+        entry[1] += block_ids
+
     # ---- the writer ---------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -96,9 +105,10 @@ class UsageLog:
 
     def end_second(self, epoch_s: int) -> None:
         """Hand the counters gathered so far to the writer, stamped ``epoch_s``."""
-        if not self._counters:
+        if not self._counters and not self._blocks:
             return
-        second, self._counters = UsageSecond(epoch_s, self._counters), {}
+        second = UsageSecond(epoch_s, self._counters, self._blocks)
+        self._counters, self._blocks = {}, {}
         try:
             self._queue.put_nowait(second)
         except queue.Full:
@@ -130,6 +140,9 @@ class UsageLog:
             lines = [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id,
                                  **dict(zip(USAGE_FIELDS, counters, strict=True))}, separators=(",", ":"))
                      for (user, client_id), counters in second.counters.items()]
+            lines += [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id, "broker_id": broker_id,
+                                  **dict(zip(BLOCK_FIELDS, counters, strict=True))}, separators=(",", ":"))
+                      for (user, client_id, broker_id), counters in second.blocks.items()]
             try:
                 file = AppendOnlyFile(self.directory / name)
                 try:

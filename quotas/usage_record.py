@@ -1,7 +1,8 @@
 """The usage log's record: shared by the proxy, which writes it, and the reporting job, which reads it.
 
 One JSON line per (user, client id) for each second with traffic: ``time`` (epoch seconds),
-``user``, ``client_id`` and these counters. A field added here is a column of the report; lines
+``user``, ``client_id`` and these counters; and one per (user, client id, broker id) for each second
+in which producer-ID blocks were handed out. A field added here is a column of the report; lines
 written before it existed read it as 0.
 """
 
@@ -10,6 +11,11 @@ import time
 
 USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections", "fetch_bytes")
 """``bytes``: Produce request bytes; ``fetch_bytes``: Fetch response bytes charged to a consumer."""
+
+BLOCK_FIELDS = ("blocks", "block_ids")
+"""Producer-ID blocks handed out (AllocateProducerIds) and the IDs in them. They are counted on lines of
+their own, which also carry ``broker_id`` (the requesting broker) and none of USAGE_FIELDS: a line with
+``broker_id`` is a block line, any other a client's."""
 
 
 _FILE_NAME_FORMAT = "usage-%Y-%m-%dT%H.jsonl"

@@ -9,6 +9,7 @@ import yaml
 
 from proxy.config import build_parser, load_config
 from proxy.fleet import FleetSettings
+from proxy.producer_ids import AllocatorSettings
 from quotas.config import QuotaScope, load_quota_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,26 @@ def test_compose_proxy_command_is_a_valid_cli_invocation_and_publishes_every_bro
     assert config.metrics_listen is not None and config.metrics_listen.port in published
     for path in ("examples/quotas.toml", "examples/proxy.toml", "examples/prometheus.yml", "Dockerfile"):
         assert (ROOT / path).exists()
+
+
+def test_the_nodes_reach_each_controller_through_a_forwarding_proxy() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    voters = {}
+    for name, service in services.items():
+        if name.startswith("kafka-"):
+            voters[name] = service["environment"]["KAFKA_CONTROLLER_QUORUM_VOTERS"]
+    assert len(set(voters.values())) == 1, "every node names the same voters"
+    for voter in next(iter(voters.values())).split(","):
+        node_id, _, address = voter.partition("@")
+        host, _, port = address.partition(":")
+        assert host == f"controller-proxy-{node_id}"
+        command = [argument.replace("=/app/", f"={ROOT}/") for argument in services[host]["command"]]
+        config = load_config(build_parser().parse_args(command))
+        assert config.listen.port == int(port)
+        assert [str(hp) for hp in config.upstream] == [f"kafka-{node_id}:9093"]  # the node's CONTROLLER listener
+        settings = AllocatorSettings.from_config(config)
+        assert settings.mode == "forward" and settings.cluster_principals == {"User:ANONYMOUS"}
 
 
 def test_every_broker_is_published_for_the_tests_against_apache_kafka() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from pipeline.job import PERCENTILES, RATES, recommended_quotas, run, spark_sess
 from pipeline.synthetic import MISBEHAVING, write_usage_log
 from proxy.pid_ledger import LedgerFilters
 from quotas.config import QuotaType, load_quota_file
+from quotas.usage_record import usage_file_name
 
 ROWS = 100_000
 MALFORMED = 37
@@ -132,6 +134,37 @@ def test_the_ledger_adds_first_seen_pids_per_hour(spark: SparkSession, tmp_path:
     result = run(spark, str(tmp_path / "usage"), tmp_path / "out", ledger_dir=str(tmp_path / "ledger"))
     mallory = next(row for row in result.churners if row["user"] == "mallory")
     assert mallory["max_ledger_new_pids_per_hour"] == 150
+
+
+def test_producer_id_blocks_per_broker_and_hour_and_where_the_rate_jumped(spark: SparkSession,
+                                                                         tmp_path: Path) -> None:
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    hour = 1_790_000_000 - 1_790_000_000 % 3600
+    lines = [{"time": hour + 5, "user": "broker", "client_id": "c1", "broker_id": 1, "blocks": 2, "block_ids": 2000},
+             {"time": hour + 9, "user": "broker", "client_id": "c2", "broker_id": 2, "blocks": 1, "block_ids": 1000},
+             {"time": hour + 3600, "user": "broker", "client_id": "c1", "broker_id": 1, "blocks": 20,
+              "block_ids": 20_000},
+             {"time": hour + 3601, "user": "broker", "client_id": "c1", "broker_id": 1, "blocks": 10,
+              "block_ids": 10_000},
+             {"time": hour + 3 * 3600, "user": "broker", "client_id": "c2", "broker_id": 2, "blocks": 1,
+              "block_ids": 1000},
+             {"time": hour + 5, "user": "broker", "client_id": "c1", "bytes": 100, "produce_requests": 1}]
+    for line in lines:
+        with (usage / usage_file_name(line["time"])).open("a") as file:  # type: ignore[arg-type]
+            file.write(json.dumps(line) + "\n")
+    report = run(spark, str(usage), tmp_path / "out")
+    assert [(row["hour"] - hour, row["blocks"], row["block_ids"], row["brokers"], row["change"])
+            for row in report.block_hours] == [(0, 3, 3000, 2, None), (3600, 30, 30_000, 1, 10.0),
+                                               (3 * 3600, 1, 1000, 1, None)]
+    assert [(row["hour"] - hour, row["broker_id"], row["blocks"]) for row in report.broker_block_hours] == [
+        (0, 1, 2), (0, 2, 1), (3600, 1, 30), (3 * 3600, 2, 1)]
+    # block lines are not a client's seconds
+    assert [(row["user"], row["client_id"], row["seconds"]) for row in report.summary] == [("broker", "c1", 1)]
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "Largest jump: " + report.block_hours[1]["hour_utc"] + ", 10 times the hour before" in page
+    with (tmp_path / "out" / "producer-id-blocks.csv").open() as file:
+        assert len(list(csv.DictReader(file))) == 4
 
 
 def test_the_summary_csv_has_a_row_per_principal(report: tuple[Any, list[dict[str, Any]], Path]) -> None:

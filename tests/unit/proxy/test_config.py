@@ -67,6 +67,8 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     ('[allocator]\npid_source = "allocator"\n', "broker_id: required"),
     ('[allocator]\nbroker_id = -1\n', "broker_id: 0..2"),
     ('[allocator]\npid_source = "cluster"\nblocks_topic_id = "not-a-uuid"\n', "blocks_topic_id"),
+    ('[allocator]\nmode = "proxy"\n', "mode: one of serve, forward"),
+    ('[allocator]\nmode = "forward"\npid_source = "allocator"\nbroker_id = 1\n', "pid_source must be"),
 ])
 def test_bad_allocator_settings_are_refused(tmp_path: Path, toml: str, message: str) -> None:
     path = tmp_path / "proxy.toml"

@@ -44,6 +44,19 @@ def test_one_line_per_principal_and_second_in_hourly_files(tmp_path: Path) -> No
     assert usage.lines_written == 3
 
 
+def test_producer_id_blocks_have_lines_of_their_own_per_broker(tmp_path: Path) -> None:
+    usage = UsageLog(tmp_path / "usage")
+    usage.start()
+    usage.blocks("broker", "raft-client-1", 1, 1000)
+    usage.blocks("broker", "raft-client-1", 1, 1000)
+    usage.blocks("broker", "raft-client-2", 2, 500)
+    usage.stop(START)
+    assert read_lines(tmp_path / "usage")[usage_file_name(START)] == [
+        {"time": START, "user": "broker", "client_id": "raft-client-1", "broker_id": 1, "blocks": 2, "block_ids": 2000},
+        {"time": START, "user": "broker", "client_id": "raft-client-2", "broker_id": 2, "blocks": 1, "block_ids": 500},
+    ]
+
+
 def test_seconds_that_cannot_be_written_wait_and_are_written_once_the_disk_is_back(tmp_path: Path) -> None:
     errors = WriteErrors((STORE,))
     usage = UsageLog(tmp_path / "usage", write_errors=errors)
