@@ -27,8 +27,10 @@ _CREATE_TOPICS_VERSION = 5
 _PRODUCE_VERSION = 7
 _FETCH_VERSION = 11
 _LIST_OFFSETS_VERSION = 5
-_INIT_PRODUCER_ID_VERSION = 4  # Tansu answers v0-v2 with UNKNOWN_SERVER_ERROR; Kafka 2.7+ serves v4
+_INIT_PRODUCER_ID_VERSION = 4  # Kafka 2.7+
 TOPIC_ALREADY_EXISTS = 36
+COORDINATOR_LOAD_IN_PROGRESS = 14
+_INIT_PRODUCER_ID_BACKOFF_S = 0.05
 _RETRIABLE_PRODUCE_ERRORS = frozenset({
     6,   # NOT_LEADER_OR_FOLLOWER
     7,   # REQUEST_TIMED_OUT
@@ -200,9 +202,17 @@ class ClusterClient:
             self._connection = None
 
     async def _init_producer_id(self) -> _IdempotentState:
-        response = await self._call(Api.INIT_PRODUCER_ID, _INIT_PRODUCER_ID_VERSION,
-                                    {"transactional_id": None, "transaction_timeout_ms": 60_000,
-                                     "producer_id": -1, "producer_epoch": -1})
+        """A producer id from the leader. A Kafka broker answers COORDINATOR_LOAD_IN_PROGRESS while it
+        fetches a block of IDs from its controller (at its first idempotent producer): asked again, as
+        Kafka's own producer does, until the timeout."""
+        async with asyncio.timeout(self._timeout_s):
+            while True:
+                response = await self._call(Api.INIT_PRODUCER_ID, _INIT_PRODUCER_ID_VERSION,
+                                            {"transactional_id": None, "transaction_timeout_ms": 60_000,
+                                             "producer_id": -1, "producer_epoch": -1})
+                if response.error_code != COORDINATOR_LOAD_IN_PROGRESS:
+                    break
+                await asyncio.sleep(_INIT_PRODUCER_ID_BACKOFF_S)
         if response.error_code:
             raise ClusterError(f"InitProducerId for {self.topic}: error {response.error_code}", response.error_code)
         return _IdempotentState(response.producer_id, response.producer_epoch)
