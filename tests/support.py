@@ -10,13 +10,18 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from proxy.embedded_broker import LOOPBACK, free_port
+from proxy.apache_kafka import LOOPBACK, SaslUsers, free_port
 
-TANSU_NODE_ID = 111
 FOREIGN_PRODUCER_ID = (1 << 48) + 4242
 """A producer ID no broker issued (the proxy's allocator starts at 2^48)."""
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol, with = signs",
+             "quota-proxy": "the proxy's own"}
+CLUSTER_USERS = SaslUsers(plain=PASSWORDS, scram=PASSWORDS)
+"""Who may log in on the SASL listener of the Apache Kafka the tests start (PLAIN and SCRAM alike)."""
 
 
 def proxy_command() -> list[str]:
@@ -33,7 +38,7 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def free_broker_port_base(node_ids: tuple[int, ...] = (TANSU_NODE_ID,)) -> int:
+def free_broker_port_base(node_ids: tuple[int, ...]) -> int:
     """A base such that base + every node id is a free port."""
     while True:
         base = free_port() - min(node_ids)
@@ -42,14 +47,15 @@ def free_broker_port_base(node_ids: tuple[int, ...] = (TANSU_NODE_ID,)) -> int:
 
 
 class Cluster:
-    """The Kafka cluster under the integration tests: Tansu started here, or ``KAFKA_BOOTSTRAP``'s.
+    """The Kafka cluster under the integration tests: Apache Kafka started here, or ``KAFKA_BOOTSTRAP``'s.
 
-    Tests decide what they can check from what the cluster answers (its ApiVersions, its metadata,
-    how it treats a request), never from its name.
+    ``sasl_bootstrap``: its SASL_PLAINTEXT listener, where the users of ``PASSWORDS`` log in with PLAIN,
+    SCRAM-SHA-256, SCRAM-SHA-512 or (any name) unsecured OAUTHBEARER; None when the cluster has none.
     """
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, sasl_bootstrap: str | None = None) -> None:
         self.bootstrap = bootstrap
+        self.sasl_bootstrap = sasl_bootstrap
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.api_versions: dict[int, tuple[int, int]] = {}
@@ -101,7 +107,7 @@ class ProxyProcess:
     """The proxy CLI in a child process; ``bootstrap`` is where clients connect."""
 
     def __init__(self, upstream: str, log_path: Path, *extra_args: str,
-                 node_ids: tuple[int, ...] = (TANSU_NODE_ID,)) -> None:
+                 node_ids: tuple[int, ...]) -> None:
         self.port = free_port()
         self.bootstrap = f"{LOOPBACK}:{self.port}"
         self.broker_port_base = free_broker_port_base(node_ids)
@@ -190,14 +196,19 @@ def connect_to_leader(proxy: ProxyProcess, topic: str, timeout_s: float = 30) ->
     return socket.create_connection((LOOPBACK, leader_port(proxy, topic)), timeout=timeout_s)
 
 
-def create_topic_on_one_broker(cluster: Cluster, topic: str, partitions: int = 1) -> None:
-    """Every partition led by the same broker, so one raw Produce can carry several partitions."""
+def create_topic_on_one_broker(cluster: Cluster, topic: str, partitions: int = 1, node_id: int | None = None) -> None:
+    """Every partition led by the same broker (``node_id``, default the first), so one raw Produce can
+    carry several partitions."""
+    create_topic_led_by(cluster, topic, [cluster.node_ids[0] if node_id is None else node_id] * partitions)
+
+
+def create_topic_led_by(cluster: Cluster, topic: str, leaders: list[int]) -> None:
+    """Partition i on broker ``leaders[i]`` alone (replication factor 1)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
-    node = cluster.node_ids[0]
-    admin.create_topics([NewTopic(topic, replica_assignments={i: [node] for i in range(partitions)})])
+    admin.create_topics([NewTopic(topic, replica_assignments={i: [node] for i, node in enumerate(leaders)})])
     admin.close()
 
 
@@ -263,6 +274,25 @@ def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: in
     return decode_response(api_key, api_version, memoryview(frame)[response_header_length(frame, flexible):])
 
 
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def new_producer_id(sock: socket.socket, timeout_s: float = 30.0) -> Any:
+    """An idempotent producer's InitProducerId answer on ``sock``. A Kafka broker answers
+    COORDINATOR_LOAD_IN_PROGRESS until its controller has given it a block of IDs (at its first
+    producer, and whenever a block runs out before the next arrived): asked again, as Kafka's producers do."""
+    from protocol.apis import Api
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
+                      producer_id=-1, producer_epoch=-1)
+        if answer.error_code != COORDINATOR_LOAD_IN_PROGRESS:  # type: ignore[attr-defined]
+            return answer
+        assert time.monotonic() < deadline, f"no producer ID after {timeout_s} s"
+        time.sleep(0.005)
+
+
 def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, window_num: int = 11,
                           window_size_s: float = 1.0) -> float:
     """When a Kafka broker would send the last response, reading one request at a time.
@@ -271,11 +301,22 @@ def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, wi
     sent and its throttle has run out (``SocketServer`` mutes the channel); its size is recorded
     when it is handled. Computed with the project's own rate (Kafka's ``SampledStat``).
     """
-    return kafka_shared_quota_model_s([request_bytes], quota_bytes_per_s, window_num, window_size_s)
+    return kafka_quota_model([request_bytes], quota_bytes_per_s, window_num, window_size_s).elapsed_s
 
 
-def kafka_shared_quota_model_s(bytes_per_connection: list[list[int]], quota_bytes_per_s: float,
-                               window_num: int = 11, window_size_s: float = 1.0) -> float:
+@dataclass(frozen=True)
+class QuotaModel:
+    """Kafka's schedule for clients that come back the moment their throttle ends (none can be faster)."""
+
+    elapsed_s: float
+    """From the first charge to the last: a lower bound for any real client's time."""
+    throttle_ms: int
+    """The throttles of every response together: an upper bound, as a client that comes back later finds a
+    lower rate and gets less."""
+
+
+def kafka_quota_model(bytes_per_connection: list[list[int]], quota_bytes_per_s: float,
+                      window_num: int = 11, window_size_s: float = 1.0) -> QuotaModel:
     """``kafka_produce_model_s`` for several connections charging one quota (a user's consumers):
     each connection is muted for its own throttle; the next charge is the connection ready first,
     connections ready together taking turns (clients running side by side)."""
@@ -289,6 +330,7 @@ def kafka_shared_quota_model_s(bytes_per_connection: list[list[int]], quota_byte
     remaining = [list(sizes) for sizes in bytes_per_connection]
     charged = [0] * len(bytes_per_connection)
     answered_ms = start_ms
+    throttled_ms = 0
     while any(remaining):
         connection = min((i for i, sizes in enumerate(remaining) if sizes), key=lambda i: (ready_ms[i], charged[i]))
         now_ms = answered_ms = ready_ms[connection]
@@ -296,8 +338,10 @@ def kafka_shared_quota_model_s(bytes_per_connection: list[list[int]], quota_byte
         charged[connection] += 1
         measured, window_ms = rate.measure_with_window(now_ms, window)
         if measured > quota_bytes_per_s:
-            ready_ms[connection] = now_ms + rate_throttle_ms(measured, quota_bytes_per_s, window_ms)
-    return (answered_ms - start_ms) / 1000
+            throttle_ms = rate_throttle_ms(measured, quota_bytes_per_s, window_ms)
+            ready_ms[connection] = now_ms + throttle_ms
+            throttled_ms += throttle_ms
+    return QuotaModel((answered_ms - start_ms) / 1000, throttled_ms)
 
 
 class TcpRelay:

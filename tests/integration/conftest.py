@@ -1,9 +1,11 @@
 """The cluster under the integration tests and proxies in front of it.
 
-Without ``KAFKA_BOOTSTRAP`` a Tansu broker is started for the session; with it
-(``KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster``) the tests run against that cluster,
-e.g. Apache Kafka from docker-compose.yml. Each test checks what the cluster can show (from its
-ApiVersions and answers), not which broker it is.
+Without ``KAFKA_BOOTSTRAP`` an Apache Kafka node (KRaft, broker and controller) is started for the
+session, with a SASL_PLAINTEXT listener for the users of ``tests.support.PASSWORDS``; the tests that
+need several brokers share a cluster of three, started the first time one asks for it. With
+``KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster`` the tests run against that cluster
+(``KAFKA_SASL_BOOTSTRAP`` names its SASL listener, if it has one with those users). Tests that stop,
+kill or pause brokers, or put a proxy between brokers and their controller, start clusters of their own.
 """
 
 from __future__ import annotations
@@ -15,19 +17,34 @@ from pathlib import Path
 
 import pytest
 
-from proxy.embedded_broker import EmbeddedBroker
-from tests.support import Cluster, ProxyProcess
+from proxy.apache_kafka import KafkaCluster
+from tests.support import CLUSTER_USERS, Cluster, ProxyProcess
+
+
+def _launched(brokers: int, log_directory: Path, **properties: str) -> Iterator[Cluster]:
+    with KafkaCluster(brokers, users=CLUSTER_USERS, log_directory=log_directory,
+                      extra_properties=properties) as kafka:
+        yield Cluster(kafka.bootstrap, kafka.sasl_bootstrap).wait_until_ready()
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     external = os.environ.get("KAFKA_BOOTSTRAP")
     if external:
-        yield Cluster(external).wait_until_ready()
+        yield Cluster(external, os.environ.get("KAFKA_SASL_BOOTSTRAP")).wait_until_ready()
         return
-    log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with EmbeddedBroker(log_path=log_path) as running:
-        yield Cluster(running.bootstrap).wait_until_ready()
+    yield from _launched(1, tmp_path_factory.mktemp("kafka"))
+
+
+@pytest.fixture(scope="session")
+def three_brokers(broker: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A cluster of three brokers: ``broker`` itself when it has three or more, else one started here,
+    whose ``num.partitions`` is 3, not Kafka's default of 1 (so a test can tell the count a cluster chose
+    from a fallback of 1)."""
+    if len(broker.node_ids) >= 3:
+        yield broker
+        return
+    yield from _launched(3, tmp_path_factory.mktemp("kafka-three"), **{"num.partitions": "3"})
 
 
 @pytest.fixture(scope="session")
@@ -41,12 +58,14 @@ def proxy(broker: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture
 def own_proxy(broker: Cluster, tmp_path: Path) -> Iterator[object]:
-    """Factory for a dedicated proxy with extra flags, stopped after the test."""
+    """Factory for a dedicated proxy with extra flags, stopped after the test. ``upstream`` and
+    ``cluster`` put it in front of another cluster or listener."""
     started: list[ProxyProcess] = []
 
-    def start(*extra_args: str, upstream: str | None = None) -> ProxyProcess:
-        process = ProxyProcess(upstream or broker.bootstrap, tmp_path / f"proxy{len(started)}.log", *extra_args,
-                               node_ids=broker.node_ids)
+    def start(*extra_args: str, upstream: str | None = None, cluster: Cluster | None = None) -> ProxyProcess:
+        cluster = cluster or broker
+        process = ProxyProcess(upstream or cluster.bootstrap, tmp_path / f"proxy{len(started)}.log", *extra_args,
+                               node_ids=cluster.node_ids)
         started.append(process)
         return process.start()
 

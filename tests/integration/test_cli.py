@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest
 
-from proxy.embedded_broker import EmbeddedBroker, free_port
+from proxy.apache_kafka import KafkaCluster
 from tests.support import Cluster, ProxyProcess, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
@@ -83,8 +83,8 @@ def test_bad_settings_exit_2_with_a_reason(args: list[str], message: str) -> Non
 
 
 def test_unreachable_upstream_closes_client_and_recovers(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
-    port = free_port()
-    proxy = own_proxy("--connect-timeout-seconds", "2", upstream=f"127.0.0.1:{port}")
+    late = KafkaCluster(log_directory=tmp_path)  # its ports are chosen; nothing listens on them yet
+    proxy = own_proxy("--connect-timeout-seconds", "2", upstream=late.bootstrap)
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
         sock.sendall(encode_request(API_VERSIONS, 0))
         # closed with the request unread, the kernel may reset instead of a clean FIN
@@ -92,7 +92,7 @@ def test_unreachable_upstream_closes_client_and_recovers(own_proxy, tmp_path: Pa
             assert sock.recv(16) == b""
     assert "upstream unreachable" in proxy.wait_for_log("upstream unreachable")
 
-    with EmbeddedBroker(port=port, log_path=tmp_path / "late-broker.log"):
+    with late:
         producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all")
         assert producer.send(topic, value=b"after the broker came up").get(timeout=30).offset == 0
         producer.close()

@@ -10,7 +10,6 @@ import pytest
 
 from protocol.apis import Api
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable
-from tests.integration.test_produce_quotas import metrics
 from tests.support import Cluster, ProxyProcess, admin_config, call, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
@@ -88,21 +87,33 @@ def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broke
                      {"key": "consumer_byte_rate", "value": 2048.0, "remove": False}]},
         ])
         codes = [entry.error_code for entry in response.entries]  # type: ignore[attr-defined]
-        # negative rate; PID quota on a client id; a key the cluster owns (forwarded, or refused when the
-        # cluster lacks the API, as Tansu 0.6 does); valid
-        forwarded = broker.supports(Api.ALTER_CLIENT_QUOTAS) and broker.supports(Api.DESCRIBE_CLIENT_QUOTAS)
-        assert codes == [INVALID_REQUEST, INVALID_REQUEST, 0 if forwarded else UNSUPPORTED_VERSION, 0]
+        # negative rate; PID quota on a client id; a key the cluster owns (forwarded to it); valid
+        assert codes == [INVALID_REQUEST, INVALID_REQUEST, 0, 0]
         described = call(sock, Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
                          components=[{"entity_type": "user", "match_type": 2, "match": None}])
         entries = {(entry.entity[0].entity_name, value.key, value.value)  # type: ignore[attr-defined]
                    for entry in described.entries for value in entry.values}  # type: ignore[attr-defined]
         assert {(carol, "producer_byte_rate", 1024.0), (carol, "consumer_byte_rate", 2048.0)} <= entries
-        assert ((bob, "request_percentage", 1.0) in entries) is forwarded
+        assert (bob, "request_percentage", 1.0) in entries  # the cluster's own, described by the cluster
         assert not any(name == "alice" for name, _, _ in entries)
-        if forwarded:  # leave the shared cluster as it was
-            call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
-                {"entity": [{"entity_type": "user", "entity_name": bob}],
-                 "ops": [{"key": "request_percentage", "value": 0.0, "remove": True}]}])
+    assert cluster_quotas(broker, bob) == {"request_percentage": 1.0}
+    assert cluster_quotas(broker, carol) == {}, "the proxy's keys stay in the proxy"
+    remove_cluster_quota(broker, bob, "request_percentage")  # leave the shared cluster as it was
+
+
+def cluster_quotas(cluster: Cluster, user: str) -> dict[str, float]:
+    """What the cluster itself holds for ``user`` (asked directly, not through a proxy)."""
+    with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:
+        described = call(sock, Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=True,
+                         components=[{"entity_type": "user", "match_type": 0, "match": user}])
+    return {value.key: value.value for entry in described.entries for value in entry.values}  # type: ignore[attr-defined]
+
+
+def remove_cluster_quota(cluster: Cluster, user: str, key: str) -> None:
+    with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:
+        call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+            {"entity": [{"entity_type": "user", "entity_name": user}],
+             "ops": [{"key": key, "value": 0.0, "remove": True}]}])
 
 
 def test_without_an_admin_table_nobody_may_alter_or_describe_quotas(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -121,19 +132,20 @@ def test_without_an_admin_table_nobody_may_alter_or_describe_quotas(own_proxy, t
 
 
 def test_a_clients_api_versions_request_does_not_change_what_the_proxy_forwards(  # type: ignore[no-untyped-def]
-        own_proxy, tmp_path: Path) -> None:
-    # The cluster here is a second proxy, which serves AlterClientQuotas whatever is behind it: the proxy
-    # under test must forward a cluster-owned key to it after a client's ApiVersions v5 (which the cluster
-    # answers with UNSUPPORTED_VERSION and a list naming ApiVersions alone).
-    cluster = own_proxy(*admin_config(tmp_path))
-    proxy = own_proxy(*admin_config(tmp_path), upstream=cluster.bootstrap)
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    # after a client's ApiVersions v5 (which the cluster answers with UNSUPPORTED_VERSION and a list naming
+    # ApiVersions alone) the proxy must still forward a cluster-owned key to the cluster
+    user = f"bob-{topic}"
+    proxy = own_proxy(*admin_config(tmp_path))
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         newest = bytearray(encode_request(Api.API_VERSIONS, 3, correlation_id=7, client_id="probe",
                                           client_software_name="probe", client_software_version="1"))
         newest[6:8] = (5).to_bytes(2, "big")  # a version after the newest anyone serves
         sock.sendall(newest)
         read_frame(sock)
-        call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
-            {"entity": [{"entity_type": "user", "entity_name": "bob"}],
+        answer = call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+            {"entity": [{"entity_type": "user", "entity_name": user}],
              "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
-    assert metrics(cluster)['kafka_proxy_requests_total{api="AlterClientQuotas"}'] == 1
+    assert [entry.error_code for entry in answer.entries] == [0]  # type: ignore[attr-defined]
+    assert cluster_quotas(broker, user) == {"request_percentage": 1.0}
+    remove_cluster_quota(broker, user, "request_percentage")

@@ -1,10 +1,13 @@
 """The consumer byte-rate quota (KIP-13's consumer side) with kafka-python, librdkafka and aiokafka.
 
-Each consumer reads 48 MiB at a 1 MiB/s quota through the proxy; the time from its first record to
-its last is compared with Kafka's model (``kafka_produce_model_s``: a response is charged, the
-connection muted for its throttle, the next fetch read after that) over the bytes the proxy
-charged, in responses of the consumer's ``fetch.max.bytes``, and the rate beyond the window's
-initial credit with the quota. Every record must arrive exactly once, in order per partition.
+Each consumer reads 48 MiB at a 1 MiB/s quota through the proxy and is compared with Kafka's model
+(``kafka_quota_model``: a response is charged, the connection muted for its throttle, the next fetch
+read after that) over the bytes the proxy charged, in responses of the consumer's ``fetch.max.bytes``.
+The model follows the proxy's Fetch policy (a response over quota is delivered, then throttled; Kafka
+answers it empty instead: README "Consume byte rate"). The throttles the proxy decided for one consumer are bounded
+from above by the model's (a client coming back later than its throttle finds a lower rate, whatever the
+machine's speed); the time is held to the model within a margin measured against this machine's noise.
+Every record must arrive exactly once, in order per partition.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ from tests.support import (
     LOOPBACK,
     Cluster,
     ProxyProcess,
+    QuotaModel,
     TcpRelay,
     call,
     encode_request,
-    kafka_shared_quota_model_s,
+    kafka_quota_model,
     leader_port,
     read_frame,
 )
@@ -55,9 +59,9 @@ BATCH_BYTES = 16 * 1024
 """Small batches make every full response about ``FETCH_MAX_BYTES`` on any cluster, as the model assumes (a
 cluster may answer a fetch with one batch more than asked for, or always return a partition's first batch)."""
 MODEL_TOLERANCE = 0.2
-INITIAL_CREDIT_BYTES = (11 - 1) * 1 * QUOTA
-"""Kafka's rate counts at least ``quota.window.num - 1`` windows (of 1 s), so that much is read before a throttle."""
-RATE_TOLERANCE = 0.1
+"""Around the model. Measured on this machine: 0.92-0.97x the model's time (README "Consume byte rate")."""
+THROTTLE_TOLERANCE = 0.05
+"""Over the model's throttles: real responses are not all the model's equal size."""
 Received = list[tuple[int, bytes]]
 """(partition, value) in the order the consumer got them."""
 
@@ -74,14 +78,18 @@ def create_topic(cluster: Cluster, topic: str) -> None:
 
 
 def fill_topic(cluster: Cluster, topic: str, records: int = RECORDS) -> None:
-    """Numbered 1 KiB records, alternating between the partitions, written to the cluster directly."""
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "batch.size": BATCH_BYTES})
+    """Numbered 1 KiB records, alternating between the partitions, written to the cluster directly. Idempotent:
+    a new topic's first batch may be refused (its leader not ready yet) and retried after later ones, which
+    without idempotence would store them out of order."""
+    failed: list[object] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "batch.size": BATCH_BYTES,
+                         "enable.idempotence": True})
     for sequence in range(records):
         producer.produce(topic, f"{sequence // PARTITIONS:08d}".encode().ljust(1024, b"."),
-                         partition=sequence % PARTITIONS)
+                         partition=sequence % PARTITIONS, on_delivery=lambda error, _: error and failed.append(error))
         if sequence % 10_000 == 0:
             producer.poll(0)
-    assert producer.flush(60) == 0
+    assert producer.flush(60) == 0 and failed == []
 
 
 def assert_each_record_once_in_order(received: Received) -> None:
@@ -94,34 +102,45 @@ def assert_each_record_once_in_order(received: Received) -> None:
         assert sequences == expected, f"partition {partition}: lost, duplicated or reordered records"
 
 
-def charged_fetch_bytes(proxy: ProxyProcess, client_ids: set[str]) -> int:
+def charged(proxy: ProxyProcess, client_ids: set[str], field: str = "fetch_bytes") -> int:
+    """What the usage log holds for ``client_ids``: fetch bytes charged, or throttle_ms given."""
     time.sleep(2.5)  # the usage log is written once a second
-    return sum(line.get("fetch_bytes", 0) for line in usage_lines(proxy) if line["client_id"] in client_ids)
+    return sum(line.get(field, 0) for line in usage_lines(proxy) if line["client_id"] in client_ids)
 
 
-def model_s(fetched_bytes: int, connections: int = 1) -> float:
+def model(fetched_bytes: int, connections: int = 1) -> QuotaModel:
     """Kafka's model for ``connections`` consumers reading equal shares in responses of ``FETCH_MAX_BYTES``."""
     share = fetched_bytes // connections
     responses = -(-share // FETCH_MAX_BYTES)
-    return kafka_shared_quota_model_s([[share // responses] * responses] * connections, QUOTA)
+    return kafka_quota_model([[share // responses] * responses] * connections, QUOTA)
 
 
-def assert_within_model(elapsed_s: float, fetched_bytes: int, what: str, connections: int = 1) -> None:
-    model = model_s(fetched_bytes, connections)
-    low, high = model * (1 - MODEL_TOLERANCE), model * (1 + MODEL_TOLERANCE)
-    assert low <= elapsed_s <= high, f"{what}: {elapsed_s:.1f} s for {fetched_bytes} B, model {model:.1f} s"
-
-
-def assert_rate_after_credit(elapsed_s: float, fetched_bytes: int, what: str) -> None:
-    rate = (fetched_bytes - INITIAL_CREDIT_BYTES) / elapsed_s
-    assert abs(rate / QUOTA - 1) <= RATE_TOLERANCE, f"{what}: {rate / QUOTA:.2f} x the quota after the credit"
+def assert_within_model(proxy: ProxyProcess, client_ids: set[str], since_start_s: float, elapsed_s: float,
+                        what: str, connections: int = 1) -> None:
+    """``since_start_s`` not much shorter than the model, ``elapsed_s`` (first record to last) not much longer,
+    and for one connection no more throttle than the model's (with several, the order in which they come back
+    changes every throttle: no bound)."""
+    fetched = charged(proxy, client_ids)
+    assert fetched >= RECORDS * 1024
+    expected = model(fetched, connections)
+    assert since_start_s >= expected.elapsed_s * (1 - MODEL_TOLERANCE), (
+        f"{what}: {since_start_s:.1f} s for {fetched} B, faster than the model's {expected.elapsed_s:.1f} s")
+    assert elapsed_s <= expected.elapsed_s * (1 + MODEL_TOLERANCE), (
+        f"{what}: {elapsed_s:.1f} s for {fetched} B, the model {expected.elapsed_s:.1f} s")
+    throttled_ms = charged(proxy, client_ids, "throttle_ms")
+    print(f"{what}: {elapsed_s:.2f} s, {since_start_s:.2f} s from the start, throttled {throttled_ms} ms for "
+          f"{fetched} B; the model {expected.elapsed_s:.2f} s, {expected.throttle_ms} ms")
+    assert throttled_ms > 0
+    assert connections > 1 or throttled_ms <= expected.throttle_ms * (1 + THROTTLE_TOLERANCE), (
+        f"{what}: throttled {throttled_ms} ms, the model {expected.throttle_ms} ms")
 
 
 class Timed:
-    """First and last record times of one consumer."""
+    """When a consumer started (before it could send a fetch), got its first record and its last."""
 
     def __init__(self) -> None:
         self.received: Received = []
+        self.started = time.monotonic()
         self.first = self.last = 0.0
 
     def add(self, partition: int, value: bytes) -> None:
@@ -133,16 +152,22 @@ class Timed:
 
     @property
     def elapsed_s(self) -> float:
+        """First record to last: what the consumer saw of the quota (no start-up in it)."""
         return self.last - self.first
+
+    @property
+    def since_start_s(self) -> float:
+        """Start to last record: at least the time from its first charge to its last."""
+        return self.last - self.started
 
 
 def read_with_kafka_python(bootstrap: str, topic: str, client_id: str) -> Timed:
+    timed = Timed()
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, enable_auto_commit=False,
                              fetch_max_bytes=FETCH_MAX_BYTES, max_partition_fetch_bytes=FETCH_MAX_BYTES,
                              isolation_level="read_committed", fetch_max_wait_ms=500)
     consumer.assign([KafkaTopicPartition(topic, p) for p in range(PARTITIONS)])
     consumer.seek_to_beginning()
-    timed = Timed()
     deadline = time.monotonic() + 120
     while len(timed.received) < RECORDS and time.monotonic() < deadline:
         for batch in consumer.poll(timeout_ms=100).values():
@@ -153,11 +178,11 @@ def read_with_kafka_python(bootstrap: str, topic: str, client_id: str) -> Timed:
 
 
 def read_with_librdkafka(bootstrap: str, topic: str, client_id: str) -> Timed:
+    timed = Timed()
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"unused-{client_id}",
                          "enable.auto.commit": False, "fetch.max.bytes": FETCH_MAX_BYTES,
                          "max.partition.fetch.bytes": FETCH_MAX_BYTES, "fetch.wait.max.ms": 500})
     consumer.assign([RdTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    timed = Timed()
     deadline = time.monotonic() + 120
     while len(timed.received) < RECORDS and time.monotonic() < deadline:
         message = consumer.poll(0.5)
@@ -171,13 +196,13 @@ def read_with_librdkafka(bootstrap: str, topic: str, client_id: str) -> Timed:
 
 def read_with_aiokafka(bootstrap: str, topic: str, client_id: str) -> Timed:
     async def read() -> Timed:
+        timed = Timed()
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, enable_auto_commit=False,
                                     fetch_max_bytes=FETCH_MAX_BYTES, max_partition_fetch_bytes=FETCH_MAX_BYTES)
         await consumer.start()
         try:
             consumer.assign([AioTopicPartition(topic, p) for p in range(PARTITIONS)])
             await consumer.seek_to_beginning()
-            timed = Timed()
             async with asyncio.timeout(120):
                 while len(timed.received) < RECORDS:
                     for batch in (await consumer.getmany(timeout_ms=500)).values():
@@ -209,11 +234,8 @@ def test_a_consumer_reads_at_its_quota_and_another_is_not_slowed(  # type: ignor
     other.join(120)
     assert_each_record_once_in_order(metered.received)
     assert_each_record_once_in_order(unmetered[0].received)
-    fetched = charged_fetch_bytes(proxy, {"metered"})
-    assert fetched >= RECORDS * 1024
-    assert_within_model(metered.elapsed_s, fetched, client)
-    assert_rate_after_credit(metered.elapsed_s, fetched, client)
-    assert unmetered[0].elapsed_s < model_s(fetched) / 3, "the consumer without a quota was slowed down"
+    assert_within_model(proxy, {"metered"}, metered.since_start_s, metered.elapsed_s, client)
+    assert unmetered[0].elapsed_s < model(RECORDS * 1024).elapsed_s / 3, "the consumer without a quota was slowed"
     rates = metrics(proxy)
     assert any(name.startswith("kafka_quota_consume_throttle_time_ms{") and 'client_id="metered"' in name and value > 0
                for name, value in rates.items())
@@ -236,7 +258,7 @@ def test_two_members_of_a_group_share_their_users_quota(  # type: ignore[no-unty
         for member in members:
             assert member.poll(0.2) is None  # nothing written yet
     fill_topic(broker, topic)
-    timed = [Timed() for _ in members]
+    timed = [Timed() for _ in members]  # started: the members have been fetching since they joined, all empty
     stop = time.monotonic() + 120
 
     def consume(member: Any, into: Timed) -> None:
@@ -255,10 +277,10 @@ def test_two_members_of_a_group_share_their_users_quota(  # type: ignore[no-unty
         member.close()
     assert_each_record_once_in_order(timed[0].received + timed[1].received)
     elapsed = max(t.last for t in timed) - min(t.first for t in timed)
-    fetched = charged_fetch_bytes(proxy, {"member-0", "member-1"})
-    assert_within_model(elapsed, fetched, "two members sharing one user quota", connections=2)
-    assert_rate_after_credit(elapsed, fetched, "two members sharing one user quota")
-    assert elapsed > 1.5 * model_s(fetched // 2), "each member was given the whole quota"
+    since_start = max(t.last for t in timed) - min(t.started for t in timed)
+    assert_within_model(proxy, {"member-0", "member-1"}, since_start, elapsed, "two members sharing one user quota",
+                        connections=2)
+    assert elapsed > 1.5 * model(RECORDS * 1024 // 2).elapsed_s, "each member was given the whole quota"
 
 
 def test_long_polls_of_a_metered_consumer_wait_at_the_cluster_and_get_new_records(  # type: ignore[no-untyped-def]
@@ -324,7 +346,7 @@ def test_a_large_fetch_response_is_passed_on_as_it_arrives_with_its_throttle(  #
         sequences += [int(record.value[:8]) for record in batch]
     assert len(sequences) > 900 and sequences == list(range(len(sequences)))  # about the 1.1 MiB cap
     assert ended_s - started_s > 0.2, "the response was held until its last byte"
-    assert charged_fetch_bytes(proxy, {"metered"}) == 4 + size - 4  # header v0: the correlation id
+    assert charged(proxy, {"metered"}) == 4 + size - 4  # header v0: the correlation id
 
 
 def test_pipelined_raw_fetches_are_served_one_throttle_at_a_time(  # type: ignore[no-untyped-def]
@@ -353,5 +375,5 @@ def test_pipelined_raw_fetches_are_served_one_throttle_at_a_time(  # type: ignor
         elapsed = time.monotonic() - started
     assert sum(sizes) > 15 * quota  # beyond the ten windows' credit: some are throttled
     assert throttles[0] == 0 and max(throttles) > 0, (sizes, throttles)
-    model = kafka_shared_quota_model_s([sizes], quota)
-    assert model * (1 - MODEL_TOLERANCE) <= elapsed <= model * (1 + MODEL_TOLERANCE), (elapsed, model, sizes)
+    expected = kafka_quota_model([sizes], quota).elapsed_s
+    assert expected * (1 - MODEL_TOLERANCE) <= elapsed <= expected * (1 + MODEL_TOLERANCE), (elapsed, sizes)

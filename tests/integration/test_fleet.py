@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from protocol.apis import Api
 from tests.integration.test_mutation_quotas import creatable, create
 from tests.integration.test_produce_quotas import create_topic, metrics
-from tests.integration.test_produce_refusals import idempotent_request, new_producer_id, partition_errors
+from tests.integration.test_produce_refusals import idempotent_request, partition_errors, producer_id_from
 from tests.support import Cluster, ProxyProcess, call, connect_to_leader, read_frame
 
 pytestmark = pytest.mark.integration
@@ -158,7 +158,7 @@ def test_thirty_new_producer_ids_over_three_proxies_follow_one_bucket(  # type: 
         started = time.monotonic()
         for i in range(30):
             sock = connections[i % 3]
-            pid = new_producer_id(proxies[i % 3])
+            pid = producer_id_from(proxies[i % 3])
             sock.sendall(idempotent_request(topic, pid, 0, correlation_id=i))
             (error,) = partition_errors(read_frame(sock)).values()
             outcomes.append(error)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 def test_a_large_produce_sent_slowly_then_a_small_request_both_answered(proxy: ProxyProcess, topic: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap)
-    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"max.message.bytes": str(8 << 20)})])  # Kafka's is 1 MB
     admin.close()
     values = [bytes([i % 251]) * 100_000 for i in range(30)]  # a 3 MB request
     large = produce_request(topic, record_batch(values), correlation_id=1)

@@ -120,15 +120,18 @@ def test_requests_behind_one_waiting_for_the_cluster_are_answered_in_order(own_p
         assert correlation_ids == list(range(1, 12))
 
 
-def test_minus_one_partitions_is_charged_what_the_cluster_created(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+def test_minus_one_partitions_is_charged_what_the_cluster_created(  # type: ignore[no-untyped-def]
+        own_proxy, three_brokers: Cluster, tmp_path: Path, topic: str) -> None:
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text('[[quota]]\nclient-id = "defaults"\ncontroller_mutation_rate = 0.1\n')  # burst 1.1
-    proxy = own_proxy("--quota-file", str(quota_file))
+    proxy = own_proxy("--quota-file", str(quota_file), cluster=three_brokers)
     with connect(proxy) as sock:
         response = call(sock, Api.CREATE_TOPICS, 7, client_id="defaults", timeout_ms=30_000, validate_only=False,
                         topics=[creatable(topic, -1) | {"replication_factor": -1}])
         created = response.topics[0]  # type: ignore[attr-defined]
-        assert created.error_code == 0  # the cluster's num.partitions (Tansu: 3, which it does not report)
+        assert created.error_code == 0
+        if created.num_partitions == 1:  # KAFKA_BOOTSTRAP's cluster may keep Kafka's default
+            pytest.skip("the cluster's num.partitions is 1: what it created cannot be told from a fallback of 1")
     tokens = metrics(proxy)['kafka_quota_controller_mutation_tokens{client_id="defaults",user=""}']
     assert tokens < 1.1 - created.num_partitions + 0.5  # charged the real count, not the fallback of 1
 
@@ -152,7 +155,6 @@ def test_an_invalid_count_is_refused_and_cannot_refill_the_bucket(own_proxy, tmp
         assert create(sock, "limited", creatable(bad, -2147483648), creatable(next_one, 1)) == [
             INVALID_PARTITIONS, THROTTLING_QUOTA_EXCEEDED]
         assert create(sock, "limited", creatable(bad, 3) | {"replication_factor": -5}) == [INVALID_REPLICATION_FACTOR]
-        # Tansu accepts a negative count; the proxy answers as Kafka does and forwards nothing
         assert existing_topics(sock, [bad, next_one]) == set()
 
 
@@ -274,8 +276,6 @@ def test_librdkafka_admin_requests_are_held_to_the_quota(own_proxy, tmp_path: Pa
 
 
 def test_create_partitions_is_charged_the_increase(own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
-    if not broker.supports(Api.CREATE_PARTITIONS, 3):
-        pytest.skip("the cluster does not serve CreatePartitions v3 (Tansu 0.6 lacks the API)")
     proxy = limited_proxy(own_proxy, tmp_path, "grower")
     first, second = f"{topic}-a", f"{topic}-b"
 

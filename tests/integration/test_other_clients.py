@@ -8,9 +8,9 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from tests.support import ProxyProcess
+from tests.support import Cluster, ProxyProcess, create_topic_led_by
 
 pytestmark = pytest.mark.integration
 MESSAGES = 2_000
@@ -20,9 +20,14 @@ def expected_messages() -> dict[bytes, bytes]:
     return {f"k{i}".encode(): f"v{i}".encode() * (1 + i % 7) for i in range(MESSAGES)}
 
 
-def test_confluent_kafka_round_trip(proxy: ProxyProcess, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+@pytest.mark.parametrize("brokers", [1, 3])
+def test_confluent_kafka_round_trip(own_proxy, request: pytest.FixtureRequest, topic: str,  # type: ignore[no-untyped-def]
+                                    brokers: int) -> None:
+    """Partitions led by every broker: each reached through that broker's listener on the proxy."""
+    cluster: Cluster = request.getfixturevalue("broker" if brokers == 1 else "three_brokers")
+    proxy = own_proxy(cluster=cluster)
+    leaders = [node_id for node_id in cluster.node_ids for _ in range(2 if brokers == 1 else 1)]
+    create_topic_led_by(cluster, topic, leaders)
 
     failures: list[str] = []
 
@@ -39,12 +44,12 @@ def test_confluent_kafka_round_trip(proxy: ProxyProcess, topic: str) -> None:
     assert failures == []
 
     metadata = producer.list_topics(timeout=10)
-    assert {(b.host, b.port) for b in metadata.brokers.values()} == {
-        ("127.0.0.1", proxy.broker_port_base + node_id) for node_id in metadata.brokers}
+    assert {(b.id, b.host, b.port) for b in metadata.brokers.values()} == {
+        (node_id, "127.0.0.1", proxy.broker_port_base + node_id) for node_id in cluster.node_ids}
 
     consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"cg-{topic}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic, partition, 0) for partition in (0, 1)])
+    consumer.assign([TopicPartition(topic, partition, 0) for partition in range(len(leaders))])
     received: dict[bytes, bytes] = {}
     deadline = time.monotonic() + 30
     while len(received) < len(sent) and time.monotonic() < deadline:
@@ -57,9 +62,7 @@ def test_confluent_kafka_round_trip(proxy: ProxyProcess, topic: str) -> None:
 
 def test_aiokafka_round_trip(proxy: ProxyProcess, topic: str) -> None:
     async def round_trip() -> dict[bytes, bytes]:
-        # aiokafka's idempotent mode sends InitProducerId v0, which Tansu answers with
-        # UNKNOWN_SERVER_ERROR (seen directly against the broker too), so use acks=all alone.
-        producer = AIOKafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=proxy.bootstrap, acks="all", enable_idempotence=True)
         await producer.start()
         try:
             batch = [producer.send(topic, key=key, value=value) for key, value in expected_messages().items()]

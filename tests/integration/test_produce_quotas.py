@@ -17,8 +17,7 @@ from confluent_kafka import KafkaError, Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from protocol.apis import Api
-from tests.support import ProxyProcess, call
+from tests.support import ProxyProcess, new_producer_id
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -255,7 +254,6 @@ def test_init_producer_id_carries_the_pending_producer_id_throttle(own_proxy, tm
         producer.send(topic, b"x").get(timeout=30)
         producer.close()
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
-        response = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
-                        producer_id=-1, producer_epoch=-1)
-    assert response.error_code == 0  # type: ignore[attr-defined]
+        response = new_producer_id(sock)
+    assert response.error_code == 0
     assert 5_000 < response.throttle_time_ms <= 10_000  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from protocol.apis import Api
 from tests.integration.test_produce_quotas import create_topic, metrics
-from tests.support import FOREIGN_PRODUCER_ID, Cluster, ProxyProcess, call, connect_to_leader, record_batch
+from tests.support import Cluster, ProxyProcess, call, connect_to_leader, new_producer_id, record_batch
 
 pytestmark = pytest.mark.integration
 FIRST_ID = 1 << 48
@@ -39,14 +40,9 @@ def init_producer_ids(proxy: ProxyProcess, count: int) -> list[int]:
     issued: list[int] = []
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         while len(issued) < count:
-            response = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
-                            producer_id=-1, producer_epoch=-1)
-            if response.error_code == 14:  # type: ignore[attr-defined]
-                time.sleep(0.01)
-                continue
-            assert response.error_code == 0  # type: ignore[attr-defined]
-            assert response.producer_epoch == 0  # type: ignore[attr-defined]
-            issued.append(response.producer_id)  # type: ignore[attr-defined]
+            response = new_producer_id(sock)
+            assert response.error_code == 0 and response.producer_epoch == 0
+            issued.append(response.producer_id)
     return issued
 
 
@@ -98,46 +94,73 @@ def test_local_init_producer_id_and_two_proxies_sharing_one_allocator(own_proxy,
     everything = [pid for pids in issued.values() for pid in pids]
     assert len(set(everything)) == len(everything) == 7500  # three blocks each, never the same PID
     assert min(everything) >= FIRST_ID
-    # transactional InitProducerId still goes to the cluster's coordinator (Tansu issues small PIDs)
-    with socket.create_connection(("127.0.0.1", first.port), timeout=30) as sock:
-        response = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id="tx-1", transaction_timeout_ms=60_000,
-                        producer_id=-1, producer_epoch=-1)
-    assert response.error_code == 0 and response.producer_id < FIRST_ID  # type: ignore[attr-defined]
+    # a transactional producer's InitProducerId still goes to the cluster's coordinator (Kafka's own IDs start at
+    # 0); the first FindCoordinator creates the transaction-state topic, loaded soon after
+    from kafka import KafkaProducer as TransactionalProducer
+
+    producer = TransactionalProducer(bootstrap_servers=first.bootstrap, transactional_id=f"tx-{uuid.uuid4().hex}")
+    producer.init_transactions()
+    assert 0 <= producer._transaction_manager.producer_id_and_epoch.producer_id < FIRST_ID
+    producer.close()
 
 
-def accepts_foreign_producer_ids(cluster: Cluster, topic: str) -> bool:
-    """Whether the cluster takes an idempotent batch from a producer ID it did not issue: Apache Kafka
-    does (the ID space belongs to whoever allocates blocks); Tansu 0.6 answers UNKNOWN_PRODUCER_ID."""
-    create_topic(cluster.bootstrap, topic)
-    _, host, port = cluster.leader(topic)
-    records = record_batch([b"probe"], producer_id=FOREIGN_PRODUCER_ID, producer_epoch=0, base_sequence=0)
-    with socket.create_connection((host, port), timeout=30) as sock:
-        response = call(sock, Api.PRODUCE, 9, transactional_id=None, acks=-1, timeout_ms=10_000,
-                        topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}])
-    return response.responses[0].partition_responses[0].error_code == 0  # type: ignore[attr-defined]
+PID_SOURCES = {
+    "allocator": '[allocator]\npid_source = "allocator"\nbroker_id = 1\n',
+    "cluster": '[allocator]\npid_source = "cluster"\nblocks_topic = "{topic}-blocks"\n',
+}
 
 
-def test_idempotent_producer_with_proxy_issued_ids_delivers_everything_exactly_once(  # type: ignore[no-untyped-def]
-        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
-    if not accepts_foreign_producer_ids(broker, f"{topic}-probe"):
-        pytest.xfail("the cluster refuses producer IDs it did not issue (Tansu 0.6: UNKNOWN_PRODUCER_ID); "
-                     "Apache Kafka accepts them")
-    proxy = own_proxy("--config", config_file(tmp_path, "proxy.toml",
-                                              '[allocator]\npid_source = "allocator"\nbroker_id = 1\n'))
+@pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
+@pytest.mark.parametrize("pid_source", sorted(PID_SOURCES))
+def test_idempotent_producers_with_proxy_issued_ids_deliver_everything_exactly_once(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str, pid_source: str, client: str) -> None:
+    """Apache Kafka takes idempotent batches from producer IDs it did not issue: the ID space belongs to
+    whoever allocates blocks, here the proxy."""
+    proxy = own_proxy("--config", config_file(tmp_path, "proxy.toml", PID_SOURCES[pid_source].format(topic=topic)))
     create_topic(proxy.bootstrap, topic)
-    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
-                             delivery_timeout_ms=10_000, request_timeout_ms=5_000)
-    try:
-        futures = [producer.send(topic, str(i).encode()) for i in range(100)]
-        producer.flush(timeout=15)
+    values = [f"{client}-{i}".encode() for i in range(500)]
+    if client == "kafka-python":
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
+                                 delivery_timeout_ms=30_000, request_timeout_ms=10_000, linger_ms=5)
+        futures = [producer.send(topic, value) for value in values]
+        producer.flush(timeout=30)
         assert all(future.succeeded() for future in futures)
-    finally:
         producer.close(timeout=5)
+    else:
+        from confluent_kafka import Producer
+
+        failures: list[object] = []
+        librdkafka = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True, "acks": "all",
+                               "linger.ms": 5, "message.timeout.ms": 30_000})
+        for value in values:
+            librdkafka.produce(topic, value, on_delivery=lambda error, _: error and failures.append(error))
+            librdkafka.poll(0)
+        assert librdkafka.flush(30) == 0 and failures == []
     consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
                              consumer_timeout_ms=10_000)
     received = [record.value for record in consumer]
     consumer.close()
-    assert received == [str(i).encode() for i in range(100)]
+    assert received == values
+    producer_ids = stored_producer_ids(broker, topic)
+    assert len(producer_ids) == 1 and min(producer_ids) >= FIRST_ID, producer_ids  # the proxy's, not Kafka's
+
+
+def stored_producer_ids(cluster: Cluster, topic: str) -> set[int]:
+    """The producer ids in the batches the cluster stored for partition 0, read directly from its leader."""
+    from kafka.record.memory_records import MemoryRecords
+
+    _, host, port = cluster.leader(topic)
+    with socket.create_connection((host, port), timeout=30) as sock:
+        response = call(sock, Api.FETCH, 11, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 24,
+                        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                        topics=[{"topic": topic, "partitions": [{
+                            "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 24}]}])
+    records = MemoryRecords(bytes(response.responses[0].partitions[0].records))  # type: ignore[attr-defined]
+    producer_ids = set()
+    while (batch := records.next_batch()) is not None:
+        producer_ids.add(batch.producer_id)
+    return producer_ids
 
 
 def produce_with(proxy: ProxyProcess, topic: str, pid: int, sequence: int) -> int:
@@ -154,8 +177,7 @@ def test_a_pid_seen_before_a_restart_is_not_new_again(own_proxy, tmp_path: Path,
     proxy = own_proxy("--quota-file", quotas)
     create_topic(proxy.bootstrap, topic)
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
-        pid = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
-                   producer_id=-1, producer_epoch=-1).producer_id  # type: ignore[attr-defined]
+        pid = new_producer_id(sock).producer_id
     assert produce_with(proxy, topic, pid, 0) == 0
     assert metrics(proxy)["kafka_quota_producer_ids_admitted_total"] == 1
     assert proxy.stop() == 0
@@ -164,8 +186,7 @@ def test_a_pid_seen_before_a_restart_is_not_new_again(own_proxy, tmp_path: Path,
     assert produce_with(restarted, topic, pid, 1) == 0  # the same producer, its next batch
     assert metrics(restarted)["kafka_quota_producer_ids_admitted_total"] == 0  # known from the ledger
     with socket.create_connection(("127.0.0.1", restarted.port), timeout=30) as sock:
-        other = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
-                     producer_id=-1, producer_epoch=-1).producer_id  # type: ignore[attr-defined]
+        other = new_producer_id(sock).producer_id
     assert produce_with(restarted, topic, other, 0) == 0
     assert metrics(restarted)["kafka_quota_producer_ids_admitted_total"] == 1  # a new PID still counts
 

@@ -15,12 +15,11 @@ from kafka.errors import KafkaError
 from protocol.apis import Api
 from proxy.sasl import ScramClient, UserStore, plain_credential, plain_token, save_users
 from tests.integration.test_produce_quotas import metrics
-from tests.support import ProxyProcess, call, encode_request, proxy_command, read_frame
+from tests.support import PASSWORDS, ProxyProcess, call, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_SASL_MECHANISM = 33
-PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol, with = signs"}
 
 
 def add_user(users_file: Path, name: str, mechanism: str, password: str | None = None) -> None:

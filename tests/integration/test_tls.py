@@ -17,8 +17,8 @@ from kafka.errors import KafkaError
 from protocol.apis import Api
 from tests.certificates import CertificateAuthority, Issued
 from tests.integration.test_produce_quotas import metrics
-from tests.integration.test_sasl import PASSWORDS, add_user
-from tests.support import ProxyProcess, encode_request, proxy_command, read_frame
+from tests.integration.test_sasl import add_user
+from tests.support import PASSWORDS, ProxyProcess, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 MAPPING = "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT"
@@ -217,7 +217,7 @@ def test_the_quotas_command_over_mtls_as_an_admin_principal(own_proxy, tmp_path:
     refused = quotas(dev, "alter", "--entity-type", "users", "--entity-name", "dev", "--delete-config",
                      "producer_byte_rate")
     assert refused.returncode == 1 and "error 31" in refused.stderr
-    assert quotas(ops, "describe", "--entity-type", "users").stdout.strip() == \
+    assert quotas(ops, "describe", "--entity-type", "users", "--entity-name", "dev").stdout.strip() == \
         "Quota configs for user-principal 'dev' are producer_byte_rate=1000"
 
 
