@@ -24,7 +24,7 @@ import psutil
 from allocator.ledger import PidLedger, PidRecord
 from bench.report import write_results
 from protocol.apis import Api
-from proxy.embedded_broker import EmbeddedBroker
+from proxy.apache_kafka import KafkaCluster
 from proxy.pid_ledger import LedgerFilters
 from tests.support import ProxyProcess, encode_request, read_frame
 
@@ -52,11 +52,12 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def init_producer_id_figures(rounds: int, requests: int, workdir: Path) -> dict[str, object]:
-    with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
+    with KafkaCluster(log_directory=workdir) as broker:
         config = workdir / "allocator.toml"
         config.write_text('[allocator]\npid_source = "allocator"\n')
-        local = ProxyProcess(broker.bootstrap, workdir / "local.log", "--config", str(config)).start()
-        forwarded = ProxyProcess(broker.bootstrap, workdir / "forwarded.log").start()
+        local = ProxyProcess(broker.bootstrap, workdir / "local.log", "--config", str(config),
+                             node_ids=broker.broker_ids).start()
+        forwarded = ProxyProcess(broker.bootstrap, workdir / "forwarded.log", node_ids=broker.broker_ids).start()
         targets = {"direct": int(broker.bootstrap.rsplit(":", 1)[1]), "forwarded": forwarded.port,
                    "local": local.port}
         try:

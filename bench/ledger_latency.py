@@ -22,10 +22,10 @@ from typing import Any
 
 from bench.report import write_results
 from bench.run import create_topic, delete_topic
-from proxy.embedded_broker import EmbeddedBroker
-from tests.support import ProxyProcess, call, encode_request, read_frame, record_batch
+from proxy.apache_kafka import KafkaCluster
+from tests.support import ProxyProcess, encode_request, new_producer_id, read_frame, record_batch
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
+PRODUCE = 0
 LEDGER_ON = '[[quota]]\nuser = "<default>"\nproducer_ids_rate = 100000\n'
 
 
@@ -33,9 +33,7 @@ def broker_issued_pids(bootstrap: str, count: int) -> Iterator[int]:
     host, port = bootstrap.split(":")
     with socket.create_connection((host, int(port))) as sock:
         for _ in range(count):
-            response = call(sock, INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
-                            producer_id=-1, producer_epoch=-1)
-            yield response.producer_id  # type: ignore[attr-defined]
+            yield new_producer_id(sock).producer_id
 
 
 def produce_frame(topic: str, pid: int, sequence: int) -> bytes:
@@ -74,10 +72,11 @@ def main() -> int:
     quota_file = workdir / "quotas.toml"
     quota_file.write_text(LEDGER_ON)
     results: dict[str, Any] = {"settings": vars(args)}
-    with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
-        plain = ProxyProcess(broker.bootstrap, workdir / "plain.log", "--log-level", "WARNING").start()
+    with KafkaCluster(log_directory=workdir) as broker:
+        plain = ProxyProcess(broker.bootstrap, workdir / "plain.log", "--log-level", "WARNING",
+                             node_ids=broker.broker_ids).start()
         ledger = ProxyProcess(broker.bootstrap, workdir / "ledger.log", "--log-level", "WARNING",
-                              "--quota-file", str(quota_file)).start()
+                              "--quota-file", str(quota_file), node_ids=broker.broker_ids).start()
         targets = {"direct": broker.bootstrap, "proxy": plain.bootstrap, "proxy_with_ledger": ledger.bootstrap}
         pooled: dict[tuple[str, str], list[float]] = {}
         try:

@@ -1,5 +1,5 @@
-"""Pass-through benchmark: the same broker measured directly, through this proxy and through
-Tansu's own Rust proxy, in one run. Writes bench/results.json (``make bench``).
+"""Pass-through benchmark: one Apache Kafka node measured directly and through this proxy, in one run.
+Writes bench/results.json (``make bench``).
 
 (a) producer throughput: confluent-kafka, 1 KB records, large batches, idempotent
 (b) produce latency p50/p99: one request in flight, acks=1, 100-byte records (raw socket)
@@ -18,7 +18,6 @@ import json
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from bench.report import write_results
-from proxy.embedded_broker import EmbeddedBroker, free_port, tansu_binary, wait_for_port
+from proxy.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request, read_frame
 
 PRODUCE = 0
@@ -137,7 +136,7 @@ class CpuPerMb:
 
 
 def delete_topic(bootstrap: str, topic: str, client: ClientSettings | None = None) -> None:
-    """Tansu keeps everything in memory and slows as it fills; every run starts from the same state."""
+    """Every round starts from the same state: an empty broker, whose page cache holds no earlier round."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     admin.delete_topics([topic])[topic].result(30)
 
@@ -271,22 +270,6 @@ def idle_connections_rss_mb(proxy: ProxyProcess, connections: int) -> dict[str, 
     return {"rss_before_mb": before, "rss_with_idle_mb": after, "proxy_tcp_sockets": open_connections}
 
 
-class TansuProxy:
-    def __init__(self, origin: str, log_path: Path) -> None:
-        self.port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        url = f"tcp://{self.bootstrap}"
-        with open(log_path, "ab") as log_file:
-            self.process = subprocess.Popen(
-                [tansu_binary(), "proxy", "--listener-url", url, "--advertised-listener-url", url,
-                 "--origin-url", f"tcp://{origin}"], stdout=log_file, stderr=subprocess.STDOUT)
-        wait_for_port("127.0.0.1", self.port, 30)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-
-
 def interleaved_medians(targets: dict[str, str], rounds: int, measure: Any) -> dict[str, Any]:
     """Measure every target once per round, rotating the order; report each target's median.
 
@@ -317,14 +300,14 @@ def main() -> int:
                     "platform": platform.platform()},
         "settings": vars(args),
     }
-    with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
-        ours = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING").start()
+    with KafkaCluster(log_directory=workdir) as broker:
+        ours = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING",
+                            node_ids=broker.broker_ids).start()
         non_binding = workdir / "quotas.toml"
         non_binding.write_text(NON_BINDING_QUOTAS)
         with_quotas = ProxyProcess(broker.bootstrap, workdir / "proxy-quotas.log", "--log-level", "WARNING",
-                                   "--quota-file", str(non_binding)).start()
-        rust = TansuProxy(broker.bootstrap, workdir / "tansu-proxy.log")
-        targets = {"direct": broker.bootstrap, "proxy": ours.bootstrap, "tansu_proxy": rust.bootstrap}
+                                   "--quota-file", str(non_binding), node_ids=broker.broker_ids).start()
+        targets = {"direct": broker.bootstrap, "proxy": ours.bootstrap}
         try:
             def record(name: str, figures: dict[str, Any]) -> None:
                 results[name] = figures
@@ -353,7 +336,6 @@ def main() -> int:
             results["f_quota_proxy_cpu_ms_per_mb"] = {"produce": produce_cpu.ms_per_mb,
                                                       "consume": consume_cpu.ms_per_mb}
         finally:
-            rust.stop()
             ours.stop()
             with_quotas.stop()
 
@@ -362,12 +344,9 @@ def main() -> int:
     b = results["b_latency_us"]
     results["ratios"] = {
         "a_throughput_proxy_vs_direct": a["proxy"] / a["direct"],
-        "a_throughput_tansu_proxy_vs_direct": a["tansu_proxy"] / a["direct"],
         "b_added_p50_us": b["proxy"]["p50_us"] - b["direct"]["p50_us"],
         "b_added_p99_us": b["proxy"]["p99_us"] - b["direct"]["p99_us"],
-        "b_tansu_proxy_added_p50_us": b["tansu_proxy"]["p50_us"] - b["direct"]["p50_us"],
         "c_rate_proxy_vs_direct": c["proxy"] / c["direct"],
-        "c_rate_tansu_proxy_vs_direct": c["tansu_proxy"] / c["direct"],
         "d_rss_mb_with_1000_idle": results["d_idle_connections"]["rss_with_idle_mb"],
         "e_throughput_with_quotas_vs_proxy": (results["e_quotas_not_binding_mb_s"]["proxy_with_quotas"]["median"]
                                               / results["e_quotas_not_binding_mb_s"]["proxy"]["median"]),

@@ -18,7 +18,7 @@ import psutil
 
 from bench.report import write_results
 from bench.run import ClientSettings, CpuPerMb, consume_mb_s, fill_topic, interleaved_medians, throughput_mb_s
-from proxy.embedded_broker import EmbeddedBroker
+from proxy.apache_kafka import KafkaCluster
 from tests.certificates import CertificateAuthority
 from tests.support import ProxyProcess
 
@@ -38,10 +38,11 @@ def main() -> int:
     results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
                                            "platform": platform.platform()}, "settings": vars(args)}
     mb = args.records * 1024 / 1e6
-    with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
-        plain = ProxyProcess(broker.bootstrap, workdir / "plain.log", "--log-level", "WARNING").start()
+    with KafkaCluster(log_directory=workdir) as broker:
+        plain = ProxyProcess(broker.bootstrap, workdir / "plain.log", "--log-level", "WARNING",
+                             node_ids=broker.broker_ids).start()
         tls = ProxyProcess(broker.bootstrap, workdir / "tls.log", "--log-level", "WARNING",
-                           "--config", str(config)).start()
+                           "--config", str(config), node_ids=broker.broker_ids).start()
         try:
             proxies = {"plaintext": plain, "tls": tls}
             settings = {"plaintext": {}, "tls": tls_client}

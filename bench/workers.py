@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from bench.report import write_results
 from bench.run import NON_BINDING_QUOTAS, create_topic, delete_topic, interleaved_medians, produce_all
-from proxy.embedded_broker import EmbeddedBroker
+from proxy.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess
 
 
@@ -70,13 +70,14 @@ def main() -> int:
     quotas.write_text('[settings]\n"quota.scope" = "cluster"\n' + NON_BINDING_QUOTAS)
     results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count(), "python": platform.python_version()},
                                "settings": vars(args)}
-    with EmbeddedBroker(log_path=workdir / "tansu.log") as broker:
+    with KafkaCluster(log_directory=workdir) as broker:
         proxies: dict[str, ProxyProcess] = {}
         for workers in (1, 2):
             config = workdir / f"fleet-{workers}.toml"
             config.write_text(f'[fleet]\ntopic = "bench-usage-{uuid.uuid4().hex[:8]}"\n')
             proxy = ProxyProcess(broker.bootstrap, workdir / f"proxy-{workers}.log", "--log-level", "WARNING",
-                                 "--workers", str(workers), "--config", str(config), "--quota-file", str(quotas))
+                                 "--workers", str(workers), "--config", str(config), "--quota-file", str(quotas),
+                                 node_ids=broker.broker_ids)
             proxy.start()
             proxy.wait_for_log("ready: ", timeout_s=30, occurrence=workers)
             proxies[f"workers_{workers}"] = proxy
