@@ -43,13 +43,13 @@ def kafka_behind_proxy(tmp_path: Path) -> Iterator[Callable[..., Forwarded]]:
 
     def start(principal: str = "User:ANONYMOUS") -> Forwarded:
         kafka = KafkaCluster(1, dedicated_controller=True, log_directory=tmp_path)
-        kafka.start_controller()
         settings = (f'[allocator]\nmode = "forward"\ncluster_principals = ["{principal}"]\n'
                     f'allocations_per_second = {RATE}\n')
         proxy = ProxyProcess(kafka.controller.controller_endpoint, tmp_path / "forward.log",
                              "--config", config_file(tmp_path, "forward.toml", settings),
                              node_ids=(kafka.controller.node_id,))
         started.append((kafka, proxy))
+        kafka.start_controller()
         proxy.start()
         kafka.start_brokers(controller_address=proxy.bootstrap)
         return kafka, proxy
@@ -57,7 +57,8 @@ def kafka_behind_proxy(tmp_path: Path) -> Iterator[Callable[..., Forwarded]]:
     yield start
     for kafka, proxy in started:
         kafka.stop()
-        proxy.stop()
+        if proxy.process is not None:
+            proxy.stop()
 
 
 def broker_epoch(kafka: KafkaCluster) -> int:

@@ -235,7 +235,10 @@ def test_a_consumer_reads_at_its_quota_and_another_is_not_slowed(  # type: ignor
     assert_each_record_once_in_order(metered.received)
     assert_each_record_once_in_order(unmetered[0].received)
     assert_within_model(proxy, {"metered"}, metered.since_start_s, metered.elapsed_s, client)
-    assert unmetered[0].elapsed_s < model(RECORDS * 1024).elapsed_s / 3, "the consumer without a quota was slowed"
+    # the other consumer was never throttled; its read is bound by its own CPU (kafka-python decoding on two
+    # shared cores: 0.35-0.42x the metered one's time here), far from the metered one's
+    assert charged(proxy, {"free"}, "throttle_ms") == 0
+    assert unmetered[0].elapsed_s < 0.75 * metered.elapsed_s, "the consumer without a quota was slowed"
     rates = metrics(proxy)
     assert any(name.startswith("kafka_quota_consume_throttle_time_ms{") and 'client_id="metered"' in name and value > 0
                for name, value in rates.items())
