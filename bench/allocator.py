@@ -54,7 +54,7 @@ def percentile(values: list[float], fraction: float) -> float:
 def init_producer_id_figures(rounds: int, requests: int, workdir: Path) -> dict[str, object]:
     with KafkaCluster(log_directory=workdir) as broker:
         config = workdir / "allocator.toml"
-        config.write_text('[allocator]\npid_source = "allocator"\n')
+        config.write_text('[allocator]\npid_source = "allocator"\nbroker_id = 1\n')
         local = ProxyProcess(broker.bootstrap, workdir / "local.log", "--config", str(config),
                              node_ids=broker.broker_ids).start()
         forwarded = ProxyProcess(broker.bootstrap, workdir / "forwarded.log", node_ids=broker.broker_ids).start()
