@@ -85,19 +85,34 @@ class Cluster:
         return low <= version <= high
 
     def leader(self, topic: str, partition: int = 0) -> tuple[int, str, int]:
-        """Node id, host and port of the partition's leader, as the cluster advertises it."""
-        deadline = time.monotonic() + 30
-        while True:
-            with socket.create_connection((self.host, self.port), timeout=10) as sock:
-                metadata = call(sock, 3, 4, topics=[{"name": topic}], allow_auto_topic_creation=False)
-            brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}  # type: ignore[attr-defined]
-            leaders = [p.leader_id for t in metadata.topics for p in t.partitions  # type: ignore[attr-defined]
-                       if p.partition_index == partition and p.leader_id in brokers]
-            if leaders:
-                return (leaders[0], *brokers[leaders[0]])
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no leader for {topic}-{partition}")
-            time.sleep(0.2)
+        """Node id, host and port of the partition's leader, as the cluster advertises it, once it serves it."""
+        return serving_leader(self.host, self.port, topic, partition)
+
+
+def serving_leader(host: str, port: int, topic: str, partition: int = 0, timeout_s: float = 30) -> tuple[int, str, int]:
+    """The partition's leader as the Metadata answer of ``host:port`` names it (node id, host, port), once that
+    address serves the partition. Kafka answers CreateTopics before the broker has taken the lead of the new
+    partitions, and refuses them with NOT_LEADER_OR_FOLLOWER meanwhile: clients retry, raw frames must not
+    come before. A ListOffsets answered without an error says the leader serves it (and writes nothing)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.create_connection((host, port), timeout=10) as sock:
+            metadata = call(sock, 3, 4, topics=[{"name": topic}], allow_auto_topic_creation=False)
+        brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}  # type: ignore[attr-defined]
+        leaders = [p.leader_id for t in metadata.topics for p in t.partitions  # type: ignore[attr-defined]
+                   if p.partition_index == partition and p.leader_id in brokers]
+        if leaders and _serves(*brokers[leaders[0]], topic, partition):
+            return (leaders[0], *brokers[leaders[0]])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no leader serving {topic}-{partition} after {timeout_s} s (asked {host}:{port})")
+        time.sleep(0.1)
+
+
+def _serves(host: str, port: int, topic: str, partition: int) -> bool:
+    with socket.create_connection((host, port), timeout=10) as sock:
+        answer = call(sock, 2, 5, replica_id=-1, isolation_level=0, topics=[{"name": topic, "partitions": [
+            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}]}])
+    return int(answer.topics[0].partitions[0].error_code) == 0  # type: ignore[attr-defined]
 
 
 _READY = "ready: "
@@ -178,18 +193,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int = 1, clie
 def leader_port(proxy: ProxyProcess, topic: str, partition: int = 0) -> int:
     """The proxy's port for the partition's leader, from a Metadata answer through the proxy (raw
     Produce and Fetch frames must reach the leader when the cluster has several brokers)."""
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.create_connection((LOOPBACK, proxy.port), timeout=10) as sock:
-            metadata = call(sock, 3, 4, topics=[{"name": topic}], allow_auto_topic_creation=False)
-        ports = {b.node_id: b.port for b in metadata.brokers}  # type: ignore[attr-defined]
-        leaders = [p.leader_id for t in metadata.topics for p in t.partitions  # type: ignore[attr-defined]
-                   if p.partition_index == partition and p.leader_id in ports]
-        if leaders:
-            return int(ports[leaders[0]])
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no leader for {topic}-{partition} through the proxy")
-        time.sleep(0.2)
+    return serving_leader(LOOPBACK, proxy.port, topic, partition)[2]
 
 
 def connect_to_leader(proxy: ProxyProcess, topic: str, timeout_s: float = 30) -> socket.socket:
@@ -210,6 +214,8 @@ def create_topic_led_by(cluster: Cluster, topic: str, leaders: list[int]) -> Non
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     admin.create_topics([NewTopic(topic, replica_assignments={i: [node] for i, node in enumerate(leaders)})])
     admin.close()
+    for partition in range(len(leaders)):
+        cluster.leader(topic, partition)
 
 
 def record_batch(values: list[bytes], producer_id: int = -1, producer_epoch: int = -1,
