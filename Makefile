@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 run: $(STAMP)
-	$(BIN)/python -m proxy.dev
+	$(BIN)/python -m proxy.dev.run
 
 test: $(STAMP)
 	$(BIN)/ruff check protocol quotas allocator proxy pipeline tests bench

@@ -24,8 +24,8 @@ import psutil
 from allocator.ledger import PidLedger, PidRecord
 from bench.report import write_results
 from protocol.apis import Api
-from proxy.apache_kafka import KafkaCluster
-from proxy.pid_ledger import LedgerFilters
+from proxy.dev.apache_kafka import KafkaCluster
+from proxy.state.pid_ledger import LedgerFilters
 from tests.support import ProxyProcess, encode_request, read_frame
 
 
@@ -107,7 +107,7 @@ import sys, psutil
 from pathlib import Path
 from allocator.ledger import PidLedger
 from bench.allocator import record
-from proxy.pid_ledger import LedgerFilters
+from proxy.state.pid_ledger import LedgerFilters
 ledger = PidLedger(Path(sys.argv[1]), LedgerFilters(100_000), 100_000, 100_000)
 for pid in range(int(sys.argv[2])):
     ledger.update(record(pid))

@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.report import write_results
 from bench.run import create_topic, delete_topic
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request, new_producer_id, read_frame, record_batch
 
 PRODUCE = 0

@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from bench.report import write_results
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request, read_frame
 
 PRODUCE = 0

@@ -34,7 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.report import write_results
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, proxy_command
 
 PARTITIONS = 4

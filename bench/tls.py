@@ -18,7 +18,7 @@ import psutil
 
 from bench.report import write_results
 from bench.run import ClientSettings, CpuPerMb, consume_mb_s, fill_topic, interleaved_medians, throughput_mb_s
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.certificates import CertificateAuthority
 from tests.support import ProxyProcess
 

@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from bench.report import write_results
 from bench.run import NON_BINDING_QUOTAS, create_topic, delete_topic, interleaved_medians, produce_all
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess
 
 

@@ -3,7 +3,7 @@
 Run as ``kafka-quota-proxy report --usage DIR [--ledger DIR] --out DIR`` (a local Spark session
 by default, ``--master`` to choose) or ``spark-submit pipeline/job.py --usage DIR --out DIR``.
 
-Every usage line is one second with traffic of one (user, client id) (``proxy.usage_log``), so a
+Every usage line is one second with traffic of one (user, client id) (``proxy.reporting.usage_log``), so a
 line's counters are that second's rates. Per principal the job computes Spark's exact
 ``percentile`` (p50/p95/p99) and the max of the byte rate, new-PID rate and mutation rate over
 its seconds with traffic, the share of those seconds that were throttled, and the rejections;

@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from protocol.apis import Api, response_class
-from protocol.codecs import decode_response, encode_response
+from protocol.codecs import decode_response, encode_response, max_version
+
+NEWEST_API_VERSIONS = max_version(Api.API_VERSIONS)
+"""The newest ApiVersions the proxy parses: a newer one is answered in v0 (KIP-511)."""
 
 
 class VersionRange(NamedTuple):

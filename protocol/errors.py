@@ -1,4 +1,5 @@
-"""The one exception type for malformed Kafka input."""
+"""The one exception type for malformed Kafka input, and the error codes the proxy answers with
+(named as in Kafka's ``Errors.java``)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,23 @@ class ProtocolError(ValueError):
         if offset is not None:
             where.append(f"offset={offset}")
         super().__init__(f"{reason} ({', '.join(where)})" if where else reason)
+
+
+UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+COORDINATOR_LOAD_IN_PROGRESS = 14
+INVALID_TOPIC_EXCEPTION = 17
+CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+UNSUPPORTED_VERSION = 35
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_REQUEST = 42
+SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_COMPRESSION_TYPE = 76
+STALE_BROKER_EPOCH = 77
+INVALID_RECORD = 87
+THROTTLING_QUOTA_EXCEEDED = 89

@@ -16,7 +16,7 @@ from struct import error as StructError
 from typing import NamedTuple
 
 from protocol.apis import Api
-from protocol.errors import ProtocolError
+from protocol.errors import INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE, ProtocolError
 from protocol.header import RequestHeader, read_uvarint, skip_tagged_fields
 
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
@@ -32,8 +32,6 @@ _BATCH_HEADER = Struct(">qiibIhiqqqhii")
 BATCH_HEADER_BYTES = _BATCH_HEADER.size  # 61
 BATCH_LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
 NO_PRODUCER_ID = -1
-INVALID_RECORD = 87
-UNSUPPORTED_COMPRESSION_TYPE = 76
 FIRST_ZSTD_PRODUCE_VERSION = 7
 ZSTD = 4
 

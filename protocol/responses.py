@@ -12,11 +12,9 @@ from typing import Any
 
 from protocol.apis import response_class
 from protocol.codecs import Api, decode_request, encode_request, encode_response
+from protocol.errors import UNKNOWN_SERVER_ERROR
 from protocol.header import RequestHeader
 from protocol.produce import FIRST_TOPIC_ID_PRODUCE_VERSION, ProduceScan, TopicData
-
-UNKNOWN_SERVER_ERROR = -1
-THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def produce_error_response(scan: ProduceScan, api_version: int, error_code: int, throttle_ms: int) -> bytes:

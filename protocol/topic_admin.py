@@ -14,9 +14,8 @@ from typing import Any, NamedTuple
 
 from protocol.apis import Api, request_class, response_class
 from protocol.codecs import encode_response
+from protocol.errors import THROTTLING_QUOTA_EXCEEDED, UNKNOWN_SERVER_ERROR
 
-UNKNOWN_SERVER_ERROR = -1
-THROTTLING_QUOTA_EXCEEDED = 89
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.apache_kafka import LOOPBACK, SaslUsers, free_port
+from proxy.dev.apache_kafka import LOOPBACK, SaslUsers, free_port
 
 FOREIGN_PRODUCER_ID = (1 << 48) + 4242
 """A producer ID no broker issued (the proxy's allocator starts at 2^48)."""

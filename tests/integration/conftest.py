@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import CLUSTER_USERS, Cluster, ProxyProcess
 
 

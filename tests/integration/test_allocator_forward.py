@@ -21,7 +21,7 @@ import pytest
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.header import response_header_length
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_producer_id_allocator import CLUSTER_AUTHORIZATION_FAILED, config_file
 from tests.support import Cluster, ProxyProcess, call, encode_request, new_producer_id, read_frame

@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest
 
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import Cluster, ProxyProcess, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration

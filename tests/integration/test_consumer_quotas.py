@@ -33,8 +33,8 @@ from kafka.record import MemoryRecords
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.header import response_header_length
-from proxy.connection import CUT_THROUGH_AFTER_BYTES
-from proxy.server import FETCH_VERSION_CEILING
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES
+from proxy.handlers.api_versions import FETCH_VERSION_CEILING
 from tests.integration.test_produce_quotas import metrics, usage_lines
 from tests.support import (
     LOOPBACK,

@@ -17,9 +17,8 @@ from kafka import KafkaConsumer
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
+from protocol.errors import INVALID_RECORD, THROTTLING_QUOTA_EXCEEDED
 from protocol.header import response_header_length
-from protocol.produce import INVALID_RECORD
-from protocol.responses import THROTTLING_QUOTA_EXCEEDED
 from tests.integration.test_produce_quotas import pid_quota_file
 from tests.support import (
     Cluster,

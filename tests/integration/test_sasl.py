@@ -13,7 +13,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
 from protocol.apis import Api
-from proxy.sasl import ScramClient, UserStore, plain_credential, plain_token, save_users
+from proxy.security.sasl_messages import ScramClient, plain_token
+from proxy.security.users import UserStore, plain_credential, save_users
 from tests.integration.test_produce_quotas import metrics
 from tests.support import PASSWORDS, ProxyProcess, call, encode_request, proxy_command, read_frame
 

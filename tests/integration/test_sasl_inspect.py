@@ -20,7 +20,7 @@ from kafka.errors import KafkaError
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from protocol.apis import Api
-from proxy.sasl import plain_token
+from proxy.security.sasl_messages import plain_token
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import sasl_settings
 from tests.support import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from allocator.ledger import read_ledger_file
-from proxy.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import (
     FOREIGN_PRODUCER_ID,
     Cluster,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.config import build_parser, load_config
-from proxy.fleet import FleetSettings
-from proxy.producer_ids import AllocatorSettings
+from proxy.cluster.fleet import FleetSettings
+from proxy.producer_ids.settings import AllocatorSettings
+from proxy.settings.loading import build_parser, load_config
 from quotas.config import QuotaScope, load_quota_file
 
 ROOT = Path(__file__).resolve().parents[2]

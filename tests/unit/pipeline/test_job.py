@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from allocator.ledger import PidLedger, PidRecord
 from pipeline.job import PERCENTILES, RATES, recommended_quotas, run, spark_session
 from pipeline.synthetic import MISBEHAVING, write_usage_log
-from proxy.pid_ledger import LedgerFilters
+from proxy.state.pid_ledger import LedgerFilters
 from quotas.config import QuotaType, load_quota_file
 from quotas.usage_record import usage_file_name
 

@@ -1,0 +1,307 @@
+"""A fleet of proxies that enforces one quota, through the Kafka cluster behind them (``[fleet]``).
+
+Every ``publish-interval-ms`` each member publishes what it charged since its last publication
+(``quotas.fleet``) as records on one single-partition topic of the cluster, and reads everyone
+else's from it, adding their usage into its own rates and buckets. In ``quota.scope = "cluster"``
+a principal's budget is therefore the fleet's: a member sees the others' usage one publish interval
+plus the cluster's produce-to-fetch latency late (``kafka_quota_proxy_fleet_usage_age_seconds``).
+A member that stops publishing drops out of the sum as its usage leaves the windows: after one byte
+window (11 s) for byte rates, as its charges refill for the buckets. When the topic cannot be reached
+a member enforces on its own usage alone (and says so in the log and in /metrics); what it charged
+meanwhile is kept (bounded) and published when the topic is back, and it reads on from where it was.
+The topic has one partition: a fleet publishes a few records a second, ordered, read by every member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from proxy.cluster.client import ClusterClient, ClusterError, Record
+from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
+from proxy.reporting.metrics import Observations
+from proxy.settings.config import ConfigError, ProxyConfig
+from proxy.state.quota_service import QuotaService, now_ms
+from quotas.config import QuotaType
+from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC = "__kafka_quota_proxy_usage"
+TOPIC_RETENTION_MS = 600_000
+"""``retention.ms`` of the usage topic when the proxy creates it: a member reads back one window at start."""
+RETRY_BACKOFF_S = 1.0
+FINAL_PUBLISH_TIMEOUT_S = 2.0
+"""At shutdown, how long the last publication may take (an unreachable topic must not hold the stop)."""
+MIN_PUBLISH_GAP_S = 0.01
+"""An urgent publication follows the previous one no sooner than this: at most 100 records a second."""
+FETCH_MAX_BYTES = 4 * 1024 * 1024
+OFFSET_OUT_OF_RANGE = 1
+_FAILURE_LOG_INTERVAL_S = 60.0
+USAGE_AGE_BUCKETS_S = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 11.0, 60.0)
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """``[fleet]`` of the --config file."""
+
+    topic: str = DEFAULT_TOPIC
+    instance_id: str = ""
+    """Unique in the fleet; "" means the advertised host:port of the bootstrap listener."""
+    publish_interval_ms: int = 200
+
+    @classmethod
+    def from_config(cls, config: ProxyConfig) -> FleetSettings | None:
+        """None when the file has no ``[fleet]`` table."""
+        table = config.extra.get("fleet")
+        if table is None:
+            return None
+        if not isinstance(table, dict):
+            raise ConfigError("[fleet]: must be a table")
+        table = dict(table)
+        try:
+            settings = cls(topic=str(table.pop("topic", DEFAULT_TOPIC)),
+                           instance_id=str(table.pop("instance-id", "")),
+                           publish_interval_ms=int(table.pop("publish-interval-ms", 200)))
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"[fleet]: {error}") from None
+        if table:
+            raise ConfigError(f"[fleet]: unknown key(s) {', '.join(sorted(table))}")
+        if not settings.topic or len(settings.topic) > 249:
+            raise ConfigError("[fleet] topic: a topic name of 1 to 249 characters")
+        if not 10 <= settings.publish_interval_ms <= 60_000:
+            raise ConfigError(f"[fleet] publish-interval-ms: 10..60000, got {settings.publish_interval_ms}")
+        return settings
+
+    def instance(self, config: ProxyConfig, worker: int | None = None) -> str:
+        base = self.instance_id or config.advertised_bootstrap
+        return base if worker is None else f"{base}/worker-{worker}"
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Link:
+    """Whether the topic answers, logging a change (and a continuing failure at most once a minute)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.up = False
+        self.failures = 0
+        self._logged_at = float("-inf")
+
+    def succeeded(self) -> None:
+        if not self.up:
+            log.info("fleet: can %s the usage topic", self.what)
+        self.up = True
+
+    def failed(self, error: BaseException) -> None:
+        self.failures += 1
+        now = time.monotonic()
+        if self.up or now - self._logged_at >= _FAILURE_LOG_INTERVAL_S:
+            self._logged_at = now
+            log.warning("fleet: cannot %s the usage topic (%s): enforcing on this proxy's usage alone until it can",
+                        self.what, error or type(error).__name__)
+        self.up = False
+
+
+class Fleet(Collector):
+    def __init__(self, settings: FleetSettings, instance: str, quotas: QuotaService, config: ProxyConfig,
+                 access: UpstreamAccess, registry: CollectorRegistry) -> None:
+        self.settings = settings
+        self.instance = instance
+        self._quotas = quotas
+        self._urgent = asyncio.Event()
+        self.share = UsageShare(settings.publish_interval_ms / 1000, self._urgent.set)
+        for manager in (quotas.produce, quotas.fetch, quotas.mutations, quotas.producer_ids):
+            manager.share = self.share
+
+        def client() -> ClusterClient:
+            return ClusterClient(config.upstream, settings.topic, access, config.connect_timeout_s,
+                                 config.max_frame_bytes)
+
+        self._publisher = client()
+        self._reader = client()
+        self._publishing = _Link("publish to")
+        self._reading = _Link("read")
+        self._unsent: deque[Publication] = deque()
+        self._taken_at = wall_ms()
+        """When the usage not yet taken from the share started."""
+        self._members: dict[str, float] = {}
+        """Other instances -> when their last record was read (monotonic s)."""
+        self.publications = 0
+        self.received = {"applied": 0, "own": 0, "unreadable": 0}
+        self.dropped = 0
+        self._usage_age = Observations(USAGE_AGE_BUCKETS_S)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._topic_ready = asyncio.Event()
+        registry.register(self)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._publish_forever()), loop.create_task(self._read_forever())]
+        log.info("fleet: member %s of the fleet on topic %s (publishing every %d ms)", self.instance,
+                 self.settings.topic, self.settings.publish_interval_ms)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):  # what was charged since the last publication still counts
+            async with asyncio.timeout(FINAL_PUBLISH_TIMEOUT_S):
+                await self._publish_pending()
+        self._publisher.close()
+        self._reader.close()
+
+    # ---- publishing ---------------------------------------------------------------------------
+
+    async def _publish_forever(self) -> None:
+        await self._ensure_topic()
+        interval_s = self.settings.publish_interval_ms / 1000
+        while True:
+            if self._publishing.up:
+                with contextlib.suppress(TimeoutError):  # the interval ended before anything urgent
+                    await asyncio.wait_for(self._urgent.wait(), interval_s)
+            else:
+                await asyncio.sleep(max(interval_s, RETRY_BACKOFF_S))
+            self._urgent.clear()
+            await self._publish_pending()
+            await asyncio.sleep(MIN_PUBLISH_GAP_S)
+
+    async def _ensure_topic(self) -> None:
+        while True:
+            try:
+                await self._publisher.ensure({"retention.ms": str(TOPIC_RETENTION_MS), "cleanup.policy": "delete"})
+            except UPSTREAM_ERRORS as error:
+                self._publishing.failed(error)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            self._publishing.succeeded()
+            self._topic_ready.set()
+            return
+
+    async def _publish_pending(self) -> None:
+        """Send what was not sent yet, then what was charged since; a failure keeps both for the next turn."""
+        if not self._unsent:
+            self._unsent.extend(self.share.take(self.instance, self._taken_at))
+            self._taken_at = wall_ms()
+        if not self._unsent:
+            return
+        self._bound_unsent()
+        try:
+            await self._publisher.produce([publication.encode() for publication in self._unsent])
+        except UPSTREAM_ERRORS as error:
+            self._publishing.failed(error)
+            return
+        self.publications += len(self._unsent)
+        self._unsent.clear()
+        self._publishing.succeeded()
+
+    def _bound_unsent(self) -> None:
+        entries = sum(publication.entries for publication in self._unsent)
+        while entries > MAX_PENDING_ENTRIES and len(self._unsent) > 1:
+            lost = self._unsent.popleft().entries
+            entries -= lost
+            self.dropped += lost
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    async def _read_forever(self) -> None:
+        interval_ms = self.settings.publish_interval_ms
+        offset: int | None = None
+        await self._topic_ready.wait()
+        while True:
+            try:
+                if offset is None:
+                    offset = await self._reader.offset_at(wall_ms() - self._catch_up_ms())
+                records, offset = await self._reader.fetch(offset, interval_ms, FETCH_MAX_BYTES)
+            except UPSTREAM_ERRORS as error:
+                if isinstance(error, ClusterError) and error.error_code == OFFSET_OUT_OF_RANGE:
+                    offset = None  # the topic's retention passed us by: read back one window from now
+                self._reading.failed(error)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            self._reading.succeeded()
+            for record in records:
+                self.apply(record)
+
+    def _catch_up_ms(self) -> int:
+        """A member starting (or back after the topic was lost for long) reads back the longest window in which
+        usage still counts for a byte rate or a mutation bucket."""
+        settings = self._quotas.config.settings
+        return round(max(settings.byte_rate_window.length_s, settings.mutation_window.length_s) * 1000)
+
+    def apply(self, record: Record) -> None:
+        try:
+            publication = Publication.decode(record.value)
+        except FleetRecordError as error:
+            self.received["unreadable"] += 1
+            log.debug("fleet: skipping offset %d of %s: %s", record.offset, self.settings.topic, error)
+            return
+        if publication.instance == self.instance:
+            self.received["own"] += 1
+            return
+        self.received["applied"] += 1
+        self._members[publication.instance] = time.monotonic()
+        age_s = max(0.0, (wall_ms() - publication.oldest_ms) / 1000)
+        self._usage_age.observe(age_s)
+        quotas, now = self._quotas, now_ms()
+        settings = quotas.config.settings
+        for usage in publication.usage:
+            if age_s > settings.window_for(usage.quota_type).length_s:
+                continue  # it would have left the window already
+            if usage.quota_type is QuotaType.PRODUCER_BYTE_RATE:
+                quotas.produce.absorb(usage, now)
+            elif usage.quota_type is QuotaType.CONSUMER_BYTE_RATE:
+                quotas.fetch.absorb(usage, now)
+            elif usage.quota_type is QuotaType.CONTROLLER_MUTATION_RATE:
+                quotas.mutations.absorb(usage, now)
+        for shared in publication.producer_ids:
+            quotas.producer_ids.absorb_producer_ids(shared, now)
+
+    def members(self) -> int:
+        """Instances heard from within one byte window, this one included."""
+        horizon = time.monotonic() - self._quotas.config.settings.byte_rate_window.length_s
+        for instance, heard in list(self._members.items()):
+            if heard < horizon:
+                del self._members[instance]
+        return 1 + len(self._members)
+
+    # ---- metrics ------------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("kafka_quota_proxy_fleet_reachable", "1 while the usage topic takes this proxy's "
+                                "publications and serves the others'; 0: enforcing on this proxy's usage alone",
+                                value=int(self._publishing.up and self._reading.up))
+        yield GaugeMetricFamily("kafka_quota_proxy_fleet_members",
+                                "Fleet members heard from within one byte-rate window, this one included",
+                                value=self.members())
+        yield CounterMetricFamily("kafka_quota_proxy_fleet_publications", "Usage records published",
+                                  value=self.publications)
+        failures = CounterMetricFamily("kafka_quota_proxy_fleet_topic_failures",
+                                       "Failed attempts to publish to or read the usage topic", labels=["operation"])
+        failures.add_metric(["publish"], self._publishing.failures)
+        failures.add_metric(["read"], self._reading.failures)
+        yield failures
+        received = CounterMetricFamily("kafka_quota_proxy_fleet_records_received",
+                                       "Usage records read, by outcome", labels=["outcome"])
+        for outcome, count in self.received.items():
+            received.add_metric([outcome], count)
+        yield received
+        yield CounterMetricFamily("kafka_quota_proxy_fleet_usage_dropped",
+                                  "Usage entries not published: too many waited while the topic was unreachable",
+                                  value=self.dropped + self.share.dropped)
+        yield HistogramMetricFamily("kafka_quota_proxy_fleet_usage_age_seconds",
+                                    "How old another member's usage was when this proxy added it (from the start "
+                                    "of the interval it covers): the staleness of the fleet's sum",
+                                    buckets=self._usage_age.buckets(), sum_value=self._usage_age.sum)

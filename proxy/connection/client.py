@@ -1,0 +1,202 @@
+"""One client connection and its dedicated upstream connection: the transports' callbacks, the
+upstream connection's opening and loss, idle and shutdown.
+
+Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
+where they name brokers (addresses) or list api versions (capped). What happens to each is written
+in the sides this class is made of: ``requests``, ``responses``, ``login`` and ``muting``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import cast
+
+from proxy.cluster.upstream import UPSTREAM_ERRORS, open_upstream
+from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.login import LoginSteps
+from proxy.connection.muting import Muting
+from proxy.connection.requests import RequestSide
+from proxy.connection.responses import ResponseSide
+from proxy.connection.state import ANONYMOUS
+from proxy.security.tls import peer_principal_name
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamProtocol(asyncio.Protocol):
+    """The proxy's side of the broker connection; everything is delegated to the client side."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self._client = client
+
+    def data_received(self, data: bytes) -> None:
+        self._client.upstream_data_received(data)
+
+    def pause_writing(self) -> None:
+        self._client.gate.pause(PauseReason.PEER_BACKPRESSURE)
+
+    def resume_writing(self) -> None:
+        self._client.gate.resume(PauseReason.PEER_BACKPRESSURE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._client.upstream_lost(exc)
+
+
+class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Protocol):
+    """The client's transport protocol, made of the sides in ``requests``, ``responses``, ``login`` and
+    ``muting`` over the state in ``state``."""
+
+    # ---- client transport callbacks -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
+        self.gate = ReadGate(transport)
+        self._context.connection_opened(self)
+        self._loop = loop = asyncio.get_running_loop()
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            name, subject = peer_principal_name(ssl_object, self._context.principal_mapper)
+            if subject is not None and name is None:
+                log.info("closing connection from %s on %s: no principal mapping rule applies to %s",
+                         self._peer, self._listener, subject)
+                self.close("no principal for its certificate")
+                return
+            self._user = name or ANONYMOUS  # SASL, when on, names the principal once the client logs in
+        self._last_activity = loop.time()
+        self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
+        self._sasl = self._context.new_login(self._peer)
+        if self._sasl is not None:
+            settings = self._config.login
+            self._requests.max_frame_bytes = min(self._config.max_frame_bytes, settings.max_receive_bytes)
+            self._login_timer = loop.call_later(settings.timeout_s, self._login_too_slow)
+        if self._sasl is None or self._sasl.needs_upstream_before_login:
+            self._start_upstream()
+        # when the proxy terminates SASL, the upstream connection opens once the client has logged in: a
+        # client that cannot log in (or a flood of connections) never costs the cluster a connection
+
+    def _start_upstream(self) -> None:
+        """Open the upstream connection; requests read meanwhile wait for it, in order."""
+        self.gate.pause(PauseReason.CONNECTING)
+        self._connect_task = self._loop.create_task(self._connect_upstream())
+
+    def eof_received(self) -> bool | None:
+        if self._requests.buffered_bytes or self._before_upstream or self._cut_through_remaining:
+            self._context.metrics.closed_for_bad_input += 1
+            self.close("truncated frame: client closed in the middle of a frame", warn=True)
+        return None
+
+    def pause_writing(self) -> None:
+        """The client reads less than it is sent: nothing more is read from the cluster for it, and
+        none of its requests is read or decided, whoever would answer it (the proxy's own answers
+        included), until it catches up."""
+        self._client_backlogged = True
+        self.gate.pause(PauseReason.CLIENT_BACKLOG)
+        if self._upstream_gate is not None:
+            self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)
+
+    def resume_writing(self) -> None:
+        self._client_backlogged = False
+        self.gate.resume(PauseReason.CLIENT_BACKLOG)
+        if self._upstream_gate is not None:
+            self._upstream_gate.resume(PauseReason.PEER_BACKPRESSURE)
+        self._release_held()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("client disconnected" if exc is None else f"client connection lost: {exc}")
+
+    # ---- upstream lifecycle --------------------------------------------------------------------
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            target = await self._resolve_upstream()
+            async with asyncio.timeout(self._config.connect_timeout_s):
+                access = self._context.client_upstream_access
+                if access.sasl is None:
+                    transport, _ = await loop.create_connection(
+                        lambda: UpstreamProtocol(self), target.host, target.port, **access.tls_arguments(target))
+                else:
+                    _, writer = await open_upstream(target, access, self._config.max_frame_bytes)
+                    self._login_writer = writer  # a collected StreamWriter closes its transport
+                    transport = cast(asyncio.Transport, writer.transport)
+                    transport.set_protocol(UpstreamProtocol(self))  # logged in: from now on, bytes only
+        except (*UPSTREAM_ERRORS, LookupError) as error:
+            self._context.metrics.upstream_connect_failures += 1
+            self.close(f"upstream unreachable for {self._listener}: {error or type(error).__name__}",
+                       warn=True)
+            return
+        transport = cast(asyncio.Transport, transport)
+        if self._closed:
+            transport.close()
+            return
+        transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
+        peer = transport.get_extra_info("peername")
+        self._upstream_broker = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(target)
+        self._upstream = transport
+        self._upstream_gate = ReadGate(transport)
+        log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
+        self.gate.resume(PauseReason.CONNECTING)
+        self._release_held()
+        if self._before_upstream and not self._closed:
+            early, self._before_upstream = bytes(self._before_upstream), bytearray()
+            self.data_received(early)
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            self.close("upstream closed the connection" if exc is None else f"upstream lost: {exc}",
+                       warn=self._awaiting_responses())
+
+    # ---- lifetime ------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Stop taking requests; close once every forwarded request has its answer."""
+        self._draining = True
+        if not self._closed:
+            self.gate.pause(PauseReason.DRAINING)
+            if not self._awaiting_responses() and self._settling is None:
+                self.close("closed for shutdown")
+
+    def _check_idle(self) -> None:
+        loop = self._loop
+        idle_for = loop.time() - self._last_activity
+        if idle_for >= self._config.idle_timeout_s:
+            self.close(f"idle for {idle_for:.0f} s", warn=False)
+        else:
+            self._idle_timer = loop.call_later(self._config.idle_timeout_s - idle_for, self._check_idle)
+
+    def close(self, reason: str, warn: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        (log.warning if warn else log.debug)("closing connection from %s on %s: %s",
+                                             self._peer, self._listener, reason)
+        for timer in (self._idle_timer, self._login_timer, self._request_timer):
+            if timer is not None:
+                timer.cancel()
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+            self._mute_timer = None
+            self._metrics.muted_connections -= 1
+        for task in (self._connect_task, self._settling):
+            if task is not None and not task.done():
+                task.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        if self._upstream is not None:
+            self._upstream.close()
+        self._in_flight.clear()
+        self._context.connection_closed(self)
+
+    def abort(self) -> None:
+        """Force-close without waiting for buffered writes (shutdown past its grace period)."""
+        for transport in (self._transport, self._upstream):
+            if transport is not None:
+                transport.abort()
+        self.close("aborted at shutdown deadline", warn=bool(self._in_flight))
+
+

@@ -1,0 +1,305 @@
+"""The request side of a client connection: reading frames, deciding each before its bytes go
+upstream, holding back the ones behind a throttle or a pending decision, cutting large ones through.
+
+Requests are decided (and charged) as they are read, so an unthrottled client keeps pipelining.
+Once a request is given a throttle, the requests behind it are held unread and undecided until its
+response has been sent and the throttle has run out, as a Kafka broker reads nothing from a muted
+channel (``SocketServer``): a client that pipelines gets no more than one that waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
+
+from protocol.api_versions import NEWEST_API_VERSIONS
+from protocol.apis import KNOWN_API_KEYS, Api
+from protocol.errors import ProtocolError
+from protocol.framing import SIZE_PREFIX_BYTES
+from protocol.header import peek_request
+from proxy.connection.flow import PauseReason
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, ConnectionState, InFlight
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome
+from proxy.state.quota_service import now_ms
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+_SASL_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
+
+
+class RequestSide(ConnectionState):
+    """Bytes from the client: framed, decided in order, forwarded, held back or cut through."""
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._last_activity = self._loop.time()
+        if self._connect_task is not None and self._upstream is None:
+            # uvloop may deliver bytes that were already read when reading was paused for the connect
+            self._before_upstream += data
+            if len(self._before_upstream) > self._config.max_frame_bytes:
+                self.close("sent more than a frame before the upstream connection opened", warn=True)
+            return
+        self._metrics.bytes_in += len(data)
+        try:
+            if self._cut_through_remaining:
+                data = self._cut_through(data)
+                if not data:
+                    return
+            chunk, ends = self._requests.feed(data)
+            if self._holding():
+                self._held += chunk
+                return
+            if ends:
+                self._route_requests(chunk, ends)
+            self._maybe_cut_through()
+        except Exception as error:
+            self._fail_on_requests(error)
+
+    def _fail_on_requests(self, error: Exception) -> None:
+        if isinstance(error, ProtocolError):
+            self._context.metrics.closed_for_bad_input += 1
+            self.close(f"bad request frame: {error}", warn=True)
+        else:
+            log.exception("unexpected error handling requests from %s", self._peer, exc_info=error)
+            self.close("internal error handling requests", warn=True)
+
+    def _route_requests(self, chunk: bytes | bytearray, ends: list[int]) -> None:
+        """Decide and forward whole frames in order until one makes the rest wait (``_holding``)."""
+        view = memoryview(chunk)
+        start = 0
+        forward_from = 0
+        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
+        for end in ends:
+            frame = view[start + SIZE_PREFIX_BYTES:end]
+            decided = self._decide(frame, end - start - SIZE_PREFIX_BYTES)
+            if not isinstance(decided, Outcome):
+                if forward_from < start:
+                    upstream.write(view[forward_from:start])
+                self._await_decision(decided, bytes(view[start:end]))
+                self._held += view[end:]
+                return
+            if not self._carry_out(decided, frame):
+                if forward_from < start:
+                    upstream.write(view[forward_from:start])
+                if decided.forward and decided.replacement is not None:
+                    upstream.write(decided.replacement)
+                forward_from = end
+            start = end
+            if self._holding():
+                self._held += view[end:]
+                break
+        if forward_from == 0 and start == len(chunk):
+            upstream.write(chunk)
+        elif forward_from < start:
+            upstream.write(view[forward_from:start])
+        self._send_local_responses_in_turn()
+        self._close_if_answered()
+        if self._held and not self._holding():  # held only for the answers' size, which are sent now
+            self._loop.call_soon(self._release_held)
+
+    def _release_held(self) -> None:
+        """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
+        if self._closed or self._draining or self._holding():
+            return
+        self.gate.resume(PauseReason.THROTTLED)  # paused while holding, whatever held
+        held, self._held = self._held, bytearray()
+        try:
+            if held:
+                self._route_requests(held, _frame_ends(held))
+            self._maybe_cut_through()
+            self._send_local_responses_in_turn()
+        except Exception as error:
+            self._fail_on_requests(error)
+        self._after_responses()
+
+    def _decide(self, frame: memoryview, request_bytes: int, whole: bool = True) -> Decided:
+        """What to do with one request, decided before its bytes go upstream.
+
+        ``frame`` may be only the start of a request being cut through; ``request_bytes`` is
+        the whole request's size.
+        """
+        api_key, api_version, _ = peek_request(frame)
+        if api_key not in KNOWN_API_KEYS:
+            raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
+        self._metrics.requests_by_api[api_key] += 1
+        if self._sasl is not None and not self._sasl.done:
+            self._login_step_pending = True  # every request before a login has an answer
+            self.gate.pause(PauseReason.LOGGING_IN)
+        if api_key == Api.API_VERSIONS and (self._upstream is None or api_version > NEWEST_API_VERSIONS):
+            # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0
+            # with the versions served); before a login no upstream connection may be open yet
+            return self._context.api_versions_answer(frame)
+        sasl = self._sasl
+        if sasl is not None and (api_key in _SASL_APIS or not (sasl.done or sasl.needs_upstream_before_login)):
+            return sasl.handle(frame)
+        # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener
+        # that does not ask for a login must not open a way around the quotas
+        caller = Caller(self._user, now_ms(), self._upstream_broker)
+        if api_key == Api.PRODUCE:
+            return self._context.produce_handler.handle(frame, request_bytes, caller, whole)
+        handler = self._context.handlers.get(api_key)
+        if handler is None:
+            return FORWARD
+        return handler(frame, caller)
+
+    def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
+        """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
+        if outcome.expects_response:
+            api_key, api_version, correlation_id = peek_request(frame)
+            request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, outcome.local_response,
+                               outcome.finish, outcome.close_after_response, time.perf_counter(),
+                               outcome.throttle_since_ms, outcome.charge_response)
+            self._await_response(request)
+            if request.holds_later_requests:
+                self._throttled(outcome.throttle_ms, expects_response=True)
+        else:
+            if outcome.close_after_response:
+                self._close_when_answered = True
+                self._pause_if_holding()
+            if outcome.throttle_ms:
+                self._throttled(outcome.throttle_ms, expects_response=False)
+        return outcome.forward and outcome.replacement is None
+
+    def _await_decision(self, decided: Awaitable[Outcome], frame: bytes) -> None:
+        """Wait for a handler that asks the cluster (or the ledger) first; later requests wait behind it."""
+        self._hold_until(decided, lambda outcome: self._carry_out_decided(outcome, frame))
+
+    def _hold_until(self, pending: Awaitable[_T], carry_on: Callable[[_T], None]) -> None:
+        """Hold later requests, unread and undecided, until ``pending`` is done and ``carry_on`` has
+        acted on its result."""
+        self.gate.pause(PauseReason.AWAITING_CLUSTER)
+        self._settling = self._loop.create_task(self._settle(pending, carry_on))
+
+    async def _settle(self, pending: Awaitable[_T], carry_on: Callable[[_T], None]) -> None:
+        try:
+            result = await pending
+        except Exception as error:
+            log.warning("cannot decide on a request from %s: %s", self._peer, error)
+            self.close("could not decide on a request", warn=True)
+            return
+        if self._closed:
+            return
+        self._settling = None
+        self.gate.resume(PauseReason.AWAITING_CLUSTER)
+        try:
+            carry_on(result)
+        except Exception as error:
+            self._fail_on_requests(error)
+            return
+        self._release_held()
+
+    def _carry_out_decided(self, outcome: Outcome, frame: bytes) -> None:
+        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
+        if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
+            upstream.write(frame)
+        elif outcome.forward and outcome.replacement is not None:
+            upstream.write(outcome.replacement)
+        self._send_local_responses_in_turn()
+        self._close_if_answered()
+
+    def _await_response(self, request: InFlight) -> None:
+        self._in_flight.append(request)
+        if request.local_response is not None:
+            self._local_answer_bytes += len(request.local_response)
+        elif self._request_timer is None:
+            self._request_timer = self._loop.call_later(self._config.request_timeout_s, self._check_request_timeout)
+        if len(self._in_flight) >= self._config.max_in_flight_requests:
+            self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
+
+    def _maybe_cut_through(self) -> None:
+        if self._requests.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._holding():
+            return
+        if self._sasl is not None and not self._sasl.done:
+            return
+        partial = self._requests.partial_frame(CUT_THROUGH_AFTER_BYTES)
+        assert partial is not None
+        prefix, frame_bytes = partial
+        frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
+        handler = self._context.produce_handler
+        api_key = peek_request(frame).api_key
+        produce = api_key == Api.PRODUCE
+        if produce and handler.needs_whole_frame(self._user):
+            return
+        if api_key in self._context.handlers:
+            return  # handlers other than Produce judge whole requests
+        try:
+            outcome = self._decide(frame, frame_bytes - SIZE_PREFIX_BYTES, whole=False)
+        except ProtocolError:
+            return  # the header does not fit yet: judge the frame once it is whole
+        assert isinstance(outcome, Outcome)
+        taken = self._requests.take_partial_frame()
+        self._cut_through_remaining = frame_bytes - len(taken)
+        self._carry_out(outcome, frame)
+        assert self._upstream is not None
+        self._upstream.write(taken)
+        # a producer-ID quota in throttle mode reads the batches once the request is complete
+        self._cut_through_copy = bytearray(taken) if produce and handler.scans_batches(self._user) else None
+
+    def _cut_through(self, data: bytes) -> bytes:
+        """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
+        assert self._upstream is not None
+        taken = min(len(data), self._cut_through_remaining)
+        part = data if taken == len(data) else memoryview(data)[:taken]
+        self._upstream.write(part)
+        self._cut_through_remaining -= taken
+        if self._cut_through_copy is not None:
+            self._cut_through_copy += part
+            if not self._cut_through_remaining:
+                self._check_cut_through_producer_ids()
+        if not self._cut_through_remaining:
+            self._pause_if_holding()
+        return data[taken:]
+
+    def _check_cut_through_producer_ids(self) -> None:
+        assert self._cut_through_copy is not None
+        frame, self._cut_through_copy = self._cut_through_copy, None  # complete: it grows no more
+        throttle = self._context.produce_handler.producer_id_throttle(
+            memoryview(frame)[SIZE_PREFIX_BYTES:], Caller(self._user, now_ms(), self._upstream_broker))
+        if isinstance(throttle, int):
+            self._throttle_cut_through(frame, throttle)
+        else:  # the ledger reads a PID from disk first: later requests wait for the verdict
+            self._hold_until(throttle, lambda throttle_ms: self._throttle_cut_through(frame, throttle_ms))
+
+    def _throttle_cut_through(self, frame: bytearray, throttle_ms: int) -> None:
+        if not throttle_ms:
+            return
+        request = self._in_flight[-1] if self._in_flight else None
+        expects_response = (request is not None and
+                            request.correlation_id == peek_request(frame, SIZE_PREFIX_BYTES).correlation_id)
+        if request is not None and expects_response:
+            self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
+        self._throttled(throttle_ms, expects_response)
+
+    def _check_request_timeout(self) -> None:
+        """Close the connection when the cluster has sent nothing for the request at the head of the
+        queue for ``request-timeout-seconds`` (as the client would, by its ``request.timeout.ms``): a
+        lost request would otherwise hold its connection, and every request behind it, for ever. Time
+        the client spends not reading its responses, or still sending a request, is not the cluster's."""
+        self._request_timer = None
+        if self._closed or not self._in_flight or self._in_flight[0].local_response is not None:
+            return
+        timeout_s = self._config.request_timeout_s
+        waited_s = time.perf_counter() - max(self._in_flight[0].read_at, self._upstream_heard_at)
+        if waited_s >= timeout_s and not (self._client_backlogged or self._cut_through_remaining):
+            self._metrics.upstream_request_timeouts += 1
+            request = self._in_flight[0]
+            self.close(f"the cluster sent nothing for request {request.correlation_id} (api {request.api_key}) "
+                       f"in {waited_s:.1f} s (request-timeout-seconds {timeout_s:g})", warn=True)
+            return
+        self._request_timer = self._loop.call_later(max(timeout_s - waited_s, 0.1), self._check_request_timeout)
+
+
+
+def _frame_ends(frames: bytes | bytearray) -> list[int]:
+    """End offsets of the whole frames (size prefix included) that ``frames`` holds back to back."""
+    ends = []
+    position = 0
+    while position < len(frames):
+        position += SIZE_PREFIX_BYTES + int.from_bytes(frames[position:position + SIZE_PREFIX_BYTES], "big")
+        ends.append(position)
+    return ends

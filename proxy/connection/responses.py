@@ -1,0 +1,219 @@
+"""The response side of a client connection: pairing each response with its request (Kafka answers
+in order), the proxy's own answers sent in turn, throttles raised into responses, broker addresses
+and api versions rewritten, large Fetch responses cut through after their throttle field.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from protocol.addresses import carries_addresses, rewrite_broker_addresses
+from protocol.api_versions import adapt_api_versions
+from protocol.apis import Api, is_flexible_request
+from protocol.errors import ProtocolError
+from protocol.framing import SIZE_PREFIX_BYTES
+from protocol.header import response_correlation_id, response_header_length
+from protocol.throttle import raise_throttle
+from proxy.connection.flow import PauseReason
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, ConnectionState, InFlight
+from proxy.state.quota_service import now_ms
+from quotas.token_bucket import remaining_throttle_ms
+
+log = logging.getLogger(__name__)
+
+
+class ResponseSide(ConnectionState):
+    """Bytes from the cluster: framed, paired with their requests, rewritten where needed, sent in turn
+    with the proxy's own answers."""
+
+    def upstream_data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._last_activity = self._loop.time()
+        self._upstream_heard_at = time.perf_counter()
+        self._metrics.bytes_out += len(data)
+        try:
+            if self._response_cut_through_remaining:
+                data = self._cut_through_response(data)
+            if data and not self._closed:
+                chunk, ends = self._responses.feed(data)
+                if ends:
+                    self._route_responses(chunk, ends)
+                self._maybe_cut_through_response()
+        except ProtocolError as error:
+            self.close(f"bad response from upstream: {error}", warn=True)
+            return
+        except Exception:
+            log.exception("unexpected error handling responses for %s", self._peer)
+            self.close("internal error handling responses", warn=True)
+            return
+        self._after_responses()
+
+    def _after_responses(self) -> None:
+        self._close_if_answered()
+        if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
+            self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
+        if self._draining and not self._awaiting_responses() and self._settling is None:
+            self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
+
+    def _route_responses(self, chunk: bytes, ends: list[int]) -> None:
+        view = memoryview(chunk)
+        pieces: list[bytes | memoryview] = []
+        untouched_from = 0
+        start = 0
+        mute_ms: int | None = None
+        for end in ends:
+            local = self._local_responses_due()
+            if local:
+                if untouched_from < start:
+                    pieces.append(view[untouched_from:start])
+                pieces.extend(local)
+                untouched_from = start
+            request = self._answered_request(view[start + SIZE_PREFIX_BYTES:end], end - start - SIZE_PREFIX_BYTES,
+                                             start)
+            if request.holds_later_requests:
+                mute_ms = max(mute_ms or 0, request.throttle_ms)
+            replacement = self._rewrite_response(request, view[start + SIZE_PREFIX_BYTES:end])
+            if replacement is not None:
+                if untouched_from < start:
+                    pieces.append(view[untouched_from:start])
+                pieces.append(replacement)
+                untouched_from = end
+            start = end
+        assert self._transport is not None
+        if not pieces:
+            self._transport.write(chunk)
+        else:
+            if untouched_from < len(chunk):
+                pieces.append(view[untouched_from:])
+            self._transport.writelines(pieces)
+        self._responses_sent(mute_ms)
+
+    def _answered_request(self, frame: memoryview, frame_bytes: int, offset: int) -> InFlight:
+        """Take the request the response ``frame`` answers (the whole frame or, cut through, its
+        start; ``frame_bytes`` long without its size prefix), its throttle settled."""
+        if not self._in_flight:
+            raise ProtocolError("response without a request", offset=offset)
+        request = self._in_flight.popleft()
+        self._metrics.observe_latency(request.api_key, time.perf_counter() - request.read_at)
+        if request.charge_response is not None:
+            charged_ms = request.charge_response(frame, frame_bytes)
+            if charged_ms > request.throttle_ms:
+                request = request._replace(throttle_ms=charged_ms)
+        if request.throttle_ms and request.throttle_since_ms is not None:
+            request = request._replace(throttle_ms=remaining_throttle_ms(
+                request.throttle_ms, request.throttle_since_ms, now_ms()))
+        self._close_after_write |= request.close_after_response
+        correlation_id = response_correlation_id(frame, 0)
+        if correlation_id != request.correlation_id:
+            raise ProtocolError(
+                f"correlation id {correlation_id} does not match request {request.correlation_id}",
+                api_key=request.api_key, api_version=request.api_version, offset=offset)
+        return request
+
+    def _responses_sent(self, mute_ms: int | None) -> None:
+        """Whole responses were written: the proxy's own answers queued behind them follow, then the
+        close or the mute they asked for (after the response is written, as a Kafka broker does)."""
+        self._send_local_responses_in_turn()
+        if self._close_after_write:
+            self.close("closed after its last response")
+        elif mute_ms is not None:
+            self._mute(mute_ms)
+        self._login_step_answered()
+
+    def _maybe_cut_through_response(self) -> None:
+        """Start forwarding a large Fetch response as it arrives, once its start is here: it is
+        charged by its size prefix, and its throttle field comes first in its body."""
+        if self._responses.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._closed or not self._in_flight:
+            return
+        request = self._in_flight[0]
+        if (request.api_key != Api.FETCH or request.local_response is not None or request.finish is not None
+                or self._names_brokers(request.api_key, request.api_version)):
+            return
+        partial = self._responses.partial_frame(CUT_THROUGH_AFTER_BYTES)
+        assert partial is not None
+        prefix, frame_bytes = partial
+        frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
+        request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)
+        taken = self._responses.take_partial_frame()
+        head = memoryview(taken)[:len(prefix)]
+        if request.throttle_ms:
+            header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
+            body = raise_throttle(request.api_key, request.api_version, frame[header_length:], request.throttle_ms)
+            if body is not None:
+                head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
+        assert self._transport is not None
+        self._transport.writelines((head, memoryview(taken)[len(prefix):]))
+        self._response_cut_through_remaining = frame_bytes - len(taken)
+        self._mute_after_cut_through_ms = request.throttle_ms if request.holds_later_requests else None
+
+    def _cut_through_response(self, data: bytes) -> bytes:
+        """Send the client the part of ``data`` that belongs to the response being cut through;
+        return the rest."""
+        assert self._transport is not None
+        taken = min(len(data), self._response_cut_through_remaining)
+        self._transport.write(data if taken == len(data) else memoryview(data)[:taken])
+        self._response_cut_through_remaining -= taken
+        if not self._response_cut_through_remaining:
+            self._responses_sent(self._mute_after_cut_through_ms)
+        return data[taken:]
+
+    def _local_responses_due(self) -> list[bytes]:
+        """The proxy's own answers at the head of the queue: no earlier request is still out."""
+        due: list[bytes] = []
+        if self._response_cut_through_remaining:
+            return due  # they follow the response being cut through
+        now = time.perf_counter()
+        while self._in_flight and self._in_flight[0].local_response is not None:
+            request = self._in_flight.popleft()
+            self._metrics.observe_latency(request.api_key, now - request.read_at)
+            assert request.local_response is not None
+            due.append(request.local_response)
+            self._local_answer_bytes -= len(request.local_response)
+            if request.throttle_ms:
+                self._loop.call_soon(self._mute, request.throttle_ms)  # once this answer has been written
+            self._close_after_write |= request.close_after_response
+        return due
+
+    def _send_local_responses_in_turn(self) -> None:
+        due = self._local_responses_due()
+        if due:
+            assert self._transport is not None
+            self._transport.writelines(due)
+            if self._close_after_write:
+                self.close("closed after its last response")
+                return
+            self._login_step_answered()
+            self._after_responses()
+
+    def _names_brokers(self, api_key: int, api_version: int) -> bool:
+        """The response names brokers the client must reach through the proxy."""
+        return self._context.rewrites_addresses and carries_addresses(api_key, api_version)
+
+    def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
+        """A whole replacement frame (size prefix included), or None to forward it untouched."""
+        api_key, api_version = request.api_key, request.api_version
+        if api_key == Api.API_VERSIONS:
+            header_length = response_header_length(frame, flexible=False)
+            body = adapt_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings,
+                                      self._context.served_api_versions)
+        else:
+            names_brokers = self._names_brokers(api_key, api_version)
+            if not request.throttle_ms and not names_brokers and request.finish is None:
+                return None
+            header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
+            body = None
+            if request.finish is not None:
+                body = request.finish(frame[header_length:])
+            if request.throttle_ms:
+                body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),
+                                      request.throttle_ms) or body
+            if names_brokers:
+                body = rewrite_broker_addresses(api_key, api_version, frame[header_length:] if body is None else body,
+                                                self._context.advertise_broker) or body
+        if body is None:
+            return None
+        size = header_length + len(body)
+        return b"".join((size.to_bytes(4, "big"), frame[:header_length], body))
+

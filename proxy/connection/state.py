@@ -1,0 +1,148 @@
+"""What one client connection knows, shared by the modules that make up its behaviour.
+
+A client connection is one object (``ClientConnection``, in ``client``) written in sides: the
+request side (``requests``), the response side (``responses``), the login steps (``login``) and
+the mute (``muting``). They share the state declared here, and call one another only through the
+methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other sides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple
+
+from protocol.framing import FrameSplitter
+from protocol.header import REQUEST_PREFIX_BYTES
+from proxy.connection.context import ProxyContext, UpstreamResolver
+from proxy.connection.flow import PauseReason, ReadGate
+from proxy.decision.outcome import ResponseCharge, ResponseFinisher
+from proxy.security.sasl import SaslServer
+from proxy.security.sasl_inspect import SaslInspector
+
+ANONYMOUS = "ANONYMOUS"
+"""The principal of a connection with neither a login nor a client certificate."""
+
+_MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
+CUT_THROUGH_AFTER_BYTES = 64 * 1024
+"""A request frame still incomplete after this many bytes is forwarded as it arrives: holding a
+megabyte-sized produce request until its last byte adds a loopback transfer to every request. The
+same holds for a Fetch response, the one large response whose only rewrite (its throttle) is at its
+start."""
+
+
+class InFlight(NamedTuple):
+    correlation_id: int
+    api_key: int
+    api_version: int
+    throttle_ms: int = 0
+    """The proxy's throttle for this request: raised into the response, then the client is muted."""
+    local_response: bytes | None = None
+    """The proxy's own answer (a whole frame), sent in turn instead of an upstream response."""
+    finish: ResponseFinisher | None = None
+    close_after_response: bool = False
+    read_at: float = 0.0
+    """``perf_counter`` when the request was read, for the latency histogram (uvloop's loop time
+    moves in whole milliseconds, coarser than most requests take)."""
+    throttle_since_ms: int | None = None
+    """See ``Outcome.throttle_since_ms``."""
+    charge_response: ResponseCharge | None = None
+
+    @property
+    def holds_later_requests(self) -> bool:
+        """Later requests wait for this one's response (and the mute it brings): it has a throttle, or
+        its cost, hence its throttle, is known only from its response (a metered Fetch)."""
+        return bool(self.throttle_ms) or self.charge_response is not None
+
+
+class ConnectionState:
+    """One client connection, its upstream connection, and the requests between them."""
+
+    def __init__(self, context: ProxyContext, resolve_upstream: UpstreamResolver, listener: str) -> None:
+        self._context = context
+        self._config = context.config
+        self._metrics = context.metrics
+        self._resolve_upstream = resolve_upstream
+        self._listener = listener
+        self._requests = FrameSplitter(self._config.max_frame_bytes, REQUEST_PREFIX_BYTES)
+        self._responses = FrameSplitter(self._config.max_frame_bytes, _MIN_RESPONSE_FRAME_BYTES)
+        self._in_flight: deque[InFlight] = deque()
+        self._transport: asyncio.Transport | None = None
+        self._upstream: asyncio.Transport | None = None
+        self._upstream_gate: ReadGate | None = None
+        self.gate: ReadGate
+        self._peer = "?"
+        self._closed = False
+        self._draining = False
+        self._last_activity = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._request_timer: asyncio.TimerHandle | None = None
+        self._upstream_heard_at = 0.0
+        """``perf_counter`` when the cluster last sent something on this connection."""
+        self._connect_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop
+        self._before_upstream = bytearray()
+        self._user = ANONYMOUS
+        self._mute_timer: asyncio.TimerHandle | None = None
+        self._muted_until = 0.0
+        self._cut_through_remaining = 0
+        """Bytes of a request frame still to come that go upstream without buffering."""
+        self._cut_through_copy: bytearray | None = None
+        self._response_cut_through_remaining = 0
+        """Bytes of a response frame still to come that go to the client without buffering."""
+        self._mute_after_cut_through_ms: int | None = None
+        self._held = bytearray()
+        """Whole request frames read but not yet decided: they wait behind a request whose handler
+        asks the cluster first, or behind a throttle (``_holding``)."""
+        self._client_backlogged = False
+        """The client's write buffer is above its high-water mark (``pause_writing``)."""
+        self._local_answer_bytes = 0
+        """Bytes of the proxy's own answers waiting their turn: beyond the high-water mark, later requests
+        wait too (a client reading nothing must not make the proxy hold answers without bound)."""
+        self._throttled_response_pending = False
+        """A request holding later ones (``InFlight.holds_later_requests``) has not had its response sent
+        yet: the mute starts then."""
+        self._close_when_answered = False
+        """A request without a response (acks=0) asked to close the connection: Kafka handles requests
+        one at a time, so the ones before it are answered first and the ones after it never read."""
+        self._settling: asyncio.Task[None] | None = None
+        self._sasl: SaslServer | SaslInspector | None = None
+        self._login_step_pending = False
+        """Before a login completes, one request at a time: the next waits unread until this one's answer
+        is sent (no pipelined password guesses)."""
+        self._login_timer: asyncio.TimerHandle | None = None
+        self._close_after_write = False
+        self._login_writer: asyncio.StreamWriter | None = None
+        self._upstream_broker = ""
+        """The broker reached upstream, as ``ip:port`` of the peer: a bootstrap connection and a broker
+        listener's connection reaching the same broker share its per-broker budgets."""
+
+    def _holding(self) -> bool:
+        """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
+        return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
+                or self._close_when_answered or (self._connect_task is not None and self._upstream is None)
+                or self._login_step_pending or self._client_backlogged
+                or self._local_answer_bytes >= self._config.write_buffer_high_bytes)
+
+    def _awaiting_responses(self) -> bool:
+        return bool(self._in_flight) or self._response_cut_through_remaining > 0
+
+    def _close_if_answered(self) -> None:
+        if self._close_when_answered and not self._awaiting_responses():
+            self.close("closed after an acks=0 request with a partition error (as Kafka does)", warn=True)
+
+    def _pause_if_holding(self) -> None:
+        """Stop reading while requests are held, but not before the frame being cut through is whole:
+        the cluster answers it only once it has its last byte."""
+        if self._holding() and not self._cut_through_remaining:
+            self.gate.pause(PauseReason.THROTTLED)
+
+    if TYPE_CHECKING:  # written in the sides that make up ``ClientConnection``
+        def close(self, reason: str, warn: bool = False) -> None: ...
+        def _start_upstream(self) -> None: ...
+        def _release_held(self) -> None: ...
+        def _send_local_responses_in_turn(self) -> None: ...
+        def _after_responses(self) -> None: ...
+        def _login_step_answered(self) -> None: ...
+        def _throttled(self, throttle_ms: int, expects_response: bool) -> None: ...
+        def _mute(self, throttle_ms: int) -> None: ...

@@ -1,0 +1,5 @@
+"""The operator's files as the proxy reads them: TOML with errors that name the file and the key,
+and noticing that a file changed (quota file, users file, certificates) so it is read again.
+
+May import: nothing of ours.
+"""

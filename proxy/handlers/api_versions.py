@@ -1,0 +1,105 @@
+"""ApiVersions: what the proxy tells clients it serves, and the answers it gives itself.
+
+The cluster's list, asked once by the proxy, capped for the APIs whose messages the proxy decodes
+(kafka-python's codecs, and Fetch at v15, see ``FETCH_VERSION_CEILING``), with the APIs the proxy
+answers itself added. Responses the cluster sends to a client's own ApiVersions get the same
+treatment on their way back (``proxy.connection.responses``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.addresses import ADDRESS_BEARING_APIS
+from protocol.api_versions import NEWEST_API_VERSIONS, VersionRange, adapt_api_versions
+from protocol.apis import Api
+from protocol.codecs import encode_response, max_version
+from protocol.errors import UNSUPPORTED_VERSION
+from protocol.header import RequestHeader, read_request_header
+from proxy.cluster.upstream import UpstreamAccess, request_any
+from proxy.decision.outcome import Decided, Outcome, local_answer
+from proxy.settings.config import ProxyConfig
+
+# APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
+_DECODED_APIS = ADDRESS_BEARING_APIS | {
+    Api.API_VERSIONS, Api.PRODUCE, Api.FETCH, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
+    Api.INIT_PRODUCER_ID, Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS}
+_SASL_VERSIONS: dict[int, VersionRange] = {
+    Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
+FETCH_VERSION_CEILING = 15
+"""Fetch v16+ ends each response with KIP-951 leader endpoints the proxy must rewrite, which holds the
+response until its last byte (about a tenth of a consumer's throughput); up to v15 a response is passed
+on as it arrives. Clients then learn a moved leader from Metadata, as they did before KIP-951."""
+def version_ceilings(in_front_of_controllers: bool) -> dict[int, int]:
+    if in_front_of_controllers:  # the brokers' requests pass untouched, whatever version they and the controllers speak
+        return {Api.ALLOCATE_PRODUCER_IDS: max_version(Api.ALLOCATE_PRODUCER_IDS)}
+    ceilings = {api_key: max_version(api_key) for api_key in _DECODED_APIS}
+    ceilings[Api.FETCH] = min(ceilings[Api.FETCH], FETCH_VERSION_CEILING)
+    return ceilings
+
+
+def served_versions(sasl: bool, in_front_of_controllers: bool) -> dict[int, VersionRange]:
+    """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves."""
+    served: dict[int, VersionRange] = {} if in_front_of_controllers else {
+        api_key: VersionRange(0, max_version(api_key))
+        for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS)}
+    if sasl:
+        served.update(_SASL_VERSIONS)
+    return served
+
+
+class ApiVersionsAnswers:
+    def __init__(self, config: ProxyConfig, upstream_access: UpstreamAccess, in_front_of_controllers: bool) -> None:
+        self._config = config
+        self._upstream_access = upstream_access
+        self.ceilings = version_ceilings(in_front_of_controllers)
+        self.served = served_versions(config.sasl_mode == "terminate", in_front_of_controllers)
+        self._cluster_api_versions: list[dict[str, int]] | None = None
+        """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
+        error or a version's subset): for the answers given before a login and for what is forwarded."""
+        self._asking_api_versions: asyncio.Task[list[dict[str, int]]] | None = None
+
+    def answer(self, frame: memoryview) -> Decided:
+        """ApiVersions answered by the proxy (before a login, or newer than it parses)."""
+        header = read_request_header(frame)
+        if self._cluster_api_versions is not None or header.api_version > NEWEST_API_VERSIONS:
+            return self._local_api_versions(header)
+        return self._api_versions_once_known(header)
+
+    async def _api_versions_once_known(self, header: RequestHeader) -> Outcome:
+        await self._learn_cluster_api_versions()
+        return self._local_api_versions(header)
+
+    async def cluster_api_keys(self) -> frozenset[int]:
+        """The api keys the cluster serves."""
+        versions = self._cluster_api_versions
+        if versions is None:
+            versions = await self._learn_cluster_api_versions()
+        return frozenset(entry["api_key"] for entry in versions)
+
+    async def _learn_cluster_api_versions(self) -> list[dict[str, int]]:
+        if self._asking_api_versions is None or self._asking_api_versions.done():
+            self._asking_api_versions = asyncio.get_running_loop().create_task(self._ask_api_versions())
+        self._cluster_api_versions = await asyncio.shield(self._asking_api_versions)
+        return self._cluster_api_versions
+
+    async def _ask_api_versions(self) -> list[dict[str, int]]:
+        config = self._config
+        response = await request_any(config.upstream, Api.API_VERSIONS, 0, {}, config.connect_timeout_s,
+                                     config.max_frame_bytes, self._upstream_access)
+        return [{"api_key": k.api_key, "min_version": k.min_version, "max_version": k.max_version}
+                for k in response.api_keys]
+
+    def _local_api_versions(self, header: RequestHeader) -> Outcome:
+        """As a broker answers ApiVersions itself; a version the proxy cannot encode gets Kafka's
+        UNSUPPORTED_VERSION answer, in v0, naming the ApiVersions versions it can."""
+        version = header.api_version
+        if version > NEWEST_API_VERSIONS:
+            body = encode_response(Api.API_VERSIONS, 0, {"error_code": UNSUPPORTED_VERSION, "api_keys": [
+                {"api_key": Api.API_VERSIONS, "min_version": 0, "max_version": NEWEST_API_VERSIONS}]})
+            return local_answer(header, body)
+        assert self._cluster_api_versions is not None, "asked before answering"
+        body = encode_response(Api.API_VERSIONS, version, {"error_code": 0, "api_keys": self._cluster_api_versions,
+                                                           "throttle_time_ms": 0})
+        adapted = adapt_api_versions(body, version, self.ceilings, self.served)
+        return local_answer(header, adapted or body)

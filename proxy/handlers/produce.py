@@ -1,0 +1,154 @@
+"""Produce requests under the byte-rate and producer-ID quotas (SPEC §2, §3, §5).
+
+The handler decides; the connection acts: forward or answer locally, then throttle and mute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from protocol.apis import Api
+from protocol.codecs import decode_response
+from protocol.errors import THROTTLING_QUOTA_EXCEEDED
+from protocol.header import RequestHeader, parse_request_header, peek_request
+from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, NO_PRODUCER_ID, ProduceScan, produce_acks, scan_produce
+from protocol.responses import (
+    merged_produce_response,
+    produce_error_response,
+    produce_request_without_invalid_partitions,
+)
+from proxy.decision.outcome import Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.reporting.usage_log import UsageLog
+from proxy.state.pid_ledger import LedgerRecorder
+from proxy.state.quota_service import QuotaService, now_ms
+from quotas.config import PidQuotaMode, QuotaType
+from quotas.managers import PidDecision, ProducerBatch
+
+CLOSE_ON_ACKS_0_ERROR = Outcome(forward=False, expects_response=False, close_after_response=True)
+"""Kafka closes an acks=0 connection whose Produce has a partition error: the producer, which gets
+no answer, notices the disconnection and refreshes its metadata instead of losing records silently."""
+
+
+class ProduceHandler:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder, scan_all: bool = False) -> None:
+        """``scan_all``: read every request's batches so the ledger sees every producer ID."""
+        self._quotas = quotas
+        self._usage = usage
+        self._ledger = ledger
+        self._scan_all = scan_all
+
+    def scans_batches(self, user: str) -> bool:
+        """A producer-ID quota applies (or every PID is recorded): the batch headers must be read."""
+        return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
+
+    def _check_producer_ids(self, batches: list[ProducerBatch], user: str, client_id: str,
+                            now_ms: int) -> PidDecision:
+        """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see.
+        Every PID of ``batches`` is in the ledger's cache (``needs_lookup`` was asked)."""
+        ledger = self._ledger
+        window_ms = self._quotas.config.settings.producer_id_window.size_ms  # one KIP-936 window
+        decision = self._quotas.producer_ids.check(user, batches, now_ms, ledger.seen_within(window_ms))
+        if decision.admitted and batches:
+            ledger.seen({batch.producer_id for batch in batches}, user, client_id)
+        return decision
+
+    def needs_whole_frame(self, user: str) -> bool:
+        """Reject mode decides before anything is forwarded; throttle mode may stream the request
+        and check its producer IDs once it is complete (``producer_id_throttle``)."""
+        return self.scans_batches(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT
+
+    def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
+        """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
+        is False (cut through: producer IDs are checked later). ``request_bytes`` is the whole
+        request's size (Kafka's ``sizeInBytes``), charged to the byte-rate quota.
+
+        Everything is parsed before anything is charged, so a request that turns out malformed
+        (or whose start is too short to judge yet) costs no quota. A request carrying a PID the
+        ledger's cache does not know is decided once the worker thread has read it from disk.
+        """
+        header = _header(frame)
+        scan = scan_produce(frame, header) if whole and self.scans_batches(caller.user) else None
+        if scan is None:
+            return self._decide(frame, header, None, [], request_bytes, caller)
+        batches = _producer_batches(scan)
+        if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
+            return self._decide_after_lookup(missing, frame, header, scan, batches, request_bytes, caller)
+        return self._decide(frame, header, scan, batches, request_bytes, caller)
+
+    async def _decide_after_lookup(self, missing: list[int], frame: memoryview, header: RequestHeader,
+                                   scan: ProduceScan, batches: list[ProducerBatch], request_bytes: int,
+                                   caller: Caller) -> Outcome:
+        await self._ledger.look_up(missing)
+        return self._decide(frame, header, scan, batches, request_bytes, caller._replace(now_ms=now_ms()))
+
+    def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None,
+                batches: list[ProducerBatch], request_bytes: int, caller: Caller) -> Outcome:
+        user, now_ms, broker = caller
+        client_id = header.client_id or ""
+        acks = scan.acks if scan is not None else produce_acks(frame, header)
+        throttle_ms = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker).throttle_ms
+        if scan is None:
+            self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
+            return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
+        decision = self._check_producer_ids(batches, user, client_id, now_ms)
+        throttle_ms = max(throttle_ms, decision.throttle_ms)
+        self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
+        if not decision.admitted:
+            if acks == 0:
+                return CLOSE_ON_ACKS_0_ERROR
+            body = produce_error_response(scan, header.api_version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
+            return local_answer(header, body, throttle_ms)
+        if scan.has_invalid_partitions:
+            return _without_invalid_partitions(frame, header, scan, throttle_ms)
+        return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
+
+    def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int | Awaitable[int]:
+        """Throttle mode, for a request forwarded while it arrived: check its producer IDs now (or
+        once the ledger has read the ones its cache does not know)."""
+        header = _header(frame)
+        batches = _producer_batches(scan_produce(frame, header))
+        if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
+            return self._throttle_after_lookup(missing, header, batches, caller)
+        return self._producer_id_throttle(header, batches, caller)
+
+    async def _throttle_after_lookup(self, missing: list[int], header: RequestHeader, batches: list[ProducerBatch],
+                                     caller: Caller) -> int:
+        await self._ledger.look_up(missing)
+        return self._producer_id_throttle(header, batches, caller._replace(now_ms=now_ms()))
+
+    def _producer_id_throttle(self, header: RequestHeader, batches: list[ProducerBatch], caller: Caller) -> int:
+        client_id = header.client_id or ""
+        decision = self._check_producer_ids(batches, caller.user, client_id, caller.now_ms)
+        self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
+        return decision.throttle_ms
+
+
+def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: ProduceScan,
+                                throttle_ms: int) -> Outcome:
+    """Partitions whose records are invalid get their error (``validateRecords``); the rest go on."""
+    version = header.api_version
+    valid = any(not p.error_code for topic in scan.topics for p in topic.partitions)
+    if scan.acks == 0:
+        if not valid:
+            return CLOSE_ON_ACKS_0_ERROR
+        forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
+        return Outcome(replacement=forwarded, expects_response=False, close_after_response=True)
+    if not valid:
+        return local_answer(header, merged_produce_response(scan, version, None, throttle_ms), throttle_ms)
+
+    def finish(upstream_body: memoryview) -> bytes:
+        return merged_produce_response(scan, version, decode_response(Api.PRODUCE, version, upstream_body), 0)
+
+    forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
+    return Outcome(replacement=forwarded, finish=finish, throttle_ms=throttle_ms)
+
+
+def _producer_batches(scan: ProduceScan) -> list[ProducerBatch]:
+    return [ProducerBatch(p.batch.producer_id, (topic.name, topic.topic_id, p.partition), p.batch.base_sequence)
+            for topic in scan.topics for p in topic.partitions
+            if p.batch is not None and p.batch.producer_id != NO_PRODUCER_ID]
+
+
+def _header(frame: memoryview) -> RequestHeader:
+    version = peek_request(frame).api_version
+    return parse_request_header(frame, version >= FIRST_FLEXIBLE_PRODUCE_VERSION)

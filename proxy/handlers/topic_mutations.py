@@ -1,0 +1,344 @@
+"""CreateTopics, DeleteTopics and CreatePartitions under the controller mutation quota (SPEC §4).
+
+Kafka charges a topic's partitions only once its own checks have passed, right before it would
+create, delete or extend it (``ControllerApis``, ``ReplicationControlManager``). The proxy does
+the same, entry by entry in request order:
+
+- entries Kafka refuses before the quota (a name given twice, an invalid name, a partition count
+  or replication factor below -1 or 0, a bad manual assignment, a partition count that is no
+  increase, both or neither of name and id) are answered by the proxy with Kafka's error and
+  message, charged nothing, and cut from the forwarded request;
+- a topic that already exists (CreateTopics) or does not exist (DeleteTopics, CreatePartitions)
+  is forwarded uncharged and unchecked, so the cluster's own error reaches the client, never 89;
+- the others are charged: strict versions (CreateTopics v6+, DeleteTopics v5+, CreatePartitions
+  v3+) refuse an entry with THROTTLING_QUOTA_EXCEEDED once the bucket is below zero, older ones
+  admit all and throttle.
+
+The cluster's answer settles the account: a charged entry the cluster refused is given back, a
+topic the proxy thought existed but the cluster created is charged then, and ``num_partitions =
+-1`` is charged what the cluster really created. ``validate_only`` is charged like the real thing,
+as KRaft does (the quota is applied, then the records are dropped). Partition counts come from
+the cluster for each request (``ClusterInfo``); if it cannot be asked, every entry is answered
+REQUEST_TIMED_OUT (retriable) and nothing is charged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.apis import Api
+from protocol.codecs import decode_request, decode_response, encode_request
+from protocol.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    REQUEST_TIMED_OUT,
+)
+from protocol.header import RequestHeader, read_request_header
+from protocol.topic_admin import (
+    THROTTLED,
+    TopicError,
+    TopicRef,
+    merged_topic_response,
+    request_keeping,
+    request_topics,
+    upstream_results,
+)
+from proxy.cluster.info import ClusterInfo
+from proxy.cluster.upstream import UPSTREAM_ERRORS
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.reporting.usage_log import UsageLog
+from proxy.state.quota_service import QuotaService, now_ms
+from quotas.config import QuotaType
+
+log = logging.getLogger(__name__)
+
+STRICT_SINCE_VERSION = {Api.CREATE_TOPICS: 6, Api.DELETE_TOPICS: 5, Api.CREATE_PARTITIONS: 3}
+"""Kafka's ``strictSinceVersion`` per API (ControllerApis)."""
+
+
+_USE_CLUSTER_DEFAULT = -1
+_FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS = 5  # CreatableTopicResult.NumPartitions
+_MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+_DUPLICATE_NAME = TopicError(INVALID_REQUEST, "Duplicate topic name.")
+_DUPLICATE_ID = TopicError(INVALID_REQUEST, "Duplicate topic id.")
+_NAME_AND_ID = TopicError(INVALID_REQUEST, "You may not specify both topic name and topic id.")
+_NEITHER_NAME_NOR_ID = TopicError(INVALID_REQUEST, "Neither topic name nor id were specified.")
+
+
+@dataclass
+class _Charges:
+    """What one request is charged, per entry index, and what its answer may correct."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    """Entries subject to the quota, with their partition mutations."""
+    refused: dict[int, TopicError] = field(default_factory=dict)
+    """Entries the proxy answers itself (Kafka's checks, or the quota)."""
+    uncharged_creations: dict[int, int] = field(default_factory=dict)
+    """CreateTopics entries for topics that existed when asked: charged only if the cluster creates them."""
+    defaulted: set[int] = field(default_factory=set)
+    """CreateTopics entries with ``num_partitions = -1``, charged the assumed cluster default."""
+    display: dict[int, TopicRef] = field(default_factory=dict)
+    """How the proxy's own results name an entry (a topic given by id also gets its name)."""
+
+
+class TopicMutationHandler:
+    def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog) -> None:
+        self._quotas = quotas
+        self._cluster = cluster
+        self._usage = usage
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        client_id = header.client_id or ""
+        if self._quotas.config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is None:
+            return FORWARD
+        request = decode_request(header.api_key, header.api_version, frame[header.length:])
+        return self._decide(bytes(frame), header, request, caller.user)  # a copy: the connection's buffer moves on
+
+    async def _decide(self, frame: bytes, header: RequestHeader, request: Any, user: str) -> Outcome:
+        api_key, version = Api(header.api_key), header.api_version
+        entries = request_topics(api_key, version, request)
+        try:
+            if api_key == Api.CREATE_TOPICS:
+                charges = await self._create_topics(request, entries)
+            elif api_key == Api.DELETE_TOPICS:
+                charges = await self._delete_topics(entries)
+            else:
+                charges = await self._create_partitions(request, entries)
+        except UPSTREAM_ERRORS as error:
+            log.warning("cannot read partition counts from the cluster for a %s request: %s", api_key.name,
+                        error or type(error).__name__)
+            unanswered = TopicError(REQUEST_TIMED_OUT, "The proxy could not read the topics' partition counts "
+                                                       "from the cluster; retry.")
+            body = merged_topic_response(api_key, version, entries, {}, dict.fromkeys(range(len(entries)),
+                                                                                      unanswered), 0)
+            return local_answer(header, body)
+        return self._admit(memoryview(frame), header, request, entries, charges, user)
+
+    # ---- what each API is charged -----------------------------------------------------------
+
+    async def _create_topics(self, request: Any, entries: list[TopicRef]) -> _Charges:
+        charges = _Charges()
+        duplicates = _repeated([entry.name for entry in entries])
+        for index, entry in enumerate(entries):
+            name = entry.name or ""
+            if name in duplicates:
+                charges.refused[index] = _DUPLICATE_NAME
+            elif (problem := _invalid_topic_name(name)) is not None:
+                charges.refused[index] = problem
+        candidates = [index for index in range(len(entries)) if index not in charges.refused]
+        existing = await self._cluster.partitions([entries[index].name or "" for index in candidates])
+        default: int | None = None
+        for index in candidates:
+            topic = request.topics[index]
+            problem = _invalid_new_topic(topic)
+            if problem is not None:
+                if existing[topic.name]:
+                    continue  # Kafka answers TOPIC_ALREADY_EXISTS first: the cluster will
+                charges.refused[index] = problem
+                continue
+            partitions = len(topic.assignments) if topic.assignments else int(topic.num_partitions)
+            if partitions == _USE_CLUSTER_DEFAULT:
+                if default is None:
+                    default = await self._cluster.default_partitions()
+                partitions = default
+                charges.defaulted.add(index)
+            if existing[topic.name]:
+                charges.uncharged_creations[index] = partitions
+            else:
+                charges.counts[index] = partitions
+        return charges
+
+    async def _delete_topics(self, entries: list[TopicRef]) -> _Charges:
+        charges = _Charges()
+        duplicate_names = _repeated([entry.name for entry in entries if entry.topic_id is None])
+        duplicate_ids = _repeated([entry.topic_id for entry in entries if entry.name is None])
+        for index, entry in enumerate(entries):
+            if entry.name is not None and entry.topic_id is not None:
+                charges.refused[index] = _NAME_AND_ID
+            elif entry.name is None and entry.topic_id is None:
+                charges.refused[index] = _NEITHER_NAME_NOR_ID
+            elif entry.name in duplicate_names:
+                charges.refused[index] = _DUPLICATE_NAME
+            elif entry.topic_id in duplicate_ids:
+                charges.refused[index] = _DUPLICATE_ID
+        candidates = [index for index in range(len(entries)) if index not in charges.refused]
+        names = [name for index in candidates if (name := entries[index].name) is not None]
+        by_name = await self._cluster.partitions(names)
+        by_id = await self._cluster.topics_by_id(
+            [topic_id for index in candidates if (topic_id := entries[index].topic_id) is not None])
+        for index in candidates:
+            entry = entries[index]
+            if entry.topic_id is None:
+                partitions = by_name[entry.name or ""]
+            else:
+                name, partitions = by_id.get(entry.topic_id, (None, 0))
+                charges.display[index] = TopicRef(name, entry.topic_id)
+                if name is not None and name in names:
+                    # the same topic by name and by id: Kafka refuses it rather than delete it twice
+                    mapped = TopicError(INVALID_REQUEST, "The provided topic name maps to an ID that was already "
+                                                         "supplied.")
+                    charges.refused[index] = mapped
+                    charges.refused.update((other, mapped) for other in candidates if entries[other].name == name)
+                    continue
+            if partitions:  # an unknown topic is forwarded uncharged: the cluster says it does not exist
+                charges.counts[index] = partitions
+        for index in charges.refused:
+            charges.counts.pop(index, None)
+        return charges
+
+    async def _create_partitions(self, request: Any, entries: list[TopicRef]) -> _Charges:
+        charges = _Charges()
+        duplicates = _repeated([entry.name for entry in entries])
+        charges.refused = {index: _DUPLICATE_NAME for index, entry in enumerate(entries) if entry.name in duplicates}
+        candidates = [index for index in range(len(entries)) if index not in charges.refused]
+        existing = await self._cluster.partitions([entries[index].name or "" for index in candidates])
+        for index in candidates:
+            topic = request.topics[index]
+            current = existing[topic.name]
+            if not current:
+                continue  # unknown: forwarded uncharged, the cluster answers UNKNOWN_TOPIC_OR_PARTITION
+            problem = _invalid_partition_increase(topic, current)
+            if problem is not None:
+                charges.refused[index] = problem
+            else:
+                charges.counts[index] = topic.count - current
+        return charges
+
+    # ---- admission and the answer -------------------------------------------------------------
+
+    def _admit(self, frame: memoryview, header: RequestHeader, request: Any, entries: list[TopicRef],
+               charges: _Charges, user: str) -> Outcome:
+        api_key, version = Api(header.api_key), header.api_version
+        client_id = header.client_id or ""
+        now = now_ms()
+        charged = sorted(charges.counts)  # request order
+        decision = self._quotas.mutations.admit_topics(user, client_id, [charges.counts[i] for i in charged],
+                                                       version >= STRICT_SINCE_VERSION[api_key], now)
+        throttled = [index for index, admitted in zip(charged, decision.topics_admitted, strict=True) if not admitted]
+        charges.refused.update(dict.fromkeys(throttled, THROTTLED))
+        for index in throttled:
+            del charges.counts[index]
+        self._usage.mutations(user, client_id, sum(charges.counts.values()), decision.throttle_ms, len(throttled))
+        shown = [charges.display.get(index, entry) for index, entry in enumerate(entries)]
+        throttle_ms = decision.throttle_ms
+        if len(charges.refused) == len(entries):
+            return local_answer(header, merged_topic_response(api_key, version, shown, {}, charges.refused,
+                                                              throttle_ms), throttle_ms)
+        forwarded = [index for index in range(len(entries)) if index not in charges.refused]
+        settle = self._settlement(api_key, version, entries, forwarded, charges, user, client_id)
+
+        def finish(upstream_body: memoryview) -> bytes:
+            upstream = decode_response(api_key, version, upstream_body)
+            results = upstream_results(api_key, entries, forwarded, upstream)
+            settle(results)
+            if not charges.refused:
+                return bytes(upstream_body)
+            return merged_topic_response(api_key, version, shown, results, charges.refused, 0,
+                                         getattr(upstream, "throttle_time_ms", 0) or 0)
+
+        replacement = None
+        if charges.refused:
+            body = encode_request(api_key, version, request_keeping(api_key, version, request, forwarded))
+            replacement = replacement_request(frame, header, body)
+        return Outcome(throttle_ms=throttle_ms, throttle_since_ms=now, finish=finish, replacement=replacement)
+
+    def _settlement(self, api_key: Api, version: int, entries: Sequence[TopicRef], forwarded: list[int],
+                    charges: _Charges, user: str, client_id: str) -> Callable[[dict[int, Any]], None]:
+        """Correct the charges once the cluster has answered: Kafka charges exactly what it carried out."""
+
+        reports_partitions = api_key == Api.CREATE_TOPICS and version >= _FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS
+
+        def settle(results: dict[int, Any]) -> None:
+            correction = 0
+            for index in forwarded:
+                result = results.get(index)
+                if result is None:
+                    continue
+                done = result.error_code == 0
+                cost = charges.counts.get(index)
+                if cost is not None and not done and result.error_code != REQUEST_TIMED_OUT:
+                    correction -= cost  # refused by the cluster: Kafka would not have charged it
+                elif cost is None and done and index in charges.uncharged_creations:
+                    cost = charges.uncharged_creations[index]  # it did not exist after all: created now
+                    correction += cost
+                if done and cost is not None and index in charges.defaulted and reports_partitions \
+                        and result.num_partitions > 0:
+                    self._cluster.learn_default_partitions(result.num_partitions)
+                    correction += result.num_partitions - cost  # what num_partitions = -1 really made
+            if correction:
+                self._quotas.mutations.correct(user, client_id, correction, now_ms())
+                self._usage.mutations(user, client_id, correction, 0, 0)
+
+        return settle
+
+
+def _repeated(values: Sequence[Hashable]) -> set[Any]:
+    return {value for value, count in Counter(values).items() if count > 1}
+
+
+def _invalid_topic_name(name: str) -> TopicError | None:
+    """Kafka's ``Topic.validate`` (and the KRaft metadata topic, which no client may create)."""
+    reason = None
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > _MAX_TOPIC_NAME_LENGTH:
+        reason = f"the length of '{name}' is longer than the max allowed length {_MAX_TOPIC_NAME_LENGTH}"
+    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    if reason is not None:
+        return TopicError(INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}")
+    if name == _CLUSTER_METADATA_TOPIC:
+        return TopicError(INVALID_REQUEST, f"Creation of internal topic {_CLUSTER_METADATA_TOPIC} is prohibited.")
+    return None
+
+
+def _invalid_new_topic(topic: Any) -> TopicError | None:
+    """``ReplicationControlManager.createTopic``'s checks before the quota."""
+    if topic.assignments:
+        if topic.replication_factor != -1:
+            return TopicError(INVALID_REQUEST, "A manual partition assignment was specified, but replication "
+                                               "factor was not set to -1.")
+        if topic.num_partitions != -1:
+            return TopicError(INVALID_REQUEST, "A manual partition assignment was specified, but numPartitions "
+                                               "was not set to -1.")
+        indexes = [assignment.partition_index for assignment in topic.assignments]
+        if (repeated := _repeated(indexes)):
+            return TopicError(INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition assignments for "
+                                                          f"partition {min(repeated)}")
+        if sorted(indexes) != list(range(len(indexes))):
+            return TopicError(INVALID_REPLICA_ASSIGNMENT, "partitions should be a consecutive 0-based integer sequence")
+        return None
+    if topic.replication_factor < -1 or topic.replication_factor == 0:
+        return TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, or -1 to use the "
+                                                      "default value.")
+    if topic.num_partitions < -1 or topic.num_partitions == 0:
+        return TopicError(INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+    return None
+
+
+def _invalid_partition_increase(topic: Any, current: int) -> TopicError | None:
+    """``ReplicationControlManager.createPartitions``'s checks before the quota."""
+    if topic.count == current:
+        return TopicError(INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if topic.count < current:
+        return TopicError(INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} partition(s); "
+                                              f"{topic.count} would not be an increase.")
+    additional = topic.count - current
+    if topic.assignments is not None and len(topic.assignments) != additional:
+        return TopicError(INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} additional partition(s), but "
+                                                      f"only {len(topic.assignments)} assignment(s) were specified.")
+    return None
+

@@ -1,0 +1,407 @@
+"""Listeners, the broker registry and staged shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import ssl
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from prometheus_client import CollectorRegistry
+
+from allocator.block_log import BlockLog
+from allocator.durable import WriteErrors, lock_directory
+from protocol.addresses import BrokerAddress
+from protocol.api_versions import VersionRange
+from protocol.apis import Api
+from proxy.cluster.client import ClusterClient
+from proxy.cluster.fleet import Fleet, FleetSettings
+from proxy.cluster.info import ClusterInfo
+from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess, fetch_brokers
+from proxy.connection.client import ClientConnection
+from proxy.connection.context import Connection, RequestHandler, UpstreamResolver
+from proxy.decision.outcome import Decided
+from proxy.files.watched_file import WatchedFile
+from proxy.handlers.api_versions import ApiVersionsAnswers
+from proxy.handlers.client_quotas import ClientQuotaHandlers
+from proxy.handlers.fetch import FetchHandler
+from proxy.handlers.produce import ProduceHandler
+from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
+from proxy.handlers.topic_mutations import TopicMutationHandler
+from proxy.producer_ids.allocations import BlockAllocations
+from proxy.producer_ids.cluster_claims import ClusterBlockClaims
+from proxy.producer_ids.settings import AllocatorSettings
+from proxy.producer_ids.sources import (
+    BLOCK_LOG_STORE,
+    Allocator,
+    ProducerIdSource,
+    embedded_fetcher,
+    next_broker_epoch,
+    remote_fetcher,
+)
+from proxy.reporting.metrics import ProxyMetrics, serve_metrics, worker_labelled
+from proxy.reporting.usage_log import STORE as USAGE_LOG_STORE
+from proxy.reporting.usage_log import UsageLog
+from proxy.security.sasl import SaslServer
+from proxy.security.sasl_inspect import SaslInspector
+from proxy.security.tls import PrincipalMapper, ReloadingContext
+from proxy.security.users import SaslConfigError, UserStore, load_users
+from proxy.settings.config import HostPort, ProxyConfig
+from proxy.state.pid_ledger import STORE as LEDGER_STORE
+from proxy.state.pid_ledger import LedgerRecorder, open_ledger
+from proxy.state.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
+from proxy.state.quota_service import STORE as CLIENT_QUOTAS_STORE
+from quotas.config import QuotaScope, normalized_ip
+from quotas.connection_quotas import Verdict
+
+log = logging.getLogger(__name__)
+
+_LISTEN_BACKLOG = 1024
+_ACCEPT_RETRY_S = 0.1
+USAGE_FLUSH_INTERVAL_S = 1.0
+BLOCK_LOG_FILE = "producer-id-blocks.log"
+LEDGER_CHECK_INTERVAL_S = 1.0
+
+
+def peer_ip(address: object) -> str:
+    """The IP a client's connections count against (IPv4-mapped IPv6 as IPv4)."""
+    host = address[0] if isinstance(address, tuple) else str(address)
+    try:
+        return normalized_ip(host)
+    except ValueError:  # a Unix socket or an unparsable name: one bucket of its own
+        return str(host)
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self._state_lock = lock_directory(config.state_dir)  # first: nothing of the directory is read before
+        self.write_errors = WriteErrors((BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE, USAGE_LOG_STORE))
+        upstream_tls = config.upstream_tls
+        self.upstream_access = UpstreamAccess(config.upstream_sasl, None if upstream_tls is None else ReloadingContext(
+            upstream_tls.context, upstream_tls.files(), "upstream"))
+        self.client_upstream_access = (replace(self.upstream_access, sasl=None) if config.sasl_mode == "inspect"
+                                       else self.upstream_access)
+        """Inspected clients log in to the cluster themselves: the proxy's login is for its own requests."""
+        listener_tls = config.tls
+        self.listener_tls = None if listener_tls is None else ReloadingContext(
+            listener_tls.context, listener_tls.files(), "listener")
+        self.principal_mapper = PrincipalMapper(listener_tls.principal_mapping_rules if listener_tls else "DEFAULT")
+        self.metrics = ProxyMetrics(registry or CollectorRegistry(), self.write_errors)
+        self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits,
+                                   self.write_errors)
+        self.metrics.busiest_ips = self.quotas.connections.busiest_ips
+        fleet = FleetSettings.from_config(config)
+        self.fleet = None if fleet is None else Fleet(fleet, fleet.instance(config, config.worker), self.quotas, config,
+                                                      self.upstream_access, self.metrics.registry)
+        if self.fleet is None and self.quotas.config.settings.quota_scope is QuotaScope.CLUSTER:
+            log.warning("quota.scope is \"cluster\" but --config has no [fleet]: budgets are this proxy's alone")
+        self.usage = UsageLog(config.state_dir / "usage", config.usage_retention_days, self.write_errors)
+        self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
+        self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
+        self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
+        self.allocator_settings = settings = AllocatorSettings.from_config(config)
+        self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
+        self.allocator = Allocator(self.blocks, self.write_errors, self._block_claims(settings))
+        self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings.ledger_capacity), self.write_errors,
+                                     settings.ledger_cache)
+        self.pid_source = self._producer_id_source(settings)
+        self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
+        self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys(), self.upstream_access)
+        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
+        self.in_front_of_controllers = settings.mode == "forward"
+        """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
+        else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
+        self.api_versions = ApiVersionsAnswers(config, self.upstream_access, self.in_front_of_controllers)
+        client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)
+        allocations = BlockAllocations(self.metrics.registry, self.usage)
+        self.rewrites_addresses = not self.in_front_of_controllers
+        self.handlers: Mapping[int, RequestHandler] = {
+            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
+        } if self.in_front_of_controllers else {
+            Api.FETCH: FetchHandler(self.quotas, self.usage),
+            Api.CREATE_TOPICS: mutations,
+            Api.DELETE_TOPICS: mutations,
+            Api.CREATE_PARTITIONS: mutations,
+            Api.INIT_PRODUCER_ID: InitProducerIdHandler(self.quotas, self.pid_source, self.ledger),
+            Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
+            Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
+            Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
+        }
+        self._maintenance: list[asyncio.Task[None]] = []
+        self.api_version_ceilings: Mapping[int, int] = self.api_versions.ceilings
+        self.served_api_versions: Mapping[int, VersionRange] = self.api_versions.served
+        self._upstream_brokers: dict[int, HostPort] = {}
+        self._broker_listeners: set[int] = set()
+        """Node ids whose listener was opened (or could not be)."""
+        self._acceptors: list[tuple[asyncio.Task[None], socket.socket]] = []
+        self._attaching: set[asyncio.Task[None]] = set()
+        self._servers: list[asyncio.Server] = []
+        self._connections: dict[Connection, str] = {}
+        """Open client connections and the IP each counts against."""
+        self._admitted: dict[Connection, str] = {}
+        """Connections accepted and counted, not yet attached to their socket."""
+        self._slot_freed = asyncio.Event()
+        self._bootstrap_turn = itertools.count()
+        self._refresh: asyncio.Task[None] | None = None
+
+    # ---- ProxyContext ---------------------------------------------------------------------------
+
+    def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
+        if settings.pid_source != "cluster":
+            return None
+        config = self.config
+        client = ClusterClient(config.upstream, settings.blocks_topic, self.upstream_access, config.connect_timeout_s,
+                               config.max_frame_bytes)
+        return ClusterBlockClaims(client, config.state_dir, settings.first_id, settings.blocks_topic_id,
+                                  config.advertised_bootstrap)
+
+    def _producer_id_source(self, settings: AllocatorSettings) -> ProducerIdSource | None:
+        if settings.pid_source == "upstream":
+            return None
+        # with claims through the cluster the broker id only tags this proxy's own block log
+        broker_id = settings.broker_id if settings.broker_id is not None else 0
+        epoch = next_broker_epoch(self.config.state_dir)
+        if settings.pid_source == "cluster" or settings.bootstrap is None:
+            return ProducerIdSource(embedded_fetcher(self.allocator, broker_id, epoch))
+        return ProducerIdSource(remote_fetcher(self.config, self.upstream_access, settings.bootstrap, broker_id, epoch))
+
+    def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
+        settings = self.config.login
+        if self.config.sasl_mode == "inspect":
+            return SaslInspector(settings, peer, self.metrics)
+        if self.users is None:
+            return None
+        return SaslServer(self.users, settings, self._login_pool, peer, self.metrics)
+
+    def connection_opened(self, connection: Connection) -> None:
+        self._connections[connection] = self._admitted.pop(connection)
+        self.metrics.open_connections += 1
+        self.metrics.connections_accepted += 1
+
+    def connection_closed(self, connection: Connection) -> None:
+        ip = self._connections.pop(connection, None)
+        if ip is not None:
+            self.metrics.open_connections -= 1
+        else:
+            ip = self._admitted.pop(connection, None)  # its socket could not be attached
+        if ip is not None:
+            self.quotas.connections.release(ip)
+            self._slot_freed.set()
+
+    def api_versions_answer(self, frame: memoryview) -> Decided:
+        return self.api_versions.answer(frame)
+
+    # ---- brokers and listeners ----------------------------------------------------------------
+
+    def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]:
+        """Record where node ``broker.node_id`` lives upstream; answer where the proxy serves it.
+
+        A node seen for the first time gets its listening socket bound here, synchronously, so
+        the kernel accepts connections to it before the response naming it reaches the client.
+        """
+        self._upstream_brokers[broker.node_id] = HostPort(broker.host, broker.port)
+        port = self.config.broker_port_base + broker.node_id
+        if broker.node_id not in self._broker_listeners:
+            self._broker_listeners.add(broker.node_id)
+            self._open_broker_listener(broker.node_id, port)
+        return self.config.advertised_host, port
+
+    def _open_broker_listener(self, node_id: int, port: int) -> None:
+        name = f"broker {node_id}"
+        try:
+            if not 0 < port < 65536:
+                raise OSError(f"port {port} out of range (broker-port-base + node id)")
+            sock = self._listening_socket(self.config.listen.host, port)
+        except OSError as error:
+            log.error("cannot listen for %s on %s:%s: %s", name, self.config.listen.host, port, error)
+            return
+        log.info("listening for %s on %s:%d (upstream %s)", name, self.config.listen.host, port,
+                 self._upstream_brokers[node_id])
+        self._serve(sock, name, self._broker_resolver(node_id))
+
+    def _listening_socket(self, host: str, port: int) -> socket.socket:
+        """With several workers each binds the same port; the kernel spreads new connections over them."""
+        return socket.create_server((host, port), backlog=_LISTEN_BACKLOG, reuse_port=self.config.workers > 1)
+
+    def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
+        sock.setblocking(False)
+        task = asyncio.get_running_loop().create_task(self._accept_connections(sock, name, resolver))
+        self._acceptors.append((task, sock))
+
+    async def _accept_connections(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
+        """Kafka's acceptor: take a connection, then wait (accepting nothing more) while the creation
+        rate or ``max-connections`` says so; then the IP's rate and count decide its fate."""
+        loop = asyncio.get_running_loop()
+        quotas = self.quotas
+        limits = quotas.connections
+        counts = self.metrics.listener_counts(name)
+        while True:
+            try:
+                client, address = await loop.sock_accept(sock)
+            except OSError as error:  # e.g. EMFILE: wait for descriptors to be freed rather than spin
+                log.warning("cannot accept on %s: %s", name, error)
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            delay_ms = limits.creation_delay_ms(now_ms())
+            if delay_ms or not limits.slot_available():
+                counts.delayed += 1
+                await asyncio.sleep(delay_ms / 1000)
+                while not limits.slot_available():
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
+            ip = peer_ip(address)
+            admission = limits.admit(ip, quotas.config.connection_rate_for(ip), now_ms())
+            if admission.verdict is Verdict.TOO_MANY:
+                counts.refused += 1
+                log.info("refused a connection from %s on %s: it has its maximum of %d connections",
+                         ip, name, limits.connections_of(ip))
+                client.close()
+            elif admission.verdict is Verdict.THROTTLED:
+                counts.throttled += 1
+                log.debug("closing a connection from %s on %s in %d ms: over its creation rate",
+                          ip, name, admission.delay_ms)
+                loop.call_later(admission.delay_ms / 1000, client.close)
+            else:
+                counts.accepted += 1
+                self._start_connection(client, ip, name, resolver)
+
+    def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:
+        connection = ClientConnection(self, resolver, name)
+        self._admitted[connection] = ip
+
+        async def attach() -> None:
+            try:
+                tls = self.listener_tls
+                await asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: connection, sock=client, ssl=None if tls is None else tls.get(),
+                    ssl_handshake_timeout=self.config.connect_timeout_s if tls is not None else None)
+            except OSError as error:  # a failed TLS handshake is a client's mistake (or a scan), not the proxy's
+                (log.info if isinstance(error, ssl.SSLError) else log.warning)(
+                    "cannot serve a connection from %s on %s: %s", ip, name, error)
+                client.close()
+                self.connection_closed(connection)
+
+        task = asyncio.get_running_loop().create_task(attach())
+        self._attaching.add(task)
+        task.add_done_callback(self._attaching.discard)
+
+    def _broker_resolver(self, node_id: int) -> UpstreamResolver:
+        async def resolve() -> HostPort:
+            if node_id not in self._upstream_brokers:
+                await self.refresh_brokers()
+            try:
+                return self._upstream_brokers[node_id]
+            except KeyError:
+                raise LookupError(f"node {node_id} is not in the cluster's metadata") from None
+        return resolve
+
+    async def _bootstrap_target(self) -> HostPort:
+        upstream = self.config.upstream
+        return upstream[next(self._bootstrap_turn) % len(upstream)]
+
+    async def refresh_brokers(self) -> None:
+        """Learn the cluster's brokers (once at a time) and open listeners for new ones."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self._fetch_brokers())
+        await asyncio.shield(self._refresh)
+
+    async def _fetch_brokers(self) -> None:
+        try:
+            brokers = await fetch_brokers(self.config.upstream, self.config.connect_timeout_s,
+                                          self.config.max_frame_bytes, self.upstream_access)
+        except UPSTREAM_ERRORS as error:
+            log.warning("cannot read cluster metadata from %s: %s",
+                        ",".join(map(str, self.config.upstream)), error or type(error).__name__)
+            return
+        for broker in brokers:
+            self.advertise_broker(broker)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        listen = self.config.listen
+        sock = self._listening_socket(listen.host, listen.port)
+        self._serve(sock, "bootstrap", self._bootstrap_target)
+        log.info("listening for bootstrap on %s (upstream %s)", listen,
+                 ",".join(map(str, self.config.upstream)))
+        if self.rewrites_addresses:  # controllers answer no Metadata, and their addresses are not rewritten
+            await self.refresh_brokers()
+        self.usage.start()
+        loop = asyncio.get_running_loop()
+        self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
+        if self._users_file is not None:
+            self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
+        settings = self.allocator_settings
+        self._maintenance.append(loop.create_task(self.ledger.maintain(
+            settings.ledger_seal_interval_s, settings.producer_id_expiration_ms, LEDGER_CHECK_INTERVAL_S)))
+        if self.pid_source is not None:
+            self.pid_source.start()
+        if self.fleet is not None:
+            self.fleet.start()
+        if self.config.metrics_listen is not None:
+            metrics = self.config.metrics_listen
+            endpoint = self.config.metrics_endpoint
+            registry = self.metrics.registry if self.config.worker is None else worker_labelled(
+                self.metrics.registry, self.config.worker)
+            self._servers.append(await serve_metrics(
+                registry, metrics.host, metrics.port, endpoint.credentials,
+                None if endpoint.tls is None else endpoint.tls.context()))
+            log.info("serving metrics on %s://%s/metrics%s", "http" if endpoint.tls is None else "https", metrics,
+                     "" if endpoint.credentials is None else " (basic authentication)")
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish within the grace period, then force."""
+        for task in self._maintenance:
+            task.cancel()
+        for task, sock in self._acceptors:
+            task.cancel()
+            sock.close()
+        for server in self._servers:
+            server.close()
+        for connection in list(self._connections):
+            connection.drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_grace_s
+        while self._connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(self._connections):
+            connection.abort()
+        for server in self._servers:
+            await server.wait_closed()
+        self.usage.stop(int(time.time()))
+        if self.fleet is not None:
+            await self.fleet.stop()
+        if self.pid_source is not None:
+            self.pid_source.stop()
+        self.ledger.close()
+        self.blocks.close()
+        self._login_pool.shutdown(wait=False, cancel_futures=True)
+        os.close(self._state_lock)
+
+    async def _reload_users(self, users_file: WatchedFile) -> None:
+        """A changed users file applies to the next login; a bad one keeps the users loaded before."""
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+            if not users_file.changed():
+                continue
+            try:
+                self.users = load_users(users_file.path)
+            except SaslConfigError as error:
+                log.error("keeping the loaded users: %s", error)
+                continue
+            log.info("reloaded %d users from %s", len(self.users.users), users_file.path)
+
+    async def _flush_usage(self) -> None:
+        """Each second, the usage counters go to the writer thread, stamped with that second."""
+        while True:
+            now = time.time()
+            await asyncio.sleep(USAGE_FLUSH_INTERVAL_S - now % USAGE_FLUSH_INTERVAL_S)
+            self.usage.end_second(int(now))
+

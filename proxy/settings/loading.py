@@ -1,0 +1,397 @@
+"""Proxy settings from command-line flags and an optional TOML file (flags win), checked as they are read."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from proxy.decision.outcome import PRINCIPAL_PREFIX
+from proxy.files.toml_file import read_toml
+from proxy.security.sasl import LoginSettings
+from proxy.security.tls import CLIENT_AUTH, TLS_VERSIONS, ListenerTls, PrincipalMapper, TlsConfigError, UpstreamTls
+from proxy.security.users import MECHANISMS
+from proxy.settings.config import ConfigError, HostPort, MetricsEndpoint, ProxyConfig, UpstreamSasl
+from quotas.config import DEFAULT, QuotaConfigError, normalized_ip
+from quotas.connection_quotas import ConnectionLimits
+
+# Flag name -> TOML key; both spell the same setting.
+_SETTINGS = {
+    "upstream": "upstream",
+    "listen": "listen",
+    "advertised_host": "advertised-host",
+    "broker_port_base": "broker-port-base",
+    "metrics_listen": "metrics-listen",
+    "quota_file": "quota-file",
+    "state_dir": "state-dir",
+    "log_level": "log-level",
+    "max_frame_bytes": "max-frame-bytes",
+    "idle_timeout_s": "idle-timeout-seconds",
+    "connect_timeout_s": "connect-timeout-seconds",
+    "request_timeout_s": "request-timeout-seconds",
+    "usage_retention_days": "usage-retention-days",
+    "write_buffer_high_bytes": "write-buffer-high-bytes",
+    "max_in_flight_requests": "max-in-flight-requests",
+    "shutdown_grace_s": "shutdown-grace-seconds",
+    "sasl_users": "sasl-users",
+    "sasl_mode": "sasl-mode",
+    "sasl_login_timeout_s": "sasl-login-timeout-seconds",
+    "sasl_failed_authentication_delay_ms": "sasl-failed-authentication-delay-ms",
+    "sasl_max_receive_bytes": "sasl-max-receive-bytes",
+    "sasl_login_threads": "sasl-login-threads",
+    "oauthbearer_principal_claim": "oauthbearer-principal-claim",
+    "oauthbearer_unsecured_jwt": "oauthbearer-unsecured-jwt",
+    "default_num_partitions": "default-num-partitions",
+    "max_connections": "max-connections",
+    "max_connections_per_ip": "max-connections-per-ip",
+    "max_connections_per_ip_overrides": "max-connections-per-ip-overrides",
+    "max_connection_creation_rate": "max-connection-creation-rate",
+    "workers": "workers",
+}
+_UPSTREAM_SASL_SECTION = "upstream-sasl"
+_TLS_SECTION = "tls"
+_METRICS_SECTION = "metrics"
+_UPSTREAM_TLS_SECTION = "upstream-tls"
+SASL_MODES = ("none", "terminate", "inspect")
+_ADMIN_SECTION = "admin"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kafka-quota-proxy",
+        description="Kafka-protocol proxy enforcing Kafka quota semantics per principal.")
+    add = parser.add_argument
+    add("--upstream", help="bootstrap servers of the cluster: HOST:PORT[,HOST:PORT...]")
+    add("--listen", help="bootstrap listener HOST:PORT (default 127.0.0.1:9092)")
+    add("--advertised-host", help="host clients are told to connect to (default: the listen host)")
+    add("--broker-port-base", type=int,
+        help="broker with node id N is served on base+N (default: listen port + 1)")
+    add("--metrics-listen", help="serve Prometheus text on HOST:PORT/metrics")
+    add("--quota-file", help="TOML quota file")
+    add("--state-dir", help="directory for durable state (default ./state)")
+    add("--config", help="TOML file providing any of these settings; flags win")
+    add("--log-level", type=str.upper, choices=_LOG_LEVELS)
+    add("--max-frame-bytes", type=int, help="largest frame accepted (default 100 MiB)")
+    add("--idle-timeout-seconds", dest="idle_timeout_s", type=float,
+        help="close connections idle this long (default 600)")
+    add("--connect-timeout-seconds", dest="connect_timeout_s", type=float)
+    add("--request-timeout-seconds", dest="request_timeout_s", type=float,
+        help="close a connection whose forwarded request the cluster has not answered by then (default 30)")
+    add("--usage-retention-days", type=float, help="delete usage-log files older than this (default 7)")
+    add("--write-buffer-high-bytes", type=int,
+        help="stop reading one side while the other side has this much unsent (default 4 MiB)")
+    add("--max-in-flight-requests", type=int, help="per connection (default 1000)")
+    add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
+    add("--sasl-users", help="TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512 "
+        "(without it every connection is user ANONYMOUS)")
+    add("--sasl-mode", choices=SASL_MODES,
+        help="terminate: clients log in to the proxy (--sasl-users); inspect: clients log in to the cluster "
+        "through the proxy, which takes the user name once the cluster accepts it (default: terminate with "
+        "--sasl-users, else none)")
+    add("--sasl-login-timeout-seconds", dest="sasl_login_timeout_s", type=float,
+        help="close a connection not logged in by then (default 10)")
+    add("--sasl-failed-authentication-delay-ms", type=int,
+        help="a failed login is answered and closed this late (Kafka's connection.failed.authentication.delay.ms, "
+        "default 100)")
+    add("--sasl-max-receive-bytes", type=int,
+        help="largest frame before a login completes (Kafka's sasl.server.max.receive.size, default 524288)")
+    add("--sasl-login-threads", type=int, help="threads hashing PLAIN passwords (default 1)")
+    add("--oauthbearer-principal-claim", help="JWT claim naming the principal (default sub)")
+    add("--default-num-partitions", type=int,
+        help="partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell (default 1)")
+    add("--max-connections", type=int,
+        help="open client connections over all listeners; beyond it new ones wait to be accepted")
+    add("--max-connections-per-ip", type=int, help="beyond it an IP's new connections are closed at once")
+    add("--max-connections-per-ip-overrides", help="IP:COUNT[,IP:COUNT...] (Kafka's max.connections.per.ip.overrides)")
+    add("--workers", type=int, help="processes accepting on the same listeners (SO_REUSEPORT), each a member of the "
+        "[fleet]; worker i keeps its state in STATE_DIR/worker-i and serves metrics on the metrics port + i "
+        "(default 1)")
+    add("--max-connection-creation-rate", type=float,
+        help="new connections/s over all listeners; beyond it accepting waits (Kafka's listener setting)")
+    return parser
+
+
+def _settings_from_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    document = read_toml(path, ConfigError)
+    by_toml_key = {toml_key: name for name, toml_key in _SETTINGS.items()}
+    settings: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in document.items():
+        if isinstance(value, dict):
+            extra[key] = value
+        elif key in by_toml_key:
+            settings[by_toml_key[key]] = value
+        else:
+            raise ConfigError(f"{path}: unknown setting {key!r}")
+    return settings, extra
+
+
+def _positive(name: str, value: Any, kind: type) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{_SETTINGS[name]}: expected a number, got {value!r}") from error
+    if number <= 0:
+        raise ConfigError(f"{_SETTINGS[name]}: must be positive, got {value!r}")
+    return number
+
+
+def load_config(args: argparse.Namespace) -> ProxyConfig:
+    settings: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if args.config:
+        settings, extra = _settings_from_file(Path(args.config))
+    for name in _SETTINGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+
+    upstream_text = settings.get("upstream")
+    if not upstream_text:
+        raise ConfigError("upstream: required (--upstream HOST:PORT[,HOST:PORT...] or in --config)")
+    if isinstance(upstream_text, list):
+        upstream_text = ",".join(upstream_text)
+    upstream = tuple(HostPort.parse(part, "upstream") for part in str(upstream_text).split(",") if part)
+    listen = HostPort.parse(str(settings.get("listen", "127.0.0.1:9092")), "listen")
+    advertised_host = settings.get("advertised_host") or _default_advertised_host(listen.host)
+    base = int(settings.get("broker_port_base", listen.port + 1))
+    if not 0 < base < 65536:
+        raise ConfigError(f"broker-port-base: must be a port number, got {base}")
+    metrics = settings.get("metrics_listen")
+    quota_file = settings.get("quota_file")
+    log_level = str(settings.get("log_level", "INFO")).upper()
+    if log_level not in _LOG_LEVELS:
+        raise ConfigError(f"log-level: one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
+
+    defaults = {f.name: f.default for f in fields(ProxyConfig)}
+    tunables = {
+        name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
+        for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s", "request_timeout_s",
+                     "usage_retention_days", "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s",
+                     "default_num_partitions")
+    }
+    sasl_users = settings.get("sasl_users")
+    sasl_mode, login = _login_settings(settings)
+    connection_limits = ConnectionLimits(
+        max_connections=_optional_positive("max_connections", settings, int),
+        max_connections_per_ip=_optional_positive("max_connections_per_ip", settings, int),
+        max_connections_per_ip_overrides=_ip_overrides(settings.get("max_connections_per_ip_overrides")),
+        max_connection_creation_rate=_optional_positive("max_connection_creation_rate", settings, float))
+    return ProxyConfig(
+        upstream=upstream,
+        listen=listen,
+        advertised_host=str(advertised_host),
+        broker_port_base=base,
+        metrics_listen=HostPort.parse(str(metrics), "metrics-listen") if metrics else None,
+        quota_file=Path(quota_file) if quota_file else None,
+        state_dir=Path(settings.get("state_dir", "state")),
+        log_level=log_level,
+        sasl_users=Path(sasl_users) if sasl_users else None,
+        sasl_mode=sasl_mode,
+        login=login,
+        login_threads=_optional_positive("sasl_login_threads", settings, int) or 1,
+        upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
+        tls=_listener_tls(extra.pop(_TLS_SECTION, None)),
+        upstream_tls=_upstream_tls(extra.pop(_UPSTREAM_TLS_SECTION, None)),
+        metrics_endpoint=_metrics_endpoint(extra.pop(_METRICS_SECTION, None)),
+        admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
+        connection_limits=connection_limits,
+        extra=extra,
+        workers=_workers(settings.get("workers", 1), extra),
+        **tunables,
+    )
+
+
+def _login_settings(settings: dict[str, Any]) -> tuple[str, LoginSettings]:
+    mode = settings.get("sasl_mode") or ("terminate" if settings.get("sasl_users") else "none")
+    if mode not in SASL_MODES:
+        raise ConfigError(f"sasl-mode: one of {', '.join(SASL_MODES)}, got {mode!r}")
+    if (mode == "terminate") != bool(settings.get("sasl_users")):
+        raise ConfigError("sasl-users: needed with sasl-mode terminate, and only with it")
+    defaults = LoginSettings()
+    claim = settings.get("oauthbearer_principal_claim", defaults.oauthbearer_principal_claim)
+    if not isinstance(claim, str) or not claim:
+        raise ConfigError(f"oauthbearer-principal-claim: a claim name, got {claim!r}")
+    unsecured = settings.get("oauthbearer_unsecured_jwt", False)
+    if not isinstance(unsecured, bool) or (unsecured and mode != "terminate"):
+        raise ConfigError("oauthbearer-unsecured-jwt: true or false, and true only with sasl-mode terminate")
+    delay_ms = settings.get("sasl_failed_authentication_delay_ms", defaults.failed_delay_s * 1000)
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)) or delay_ms < 0:
+        raise ConfigError(f"sasl-failed-authentication-delay-ms: a number >= 0, got {delay_ms!r}")
+    return mode, LoginSettings(
+        timeout_s=_optional_positive("sasl_login_timeout_s", settings, float) or defaults.timeout_s,
+        failed_delay_s=delay_ms / 1000,
+        max_receive_bytes=_optional_positive("sasl_max_receive_bytes", settings, int) or defaults.max_receive_bytes,
+        oauthbearer_principal_claim=claim,
+        oauthbearer_unsecured_jwt=unsecured)
+
+
+def _workers(value: Any, extra: dict[str, Any]) -> int:
+    workers = _positive("workers", value, int)
+    if workers > 1 and "fleet" not in extra:
+        raise ConfigError("workers: more than one needs a [fleet] table in --config (the workers share their "
+                          "quotas through it)")
+    return int(workers)
+
+
+def _optional_positive(name: str, settings: dict[str, Any], kind: type) -> Any:
+    value = settings.get(name)
+    if value is None:
+        return None
+    if kind is int and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
+        raise ConfigError(f"{_SETTINGS[name]}: expected a whole number, got {value!r}")
+    return _positive(name, value, kind)
+
+
+def _ip_overrides(value: Any) -> dict[str, int]:
+    """Kafka's ``IP:COUNT,IP:COUNT`` (an IPv6 address keeps its colons: the count follows the last)."""
+    if value is None:
+        return {}
+    where = _SETTINGS["max_connections_per_ip_overrides"]
+    overrides: dict[str, int] = {}
+    for part in str(value).split(","):
+        host, _, count = part.strip().rpartition(":")
+        try:
+            ip = normalized_ip(host)
+            overrides[ip] = int(count)
+        except (QuotaConfigError, ValueError):
+            raise ConfigError(f"{where}: expected IP:COUNT[,IP:COUNT...], got {part!r}") from None
+        if ip == DEFAULT or overrides[ip] < 0:
+            raise ConfigError(f"{where}: expected IP:COUNT with an IP address and a count >= 0, got {part!r}")
+    return overrides
+
+
+def principal_list(value: Any, where: str) -> frozenset[str]:
+    """Kafka principals such as ``["User:alice"]``; raises ConfigError naming ``where`` otherwise."""
+    if not isinstance(value, list) or not all(isinstance(item, str) and item.startswith(PRINCIPAL_PREFIX)
+                                              and len(item) > len(PRINCIPAL_PREFIX) for item in value):
+        raise ConfigError(f"{where}: a list of principals such as [\"User:alice\"], got {value!r}")
+    return frozenset(value)
+
+
+def _admin_principals(section: dict[str, Any] | None) -> frozenset[str]:
+    if section is None:
+        return frozenset()
+    where = f"[{_ADMIN_SECTION}]"
+    if set(section) != {"principals"}:
+        raise ConfigError(f"{where}: needs exactly the key principals")
+    return principal_list(section["principals"], f"{where} principals")
+
+
+def _keys(section: dict[str, Any], where: str, required: set[str], optional: set[str]) -> None:
+    unknown = set(section) - required - optional
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    missing = required - set(section)
+    if missing:
+        raise ConfigError(f"{where}: needs {', '.join(sorted(missing))}")
+    for key, value in section.items():
+        if key != "check-hostname" and not isinstance(value, str):
+            raise ConfigError(f"{where} {key}: a string, got {value!r}")
+
+
+def _path(section: dict[str, Any], key: str) -> Path | None:
+    return Path(section[key]) if key in section else None
+
+
+def _listener_tls(section: dict[str, Any] | None) -> ListenerTls | None:
+    if section is None:
+        return None
+    where = f"[{_TLS_SECTION}]"
+    _keys(section, where, {"certfile", "keyfile"},
+          {"cafile", "client-auth", "principal-mapping-rules", "ciphers", "min-version"})
+    client_auth = section.get("client-auth", "none")
+    if client_auth not in CLIENT_AUTH:
+        raise ConfigError(f"{where} client-auth: one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
+    if client_auth != "none" and "cafile" not in section:
+        raise ConfigError(f"{where} cafile: needed to verify client certificates (client-auth {client_auth})")
+    min_version = section.get("min-version", "1.2")
+    if min_version not in TLS_VERSIONS:
+        raise ConfigError(f"{where} min-version: one of {', '.join(TLS_VERSIONS)}, got {min_version!r}")
+    tls = ListenerTls(Path(section["certfile"]), Path(section["keyfile"]), _path(section, "cafile"), client_auth,
+                      section.get("principal-mapping-rules", "DEFAULT"), section.get("ciphers"), min_version)
+    try:
+        PrincipalMapper(tls.principal_mapping_rules)
+        tls.context()  # the files are read now: a mistake stops the start, not the first connection
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from None
+    return tls
+
+
+def _metrics_endpoint(section: dict[str, Any] | None) -> MetricsEndpoint:
+    if section is None:
+        return MetricsEndpoint()
+    where = f"[{_METRICS_SECTION}]"
+    _keys(section, where, set(), {"username", "password", "password-file", "certfile", "keyfile"})
+    credentials = None
+    if "username" in section:
+        credentials = f"{section['username']}:{_secret(section, where)}"
+    elif "password" in section or "password-file" in section:
+        raise ConfigError(f"{where}: a password needs a username")
+    tls = None
+    if ("certfile" in section) != ("keyfile" in section):
+        raise ConfigError(f"{where}: certfile and keyfile go together")
+    if "certfile" in section:
+        tls = ListenerTls(Path(section["certfile"]), Path(section["keyfile"]))
+        try:
+            tls.context()
+        except TlsConfigError as error:
+            raise ConfigError(str(error)) from None
+    return MetricsEndpoint(credentials, tls)
+
+
+def _secret(section: dict[str, Any], where: str) -> str:
+    """``password`` or the first line of ``password-file`` (exactly one of them)."""
+    if ("password" in section) == ("password-file" in section):
+        raise ConfigError(f"{where}: set exactly one of password, password-file")
+    password = section.get("password")
+    if password is None:
+        try:
+            password = Path(section["password-file"]).read_text().rstrip("\n")
+        except OSError as error:
+            raise ConfigError(f"{where} password-file: cannot read: {error.strerror}") from error
+    return str(password)
+
+
+def _upstream_tls(section: dict[str, Any] | None) -> UpstreamTls | None:
+    if section is None:
+        return None
+    where = f"[{_UPSTREAM_TLS_SECTION}]"
+    _keys(section, where, set(), {"cafile", "certfile", "keyfile", "check-hostname"})
+    check_hostname = section.get("check-hostname", True)
+    if not isinstance(check_hostname, bool):
+        raise ConfigError(f"{where} check-hostname: true or false, got {check_hostname!r}")
+    if "keyfile" in section and "certfile" not in section:
+        raise ConfigError(f"{where} keyfile: needs certfile")
+    tls = UpstreamTls(_path(section, "cafile"), _path(section, "certfile"), _path(section, "keyfile"), check_hostname)
+    try:
+        tls.context()
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from None
+    return tls
+
+
+def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:
+    if section is None:
+        return None
+    where = f"[{_UPSTREAM_SASL_SECTION}]"
+    unknown = set(section) - {"mechanism", "username", "password", "password-file"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    mechanism = section.get("mechanism")
+    if mechanism not in MECHANISMS:
+        raise ConfigError(f"{where} mechanism: one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    username = section.get("username")
+    if not isinstance(username, str) or not username:
+        raise ConfigError(f"{where} username: required")
+    return UpstreamSasl(str(mechanism), username, _secret(section, where))
+
+
+def _default_advertised_host(listen_host: str) -> str:
+    if listen_host in ("0.0.0.0", "::", ""):
+        import socket
+
+        return socket.getfqdn()
+    return listen_host

@@ -1,0 +1,160 @@
+"""The quota engines as the proxy runs them: one configuration, five managers, live reloads.
+
+The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas,
+which are kept in ``<state-dir>/client-quotas.json`` (so they survive restarts) and win over the
+file for the same entity and quota type; a removal through the API is kept as a tombstone, so
+it also hides the file's value. A change is saved (on a worker thread: a stalled disk must not stall
+every connection) before it is applied: one whose save fails is neither applied nor carried into a
+later save. The quota file is re-read when it changes; a bad file keeps the
+running configuration and logs why. Time for quota decisions is ``now_ms()``, read once per
+request by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from allocator.durable import WriteErrors, write_durably
+from proxy.files.watched_file import WatchedFile
+from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
+from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
+from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from quotas.metrics import QuotaMetrics
+
+log = logging.getLogger(__name__)
+
+RELOAD_INTERVAL_S = 1.0
+OVERRIDES_FILE = "client-quotas.json"
+STORE = "client-quotas"
+"""The overrides' name in ``kafka_quota_proxy_state_write_errors_total``."""
+
+Overrides = dict[QuotaEntity, dict[QuotaType, float | None]]
+"""entity -> quota type -> limit, or None where the API removed the quota."""
+
+
+def now_ms() -> int:
+    """Quota time: monotonic, so wall-clock jumps never refill or drain a bucket."""
+    return time.monotonic_ns() // 1_000_000
+
+
+class QuotaService:
+    def __init__(self, quota_file: Path | None, registry: CollectorRegistry, state_dir: Path | None = None,
+                 connection_limits: ConnectionLimits | None = None, write_errors: WriteErrors | None = None) -> None:
+        self._quota_file = None if quota_file is None else WatchedFile(quota_file)
+        self._overrides_path = None if state_dir is None else state_dir / OVERRIDES_FILE
+        self._write_errors = write_errors or WriteErrors()
+        self._saving = asyncio.Lock()
+        """Changes are saved one after another, each over the one before."""
+        self.overrides: Overrides = self._load_overrides()
+        self._file_config = self._load() if quota_file is not None else QuotaConfig()
+        config = self._effective(self.overrides)
+        self.produce = ClientQuotaManager(config)
+        self.fetch = ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE)
+        self.mutations = ControllerMutationQuotaManager(config)
+        self.producer_ids = ProducerIdQuotaManager(config)
+        self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
+        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms)
+
+    @property
+    def config(self) -> QuotaConfig:
+        return self.produce.config
+
+    def _load(self) -> QuotaConfig:
+        """Initial load: a bad or missing file is fatal (raises QuotaConfigError)."""
+        assert self._quota_file is not None
+        config = load_quota_file(self._quota_file.path)
+        log.info("loaded %d quota entries from %s", len(config.entries), self._quota_file.path)
+        return config
+
+    def _effective(self, overrides: Overrides) -> QuotaConfig:
+        entries = {entity: dict(quotas) for entity, quotas in self._file_config.entries.items()}
+        for entity, quotas in overrides.items():
+            merged: dict[QuotaType, float | None] = {**entries.get(entity, {}), **quotas}
+            kept = {quota_type: limit for quota_type, limit in merged.items() if limit is not None}
+            if kept:
+                entries[entity] = kept
+            else:
+                entries.pop(entity, None)
+        return QuotaConfig(self._file_config.settings, entries)
+
+    def apply(self, config: QuotaConfig) -> None:
+        for manager in (self.produce, self.fetch, self.mutations, self.producer_ids):
+            manager.update_config(config)
+        self.connections.window = config.settings.byte_rate_window
+
+    def reload_if_changed(self) -> None:
+        if self._quota_file is None or not self._quota_file.changed():
+            return
+        try:
+            self._file_config = load_quota_file(self._quota_file.path)
+        except QuotaConfigError as error:
+            log.error("keeping the running quotas: %s", error)
+            return
+        self.apply(self._effective(self.overrides))
+        log.info("reloaded %d quota entries from %s", len(self._file_config.entries), self._quota_file.path)
+
+    # ---- overrides set through AlterClientQuotas ------------------------------------------------
+
+    async def override(self, changes: Mapping[QuotaEntity, Mapping[QuotaType, float | None]]) -> None:
+        """Save (write, fsync, rename, on a worker thread), then apply, API changes. Raises
+        QuotaConfigError if invalid, OSError if the save failed: either way nothing changed."""
+        async with self._saving:
+            overrides = {entity: dict(quotas) for entity, quotas in self.overrides.items()}
+            for entity, quotas in changes.items():
+                overrides.setdefault(entity, {}).update(quotas)
+            config = self._effective(overrides)
+            if self._overrides_path is not None:
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, self._save_overrides, overrides)
+                except OSError as error:
+                    self._write_errors.failed(STORE, error)
+                    raise
+                self._write_errors.succeeded(STORE)
+            self.overrides = overrides
+            self.apply(config)
+
+    def _load_overrides(self) -> Overrides:
+        path = self._overrides_path
+        if path is None or not path.exists():
+            return {}
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            overrides: Overrides = {}
+            for raw in document["entries"]:
+                entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
+                overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
+        log.info("loaded %d client-quota overrides from %s", len(overrides), path)
+        return overrides
+
+    def _save_overrides(self, overrides: Overrides) -> None:
+        path = self._overrides_path
+        assert path is not None
+        entries = []
+        for entity, quotas in overrides.items():
+            raw: dict[str, object] = {}
+            if entity.user is not None:
+                raw["user"] = entity.user
+            if entity.client_id is not None:
+                raw["client-id"] = entity.client_id
+            if entity.ip is not None:
+                raw["ip"] = entity.ip
+            raw["quotas"] = {str(key): value for key, value in quotas.items()}
+            entries.append(raw)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_durably(path, json.dumps({"entries": entries}, indent=1).encode())
+
+    async def maintain(self) -> None:
+        """Reload the file when it changes and drop expired producer-ID filters (KIP-936 cleanup)."""
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+            self.reload_if_changed()
+            self.producer_ids.expire(now_ms())

@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from protocol.apis import Api
+from protocol.codecs import decode_response
+from proxy.decision.outcome import Caller, Decided, Outcome
+from proxy.handlers.client_quotas import (
+    MATCH_ANY,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    ClientQuotaHandlers,
+    _matches,
+    quota_entity,
+)
+from proxy.state.quota_service import QuotaService
+from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
+from tests.support import encode_request
+
+BYTES = QuotaType.PRODUCER_BYTE_RATE
+PIDS = QuotaType.PRODUCER_IDS_RATE
+RATE = QuotaType.CONNECTION_CREATION_RATE
+
+
+def component(entity_type: str, match_type: int, match: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(entity_type=entity_type, match_type=match_type, match=match)
+
+
+def test_entities_from_the_wire() -> None:
+    assert quota_entity((("user", "alice"),)) == QuotaEntity("alice")
+    assert quota_entity((("client-id", None), ("user", "alice"))) == QuotaEntity("alice", DEFAULT)
+    assert quota_entity((("ip", "1.2.3.4"),)) == QuotaEntity(ip="1.2.3.4")
+    assert quota_entity((("ip", None),)) == QuotaEntity(ip=DEFAULT)
+    for bad in ((), (("ip", "1.2.3.4"), ("user", "a")), (("ip", "not-an-ip"),), (("user", "a"), ("user", "b"))):
+        with pytest.raises(QuotaConfigError):
+            quota_entity(bad)
+
+
+def test_describe_filters_match_like_kafka() -> None:
+    alice_app = {"user": "alice", "client-id": "app"}
+    default_user = {"user": None}
+    assert _matches(alice_app, [component("user", MATCH_EXACT, "alice")], strict=False)
+    assert not _matches(alice_app, [component("user", MATCH_EXACT, "alice")], strict=True)
+    assert _matches(alice_app, [component("user", MATCH_ANY), component("client-id", MATCH_ANY)], strict=True)
+    assert not _matches(alice_app, [component("user", MATCH_DEFAULT)], strict=False)
+    assert _matches(default_user, [component("user", MATCH_DEFAULT)], strict=True)
+    assert _matches(default_user, [component("user", MATCH_ANY)], strict=False)
+    assert not _matches(default_user, [component("client-id", MATCH_ANY)], strict=False)
+
+
+def service(tmp_path: Path, quota_text: str | None = None) -> QuotaService:
+    quota_file = None
+    if quota_text is not None:
+        quota_file = tmp_path / "quotas.toml"
+        quota_file.write_text(quota_text)
+    return QuotaService(quota_file, CollectorRegistry(), tmp_path / "state")
+
+
+def test_overrides_persist_win_over_the_file_and_removals_hide_it(tmp_path: Path) -> None:
+    text = '[[quota]]\nuser = "alice"\nproducer_byte_rate = 1000\nproducer_ids_rate = 5\n'
+    quotas = service(tmp_path, text)
+    asyncio.run(quotas.override({QuotaEntity("alice"): {BYTES: 2000, PIDS: None},
+                                 QuotaEntity(None, "app"): {BYTES: 10}}))
+    assert quotas.config.entries[QuotaEntity("alice")] == {BYTES: 2000}
+    assert quotas.config.resolve(BYTES, "bob", "app") is not None
+
+    asyncio.run(quotas.override({QuotaEntity(ip="10.0.0.7"): {RATE: 3}}))
+    assert quotas.config.connection_rate_for("10.0.0.7") == 3
+    restarted = service(tmp_path, text)
+    assert restarted.config.entries == quotas.config.entries
+    asyncio.run(restarted.override({QuotaEntity(None, "app"): {BYTES: None}}))
+    assert QuotaEntity(None, "app") not in restarted.config.entries
+
+
+def test_an_invalid_override_changes_nothing(tmp_path: Path) -> None:
+    quotas = service(tmp_path)
+    with pytest.raises(QuotaConfigError):
+        asyncio.run(quotas.override({QuotaEntity(None, "app"): {PIDS: 1}}))  # producer-ID quotas are per user only
+    assert quotas.overrides == {} and not (tmp_path / "state").exists()
+
+
+def test_a_change_whose_save_failed_is_neither_applied_nor_saved_by_the_next_change(tmp_path: Path) -> None:
+    quotas = service(tmp_path)
+    (tmp_path / "state").mkdir()
+    in_the_way = tmp_path / "state" / "client-quotas.json.tmp"
+    in_the_way.mkdir()  # the save's temporary file cannot be created: as on a full disk, the write fails
+    with pytest.raises(OSError):
+        asyncio.run(quotas.override({QuotaEntity("alice"): {BYTES: 1000}}))
+    assert quotas.overrides == {} and QuotaEntity("alice") not in quotas.config.entries
+    in_the_way.rmdir()
+    asyncio.run(quotas.override({QuotaEntity("bob"): {BYTES: 2000}}))
+    saved = json.loads((tmp_path / "state" / "client-quotas.json").read_text())
+    assert saved == {"entries": [{"user": "bob", "quotas": {"producer_byte_rate": 2000}}]}
+    assert set(quotas.config.entries) == {QuotaEntity("bob")}
+
+
+def test_a_corrupt_overrides_file_is_refused_at_start(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "client-quotas.json").write_text("{not json")
+    with pytest.raises(QuotaConfigError, match="client-quotas.json"):
+        service(tmp_path)
+
+
+def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[int]:
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}], "ops": [op]}])
+    outcome = decided(handlers.alter(memoryview(frame)[4:], Caller(user, 0)))
+    assert outcome.local_response is not None
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.local_response)[9:])
+    return [entry.error_code for entry in answer.entries]
+
+
+def decided(decision: Decided) -> Outcome:
+    if isinstance(decision, Outcome):
+        return decision
+
+    async def wait() -> Outcome:
+        return await decision
+    return asyncio.run(wait())
+
+
+async def no_cluster_apis() -> frozenset[int]:
+    return frozenset()
+
+
+def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_path: Path) -> None:
+    quotas = service(tmp_path)
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
+    assert alter_codes(handlers, "mallory", key="producer_ids_rate", value=5.0, remove=False) == [31]
+    assert quotas.overrides == {}
+    assert alter_codes(handlers, "ops", key="producer_ids_rate", value=5.0, remove=False) == [0]
+    assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=True, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}],
+         "ops": [{"key": "producer_ids_rate", "value": 9.0, "remove": False}]}])
+    decided(handlers.alter(memoryview(frame)[4:], Caller("ops", 0)))
+    assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
+
+
+def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_forwarded(tmp_path: Path) -> None:
+    quotas = service(tmp_path, '[[quota]]\nuser = "alice"\nproducer_byte_rate = 1000\n')
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset())
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}],
+         "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]},
+        {"entity": [{"entity_type": "user", "entity_name": "bob"}],
+         "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
+    refused = handlers.alter(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
+    assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
+    assert [entry.error_code for entry in answer.entries] == [31, 31]
+    assert quotas.config.entries[QuotaEntity("alice")] == {BYTES: 1000}
+
+    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
+                           components=[{"entity_type": "user", "match_type": MATCH_ANY, "match": None}])
+    refused = handlers.describe(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
+    assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
+    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
+    assert answer.error_code == 31 and not answer.entries

@@ -1,0 +1,305 @@
+"""The mutation handler's decisions, with the cluster's answers supplied by a stand-in ClusterInfo."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from protocol.apis import Api
+from protocol.codecs import decode_request, decode_response, encode_response
+from protocol.header import read_request_header, response_header_length
+from proxy.decision.outcome import Caller, Outcome
+from proxy.handlers.topic_mutations import TopicMutationHandler
+from proxy.reporting.usage_log import UsageLog
+from proxy.state.quota_service import QuotaService, now_ms
+from quotas.config import QuotaKey
+from tests.support import encode_request
+
+THROTTLED = 89
+INVALID_REQUEST = 42
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_TOPIC_EXCEPTION = 17
+REQUEST_TIMED_OUT = 7
+TOPIC_ALREADY_EXISTS = 36
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+class StubCluster:
+    """What the cluster would say: partition counts, ids and num.partitions (as ClusterInfo answers)."""
+
+    def __init__(self, partitions: dict[str, int], num_partitions: int = 1, ids: dict[str, uuid.UUID] | None = None,
+                 unreachable: bool = False) -> None:
+        self._partitions = partitions
+        self._num_partitions = num_partitions
+        self._ids = ids or {}
+        self._unreachable = unreachable
+        self.asked: list[list[str]] = []
+
+    async def partitions(self, topics: list[str]) -> dict[str, int]:
+        if self._unreachable:
+            raise ConnectionRefusedError("the cluster is down")
+        self.asked.append(topics)
+        return {topic: self._partitions.get(topic, 0) for topic in topics}
+
+    async def topics_by_id(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
+        names = {topic_id: name for name, topic_id in self._ids.items()}
+        return {topic_id: (names[topic_id], self._partitions[names[topic_id]]) for topic_id in topic_ids
+                if topic_id in names}
+
+    async def default_partitions(self) -> int:
+        return self._num_partitions
+
+    def learn_default_partitions(self, partitions: int) -> None:
+        self._num_partitions = partitions
+
+
+class Mutations:
+    """The handler for client id "limited" (``rate`` mutations/s, burst 11 x rate) and its bucket."""
+
+    def __init__(self, tmp_path: Path, cluster: StubCluster, rate: float = 2) -> None:
+        quota_file = tmp_path / "quotas.toml"
+        quota_file.write_text(f'[[quota]]\nclient-id = "limited"\ncontroller_mutation_rate = {rate}\n')
+        self.quotas = QuotaService(quota_file, CollectorRegistry())
+        self.handler = TopicMutationHandler(self.quotas, cluster, UsageLog(tmp_path / "usage"))  # type: ignore[arg-type]
+        self.rate = rate
+
+    def tokens(self) -> float:
+        state = self.quotas.mutations.entities.get(QuotaKey("", "limited"))
+        burst = 11 * self.rate
+        if state is None:
+            return burst
+        return state.bucket.measure(self.rate, self.quotas.config.settings.mutation_window, now_ms())
+
+    def decide(self, api_key: int, version: int, client_id: str = "limited", **fields: object) -> Outcome:
+        frame = encode_request(api_key, version, client_id=client_id, **fields)
+        decided = self.handler(memoryview(frame)[4:], Caller("ANONYMOUS", now_ms()))
+        if isinstance(decided, Awaitable):
+            decided = asyncio.run(_wait(decided))
+        assert isinstance(decided, Outcome)
+        return decided
+
+
+async def _wait(decided: Awaitable[Outcome]) -> Outcome:
+    return await decided
+
+
+def new_topic(name: str, partitions: int = 1, replication_factor: int = 1, assignments: int = 0) -> dict[str, Any]:
+    return {"name": name, "num_partitions": partitions, "replication_factor": replication_factor, "configs": [],
+            "assignments": [{"partition_index": i, "broker_ids": [1]} for i in range(assignments)]}
+
+
+def create_topics(mutations: Mutations, *topics: dict[str, Any], version: int = 7,
+                  validate_only: bool = False) -> Outcome:
+    return mutations.decide(Api.CREATE_TOPICS, version, topics=list(topics), timeout_ms=1000,
+                            validate_only=validate_only)
+
+
+def forwarded_body(outcome: Outcome) -> Any:
+    assert outcome.replacement is not None
+    frame = memoryview(outcome.replacement)[4:]
+    header = read_request_header(frame)
+    return decode_request(header.api_key, header.api_version, frame[header.length:])
+
+
+def local_body(outcome: Outcome, api_key: int, version: int) -> Any:
+    assert outcome.local_response is not None
+    frame = outcome.local_response[4:]
+    return decode_response(api_key, version, frame[response_header_length(frame, flexible=True):])
+
+
+def finished(outcome: Outcome, api_key: int, version: int, **upstream: object) -> Any:
+    assert outcome.finish is not None
+    return decode_response(api_key, version, outcome.finish(memoryview(encode_response(api_key, version, upstream))))
+
+
+def created(name: str, error_code: int = 0, partitions: int = 1) -> dict[str, Any]:
+    return {"name": name, "topic_id": None, "error_code": error_code, "error_message": None,
+            "num_partitions": partitions, "replication_factor": 1, "configs": []}
+
+
+def test_create_partitions_charges_new_minus_existing_and_cuts_refused_topics(tmp_path: Path) -> None:
+    cluster = StubCluster({"a": 4, "b": 10, "c": 1})
+    mutations = Mutations(tmp_path, cluster)
+    topics = [{"name": "a", "count": 24, "assignments": None},  # 20: 22 -> 2
+              {"name": "b", "count": 15, "assignments": None},  # 5: 2 -> -3
+              {"name": "c", "count": 2, "assignments": None}]   # refused: the bucket is below zero
+    outcome = mutations.decide(Api.CREATE_PARTITIONS, 3, topics=topics, timeout_ms=1000, validate_only=False)
+    assert cluster.asked == [["a", "b", "c"]]
+    assert [t.name for t in forwarded_body(outcome).topics] == ["a", "b"]
+    assert outcome.throttle_ms == 1500 and outcome.throttle_since_ms is not None
+    merged = finished(outcome, Api.CREATE_PARTITIONS, 3, throttle_time_ms=0, results=[
+        {"name": "b", "error_code": 0, "error_message": None}, {"name": "a", "error_code": 0, "error_message": None}])
+    assert [(r.name, r.error_code) for r in merged.results] == [("a", 0), ("b", 0), ("c", THROTTLED)]
+    assert merged.throttle_time_ms == 0  # the connection raises it to what is left of 1500 ms when it answers
+
+
+def test_create_topics_with_the_cluster_default_partition_count(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}, num_partitions=12), rate=1)  # burst 11
+    outcome = create_topics(mutations, new_topic("x", -1, -1), new_topic("y", -1, -1))
+    # x: 11 - 12 = -1, so y is refused
+    assert [t.name for t in forwarded_body(outcome).topics] == ["x"]
+
+
+def test_the_partitions_the_cluster_really_created_for_minus_one_are_charged(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}, num_partitions=1), rate=1)  # burst 11; 1 assumed
+    outcome = create_topics(mutations, new_topic("x", -1, -1))
+    assert mutations.tokens() == pytest.approx(10, abs=0.1)
+    finished(outcome, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("x", partitions=12)])
+    assert mutations.tokens() == pytest.approx(-1, abs=0.1)  # the cluster made 12: 11 more charged
+    second = create_topics(mutations, new_topic("y", -1, -1))
+    assert not second.forward and 900 <= second.throttle_ms <= 1000
+
+
+def test_manual_assignments_count_as_partitions_and_all_refused_is_answered_locally(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}), rate=1)
+    first = create_topics(mutations, new_topic("big", -1, -1, assignments=30))
+    # strict (Kafka's StrictControllerMutationQuota): admitted whatever its size, no throttle until a refusal
+    assert first.forward and first.replacement is None and first.throttle_ms == 0  # 11 - 30 = -19
+    second = create_topics(mutations, new_topic("small"))
+    assert not second.forward
+    answer = local_body(second, Api.CREATE_TOPICS, 7)
+    assert [(t.name, t.error_code) for t in answer.topics] == [("small", THROTTLED)]
+    assert 18_900 <= answer.throttle_time_ms <= 19_000
+
+
+def test_unlimited_clients_are_neither_decoded_nor_charged(tmp_path: Path) -> None:
+    cluster = StubCluster({"a": 100})
+    mutations = Mutations(tmp_path, cluster)
+    outcome = mutations.decide(Api.DELETE_TOPICS, 6, client_id="free", timeout_ms=1000,
+                               topics=[{"name": "a", "topic_id": None}])
+    assert outcome == Outcome()
+    assert cluster.asked == []
+
+
+def test_validate_only_is_charged_as_kraft_does(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({"a": 2}))
+    mutations.decide(Api.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=True,
+                     topics=[{"name": "a", "count": 12, "assignments": None}])
+    create_topics(mutations, new_topic("b", 5), validate_only=True)
+    assert mutations.tokens() == pytest.approx(22 - 10 - 5, abs=0.1)
+
+
+@pytest.mark.parametrize(("topic", "error_code", "message"), [
+    pytest.param(new_topic("t", -2147483648), INVALID_PARTITIONS, "non-positive", id="partitions far below -1"),
+    pytest.param(new_topic("t", 0), INVALID_PARTITIONS, "non-positive", id="zero partitions"),
+    pytest.param(new_topic("t", 3, -2), INVALID_REPLICATION_FACTOR, "larger than 0", id="replication below -1"),
+    pytest.param(new_topic("t", 3, 0), INVALID_REPLICATION_FACTOR, "larger than 0", id="zero replication"),
+    pytest.param(new_topic("t", 3, -1, assignments=2), INVALID_REQUEST, "numPartitions", id="assignments and count"),
+    pytest.param(new_topic("t", -1, 1, assignments=2), INVALID_REQUEST, "replication", id="assignments and factor"),
+    pytest.param(dict(new_topic("t", -1, -1), assignments=[{"partition_index": 0, "broker_ids": [1]},
+                                                         {"partition_index": 0, "broker_ids": [1]}]),
+                 INVALID_REPLICA_ASSIGNMENT, "multiple", id="assignment given twice"),
+    pytest.param(dict(new_topic("t", -1, -1), assignments=[{"partition_index": 1, "broker_ids": [1]}]),
+                 INVALID_REPLICA_ASSIGNMENT, "consecutive", id="assignments with a gap"),
+    pytest.param(new_topic("bad/name"), INVALID_TOPIC_EXCEPTION, "characters", id="illegal character"),
+    pytest.param(new_topic(".."), INVALID_TOPIC_EXCEPTION, "'..' is not allowed", id="dot dot"),
+    pytest.param(new_topic("x" * 250), INVALID_TOPIC_EXCEPTION, "longer than", id="name too long"),
+    pytest.param(new_topic("__cluster_metadata"), INVALID_REQUEST, "prohibited", id="metadata topic"),
+])
+def test_invalid_topics_get_kafkas_error_and_cost_nothing(tmp_path: Path, topic: dict[str, Any], error_code: int,
+                                                          message: str) -> None:
+    """The bypass of the issue: a negative count charged -2147483648 turned a debt into a full bucket."""
+    mutations = Mutations(tmp_path, StubCluster({}), rate=2)
+    create_topics(mutations, new_topic("debt", 40))  # 22 - 40 = -18 tokens
+    before = mutations.tokens()
+    outcome = create_topics(mutations, topic, new_topic("next"))
+    answer = local_body(outcome, Api.CREATE_TOPICS, 7)
+    assert [t.error_code for t in answer.topics] == [error_code, THROTTLED]  # the debt still stands
+    assert message in answer.topics[0].error_message
+    assert mutations.tokens() == pytest.approx(before, abs=0.1)
+
+
+def test_every_copy_of_a_name_given_twice_is_refused_and_nothing_is_dropped(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}))
+    outcome = create_topics(mutations, new_topic("twice", 5), new_topic("once", 2), new_topic("twice", 7))
+    assert [t.name for t in forwarded_body(outcome).topics] == ["once"]
+    assert mutations.tokens() == pytest.approx(20, abs=0.1)  # only "once" is charged
+    merged = finished(outcome, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("once")])
+    assert [(t.name, t.error_code, t.error_message) for t in merged.topics] == [
+        ("twice", INVALID_REQUEST, "Duplicate topic name."), ("once", 0, None),
+        ("twice", INVALID_REQUEST, "Duplicate topic name.")]
+
+
+def test_existing_and_unknown_topics_are_forwarded_uncharged_even_in_debt(tmp_path: Path) -> None:
+    """Streams' and Connect's "create if missing" at start-up costs nothing; the cluster's error is theirs."""
+    cluster = StubCluster({"exists": 8})
+    mutations = Mutations(tmp_path, cluster)
+    create_topics(mutations, new_topic("debt", 40))  # -18 tokens
+    before = mutations.tokens()
+    for outcome in (create_topics(mutations, new_topic("exists", 3)),
+                    mutations.decide(Api.DELETE_TOPICS, 6, timeout_ms=1000,
+                                     topics=[{"name": "gone", "topic_id": None}]),
+                    mutations.decide(Api.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
+                                     topics=[{"name": "gone", "count": 4, "assignments": None}])):
+        assert outcome.forward and outcome.replacement is None and outcome.throttle_ms == 0
+    assert mutations.tokens() == pytest.approx(before, abs=0.1)
+
+
+def test_what_the_cluster_refuses_is_given_back_and_what_it_created_unexpectedly_is_charged(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({"raced": 2}))
+    outcome = create_topics(mutations, new_topic("new", 5), new_topic("raced", 3), new_topic("policy", 4))
+    assert mutations.tokens() == pytest.approx(22 - 5 - 4, abs=0.1)  # "raced" existed when asked
+    finished(outcome, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[
+        created("new"), created("raced"), created("policy", error_code=44)])
+    # "policy" was refused by the cluster (given back), "raced" had been deleted and was created (charged)
+    assert mutations.tokens() == pytest.approx(22 - 5 - 3, abs=0.1)
+
+
+def test_create_partitions_that_are_no_increase_or_badly_assigned_cost_nothing(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({"a": 4, "b": 4, "c": 4}))
+    outcome = mutations.decide(Api.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False, topics=[
+        {"name": "a", "count": 4, "assignments": None},
+        {"name": "b", "count": -2147483648, "assignments": None},
+        {"name": "c", "count": 6, "assignments": [{"broker_ids": [1]}]},
+        {"name": "a", "count": 9, "assignments": None}])
+    answer = local_body(outcome, Api.CREATE_PARTITIONS, 3)
+    assert [(r.name, r.error_code) for r in answer.results] == [
+        ("a", INVALID_REQUEST), ("b", INVALID_PARTITIONS), ("c", INVALID_REPLICA_ASSIGNMENT), ("a", INVALID_REQUEST)]
+    assert answer.results[1].error_message == "The topic b currently has 4 partition(s); -2147483648 would not be " \
+                                              "an increase."
+    assert mutations.tokens() == pytest.approx(22, abs=0.1)
+
+
+def test_delete_topics_named_by_id_are_charged_and_answered_with_their_id(tmp_path: Path) -> None:
+    ids = {name: uuid.uuid4() for name in ("a", "b", "c")}
+    mutations = Mutations(tmp_path, StubCluster({"a": 10, "b": 15, "c": 3}, ids=ids))
+    by_id = [{"name": None, "topic_id": ids[name]} for name in ("a", "b", "c")]
+    outcome = mutations.decide(Api.DELETE_TOPICS, 6, timeout_ms=1000, topics=by_id)
+    # a: 22 -> 12, b: 12 -> -3, c refused; the others are still forwarded
+    assert [t.topic_id for t in forwarded_body(outcome).topics] == [ids["a"], ids["b"]]
+    merged = finished(outcome, Api.DELETE_TOPICS, 6, throttle_time_ms=0, responses=[
+        {"name": None, "topic_id": ids["b"], "error_code": 0, "error_message": None},
+        {"name": None, "topic_id": ids["a"], "error_code": 0, "error_message": None}])
+    assert [(r.name, r.topic_id, r.error_code) for r in merged.responses] == [
+        (None, ids["a"], 0), (None, ids["b"], 0), ("c", ids["c"], THROTTLED)]
+
+
+def test_delete_topics_entries_kafka_refuses_before_the_quota(tmp_path: Path) -> None:
+    ids = {"a": uuid.uuid4(), "b": uuid.uuid4()}
+    mutations = Mutations(tmp_path, StubCluster({"a": 10, "b": 5}, ids=ids))
+    outcome = mutations.decide(Api.DELETE_TOPICS, 6, timeout_ms=1000, topics=[
+        {"name": "a", "topic_id": ids["a"]},   # both
+        {"name": None, "topic_id": None},       # neither
+        {"name": None, "topic_id": ids["b"]},   # the same id twice
+        {"name": None, "topic_id": ids["b"]}])
+    answer = local_body(outcome, Api.DELETE_TOPICS, 6)
+    assert [(r.topic_id, r.error_code) for r in answer.responses] == [
+        (ids["a"], INVALID_REQUEST), (None, INVALID_REQUEST), (ids["b"], INVALID_REQUEST), (ids["b"], INVALID_REQUEST)]
+    assert answer.responses[2].error_message == "Duplicate topic id."
+    assert mutations.tokens() == pytest.approx(22, abs=0.1)
+
+
+def test_a_failed_partition_count_lookup_answers_retriable_and_charges_nothing(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}, unreachable=True))
+    outcome = create_topics(mutations, new_topic("a", 3), new_topic("b", 3))
+    answer = local_body(outcome, Api.CREATE_TOPICS, 7)
+    assert [(t.name, t.error_code) for t in answer.topics] == [("a", REQUEST_TIMED_OUT), ("b", REQUEST_TIMED_OUT)]
+    assert mutations.tokens() == pytest.approx(22, abs=0.1)
