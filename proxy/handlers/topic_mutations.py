@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ class _Charges:
     """CreateTopics entries with ``num_partitions = -1``, charged the assumed cluster default."""
     display: dict[int, TopicRef] = field(default_factory=dict)
     """How the proxy's own results name an entry (a topic given by id also gets its name)."""
+    growth: dict[int, tuple[str, uuid.UUID, int]] = field(default_factory=dict)
+    """CreatePartitions entries: the topic, its id and the count asked, to tell the cluster's view once done."""
 
 
 class TopicMutationHandler:
@@ -143,7 +146,7 @@ class TopicMutationHandler:
             topic = request.topics[index]
             problem = _invalid_new_topic(topic)
             if problem is not None:
-                if existing[topic.name]:
+                if existing[topic.name].partitions:
                     continue  # Kafka answers TOPIC_ALREADY_EXISTS first: the cluster will
                 charges.refused[index] = problem
                 continue
@@ -153,7 +156,7 @@ class TopicMutationHandler:
                     default = await self._cluster.default_partitions()
                 partitions = default
                 charges.defaulted.add(index)
-            if existing[topic.name]:
+            if existing[topic.name].partitions:
                 charges.uncharged_creations[index] = partitions
             else:
                 charges.counts[index] = partitions
@@ -180,7 +183,7 @@ class TopicMutationHandler:
         for index in candidates:
             entry = entries[index]
             if entry.topic_id is None:
-                partitions = by_name[entry.name or ""]
+                partitions = by_name[entry.name or ""].partitions
             else:
                 name, partitions = by_id.get(entry.topic_id, (None, 0))
                 charges.display[index] = TopicRef(name, entry.topic_id)
@@ -205,14 +208,15 @@ class TopicMutationHandler:
         existing = await self._cluster.partitions([entries[index].name or "" for index in candidates])
         for index in candidates:
             topic = request.topics[index]
-            current = existing[topic.name]
-            if not current:
+            current, topic_id = existing[topic.name]
+            if not current or topic_id is None:
                 continue  # unknown: forwarded uncharged, the cluster answers UNKNOWN_TOPIC_OR_PARTITION
             problem = _invalid_partition_increase(topic, current)
             if problem is not None:
                 charges.refused[index] = problem
             else:
                 charges.counts[index] = topic.count - current
+                charges.growth[index] = (topic.name, topic_id, topic.count)
         return charges
 
     # ---- admission and the answer -------------------------------------------------------------
@@ -266,6 +270,8 @@ class TopicMutationHandler:
                 if result is None:
                     continue
                 done = result.error_code == 0
+                if done and index in charges.growth:
+                    self._cluster.grown(*charges.growth[index])
                 cost = charges.counts.get(index)
                 if cost is not None and not done and result.error_code != REQUEST_TIMED_OUT:
                     correction -= cost  # refused by the cluster: Kafka would not have charged it

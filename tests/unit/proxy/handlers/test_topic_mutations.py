@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import Api
 from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import read_request_header, response_header_length
+from proxy.cluster.info import TopicPartitions
 from proxy.decision.outcome import Caller, Outcome
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
@@ -42,12 +43,17 @@ class StubCluster:
         self._ids = ids or {}
         self._unreachable = unreachable
         self.asked: list[list[str]] = []
+        self.told_grown: list[tuple[str, uuid.UUID, int]] = []
 
-    async def partitions(self, topics: list[str]) -> dict[str, int]:
+    def topic_id(self, name: str) -> uuid.UUID:
+        return self._ids.get(name) or uuid.uuid5(uuid.NAMESPACE_DNS, name)
+
+    async def partitions(self, topics: list[str]) -> dict[str, TopicPartitions]:
         if self._unreachable:
             raise ConnectionRefusedError("the cluster is down")
         self.asked.append(topics)
-        return {topic: self._partitions.get(topic, 0) for topic in topics}
+        return {topic: TopicPartitions(self._partitions[topic], self.topic_id(topic)) if topic in self._partitions
+                else TopicPartitions(0) for topic in topics}
 
     async def topics_by_id(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
         names = {topic_id: name for name, topic_id in self._ids.items()}
@@ -59,6 +65,9 @@ class StubCluster:
 
     def learn_default_partitions(self, partitions: int) -> None:
         self._num_partitions = partitions
+
+    def grown(self, name: str, topic_id: uuid.UUID, count: int) -> None:
+        self.told_grown.append((name, topic_id, count))
 
 
 class Mutations:
@@ -139,6 +148,18 @@ def test_create_partitions_charges_new_minus_existing_and_cuts_refused_topics(tm
         {"name": "b", "error_code": 0, "error_message": None}, {"name": "a", "error_code": 0, "error_message": None}])
     assert [(r.name, r.error_code) for r in merged.results] == [("a", 0), ("b", 0), ("c", THROTTLED)]
     assert merged.throttle_time_ms == 0  # the connection raises it to what is left of 1500 ms when it answers
+
+
+def test_the_counts_the_cluster_accepted_are_told_to_the_cluster_view(tmp_path: Path) -> None:
+    """Its metadata may not show them yet when the next increase is charged (``ClusterInfo.grown``)."""
+    cluster = StubCluster({"a": 4, "b": 10})
+    outcome = Mutations(tmp_path, cluster, rate=100).decide(
+        Api.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False, topics=[
+            {"name": "a", "count": 8, "assignments": None}, {"name": "b", "count": 12, "assignments": None}])
+    finished(outcome, Api.CREATE_PARTITIONS, 3, throttle_time_ms=0, results=[
+        {"name": "a", "error_code": 0, "error_message": None},
+        {"name": "b", "error_code": INVALID_PARTITIONS, "error_message": "refused"}])
+    assert cluster.told_grown == [("a", cluster.topic_id("a"), 8)]
 
 
 def test_create_topics_with_the_cluster_default_partition_count(tmp_path: Path) -> None:

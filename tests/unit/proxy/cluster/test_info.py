@@ -1,0 +1,64 @@
+"""ClusterInfo's partition counts, with the cluster's Metadata answers supplied by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.cluster import info
+from proxy.cluster.info import ClusterInfo, TopicPartitions
+from proxy.cluster.upstream import UpstreamAccess
+from proxy.settings.config import HostPort, ProxyConfig
+
+TOPIC_ID = uuid.uuid4()
+
+
+class Metadata:
+    """The cluster's answers, one topic ``t``: its partition count and id as the test sets them."""
+
+    def __init__(self, partitions: int, topic_id: uuid.UUID = TOPIC_ID) -> None:
+        self.partitions = partitions
+        self.topic_id = topic_id
+
+    async def __call__(self, *_: Any, **__: Any) -> Any:
+        topic = SimpleNamespace(name="t", topic_id=self.topic_id, error_code=0, partitions=[0] * self.partitions)
+        return SimpleNamespace(topics=[topic])
+
+
+@pytest.fixture
+def metadata(monkeypatch: pytest.MonkeyPatch) -> Metadata:
+    answers = Metadata(4)
+    monkeypatch.setattr(info, "fetch_metadata", answers)
+    return answers
+
+
+def counted(cluster: ClusterInfo) -> TopicPartitions:
+    return asyncio.run(cluster.partitions(["t"]))["t"]
+
+
+def cluster_info() -> ClusterInfo:
+    config = ProxyConfig(upstream=(HostPort("127.0.0.1", 9),), listen=HostPort("127.0.0.1", 9092),
+                         advertised_host="127.0.0.1", broker_port_base=9100)
+    return ClusterInfo(config, lambda: [], UpstreamAccess(None, None))
+
+
+def test_a_count_the_cluster_accepted_counts_until_its_metadata_shows_it(metadata: Metadata) -> None:
+    cluster = cluster_info()
+    assert counted(cluster) == TopicPartitions(4, TOPIC_ID)
+    cluster.grown("t", TOPIC_ID, 8)
+    assert counted(cluster).partitions == 8  # the broker's metadata is a step behind its controller
+    metadata.partitions = 8
+    assert counted(cluster).partitions == 8
+    metadata.partitions = 6  # caught up once: the metadata decides from now on
+    assert counted(cluster).partitions == 6
+
+
+def test_a_topic_made_again_under_the_same_name_is_not_given_the_old_count(metadata: Metadata) -> None:
+    cluster = cluster_info()
+    cluster.grown("t", TOPIC_ID, 8)
+    metadata.topic_id = uuid.uuid4()
+    assert counted(cluster).partitions == 4
