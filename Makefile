@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.tls --out bench/tls-results.json
 	$(BIN)/python -m bench.workers --out bench/workers-results.json
 	$(BIN)/python -m bench.ledger_latency --out bench/ledger-latency-results.json
+	$(BIN)/python -m bench.fidelity --out bench/fidelity-results.json
 
 # 20 minutes of mixed traffic with a broker restart and a proxy SIGKILL (not part of `make test`)
 soak: $(STAMP)
