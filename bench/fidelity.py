@@ -17,7 +17,7 @@ from typing import Any
 from bench.report import write_results
 from proxy.dev.apache_kafka import KafkaCluster
 from tests import fidelity
-from tests.fidelity import DEFAULT, Case, Quota, side_by_side
+from tests.fidelity import Case, Quota, side_by_side
 from tests.support import CLUSTER_USERS, Cluster
 
 MIB = 1 << 20
@@ -79,24 +79,7 @@ def cases() -> list[Case]:
 
 
 def entity_cases() -> list[Case]:
-    """One case per level of Kafka's eight: the quota there at 1 MiB/s, every level below at 8 MiB/s."""
-    built = []
-    names = ["user + client-id", "user + default client-id", "user", "default user + client-id",
-             "default user + default client-id", "default user", "client-id", "default client-id"]
-    for index, name in enumerate(names):
-        client = client_of(name)
-        entities = [(("user", "alice"), ("client-id", client)), (("user", "alice"), ("client-id", DEFAULT)),
-                    (("user", "alice"),), (("user", DEFAULT), ("client-id", client)),
-                    (("user", DEFAULT), ("client-id", DEFAULT)), (("user", DEFAULT),), (("client-id", client),),
-                    (("client-id", DEFAULT),)]
-        quotas = (Quota(entities[index], "producer_byte_rate", MIB),
-                  *(Quota(entity, "producer_byte_rate", 8 * MIB) for entity in entities[index + 1:]))
-        user = "bob" if name == "default user" else "alice"
-        built.append(Case(f"entity: {name}", quotas,
-                          lambda topic, client=client, user=user: fidelity.raw_produce(topic, 256, 64 * 1024, client,
-                                                                                       user=user),
-                          fidelity.new_topic(), logs_in=True))
-    return built
+    return [fidelity.entity_case(level, client_of(f"entity {level}"), 256) for level in fidelity.ENTITY_LEVELS]
 
 
 def main() -> int:

@@ -16,7 +16,6 @@ from pathlib import Path
 from protocol.apis import Api
 from tests.support import Cluster, call, produce_request, read_frame, record_batch, serving_leader
 
-ENTITY_TYPES = {"user": "user", "client-id": "client-id"}
 DEFAULT = None
 """An entity's name for the default of its type (``<default>`` in the quota file)."""
 
@@ -650,3 +649,25 @@ def connections(count: int) -> Workload:
         return result
 
     return run
+
+
+ENTITY_LEVELS = ("user + client-id", "user + default client-id", "user", "default user + client-id",
+                 "default user + default client-id", "default user", "client-id", "default client-id")
+"""Kafka's eight quota levels, highest precedence first (``ClientQuotaManager``)."""
+
+
+def entity_case(level: str, client_id: str, requests: int) -> Case:
+    """The quota at ``level`` 1 MiB/s and every level below it 8 MiB/s, for a raw producer logged in as alice with
+    ``client_id``: resolving to the wrong level would be throttled far less. Kafka keeps a user-level quota's state
+    per user, so the "default user" level logs in as bob (after the "user" level has drained alice's)."""
+    mib = 1 << 20
+    entities = [(("user", "alice"), ("client-id", client_id)), (("user", "alice"), ("client-id", DEFAULT)),
+                (("user", "alice"),), (("user", DEFAULT), ("client-id", client_id)),
+                (("user", DEFAULT), ("client-id", DEFAULT)), (("user", DEFAULT),), (("client-id", client_id),),
+                (("client-id", DEFAULT),)]
+    index = ENTITY_LEVELS.index(level)
+    quotas = (Quota(entities[index], "producer_byte_rate", mib),
+              *(Quota(entity, "producer_byte_rate", 8 * mib) for entity in entities[index + 1:]))
+    user = "bob" if level == "default user" else "alice"
+    return Case(f"entity: {level}", quotas,
+                lambda topic: raw_produce(topic, requests, 64 * 1024, client_id, user=user), new_topic(), logs_in=True)

@@ -6,13 +6,14 @@ Kafka itself" gives. Short runs; ``make bench`` runs longer ones for the table (
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests import fidelity
-from tests.fidelity import DEFAULT, Case, Quota, SideBySide, side_by_side
+from tests.fidelity import Case, Quota, SideBySide, side_by_side
 from tests.support import Cluster
 
 MIB = 1 << 20
@@ -23,7 +24,7 @@ MARGIN = 0.1
 def client_of(case: str) -> str:
     """Each case its own client id: Kafka keeps a client's quota state (its rate's samples, its token bucket)
     after the quota is removed, and a case must not start where the last one left it."""
-    return f"fidelity-{case}"
+    return "fidelity-" + re.sub(r"[^A-Za-z0-9]+", "-", case).strip("-")
 
 
 def quota(case: str, key: str, value: float) -> tuple[Quota, ...]:
@@ -98,37 +99,8 @@ def test_a_throttled_fetch_gets_its_records_from_the_proxy_and_none_from_kafka(b
     assert all(units for _, units in result.proxy.events), "the proxy answered a fetch without its records"
 
 
-def entity_levels(client: str) -> dict[str, tuple[tuple[str, str | None], ...]]:
-    """Kafka's eight levels, highest precedence first (``ClientQuotaManager``), for alice and ``client``."""
-    return {
-        "user-and-client": (("user", "alice"), ("client-id", client)),
-        "user-and-default-client": (("user", "alice"), ("client-id", DEFAULT)),
-        "user": (("user", "alice"),),
-        "default-user-and-client": (("user", DEFAULT), ("client-id", client)),
-        "default-user-and-default-client": (("user", DEFAULT), ("client-id", DEFAULT)),
-        "default-user": (("user", DEFAULT),),
-        "client": (("client-id", client),),
-        "default-client": (("client-id", DEFAULT),),
-    }
-
-
-LEVELS = list(entity_levels(""))
-
-
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", fidelity.ENTITY_LEVELS)
 def test_each_entity_level_resolves_as_kafka_resolves_it(broker: Cluster, tmp_path: Path, level: str) -> None:
-    """The quota at ``level`` is 1 MiB/s and every level below it 8 MiB/s: a client resolving to the wrong one
-    would be throttled far less. Kafka keeps a user-level quota's state per user, so the two user-only levels log
-    in as different users."""
-    client = client_of(f"entity-{level}")
-    levels = entity_levels(client)
-    below = LEVELS[LEVELS.index(level) + 1:]
-    quotas = (Quota(levels[level], "producer_byte_rate", MIB),
-              *(Quota(levels[other], "producer_byte_rate", 8 * MIB) for other in below))
-    user = "bob" if level == "default-user" else "alice"
-    case = Case(f"entity-{level}", quotas,
-                lambda topic: fidelity.raw_produce(topic, 192, 64 * 1024, client, user=user),
-                fidelity.new_topic(), logs_in=True)
-    result = compare(broker, tmp_path, case)
+    result = compare(broker, tmp_path, fidelity.entity_case(level, client_of(level), 192))
     assert max(result.kafka.throttles_ms) > 0
     assert_within_margin(result)
