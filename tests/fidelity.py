@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.apis import Api
+from protocol.errors import THROTTLING_QUOTA_EXCEEDED
 from tests.support import Cluster, call, produce_request, read_frame, record_batch, serving_leader
 
 DEFAULT = None
@@ -531,8 +532,6 @@ def filled_topic(records: int, partitions: int = 1) -> Callable[[Cluster, str], 
 
     return prepare
 
-
-THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def raw_create_topics(topic: str, topics: int, partitions: int, version: int, client_id: str) -> Workload:
