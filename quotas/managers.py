@@ -156,6 +156,17 @@ class ClientQuotaManager(_Counters):
 
     def record(self, user: str, client_id: str, size_bytes: int, now_ms: int, broker: str = "") -> Decision:
         """``broker``: the upstream broker the bytes go to or come from (its own budget in ``broker`` scope)."""
+        return self._record(user, client_id, size_bytes, now_ms, broker, taken_back_when_throttled=False)
+
+    def record_unless_throttled(self, user: str, client_id: str, size_bytes: int, now_ms: int,
+                                broker: str = "") -> Decision:
+        """A Fetch response: recorded, and when that throttles, taken back (``unrecordQuotaSensor``, at the same
+        time, so the rate is as before): Kafka answers such a fetch with no records, and the consumer reads
+        them again after the throttle. ``admitted`` is False then."""
+        return self._record(user, client_id, size_bytes, now_ms, broker, taken_back_when_throttled=True)
+
+    def _record(self, user: str, client_id: str, size_bytes: int, now_ms: int, broker: str,
+                taken_back_when_throttled: bool) -> Decision:
         quota = self.config.resolve(self.quota_type, user, client_id)
         if quota is None:
             return UNLIMITED
@@ -164,14 +175,15 @@ class ClientQuotaManager(_Counters):
         key = quota.key._replace(broker=broker) if settings.quota_scope is QuotaScope.BROKER else quota.key
         state = self.entities.get_or_create(key, now_ms, ByteRateState)
         state.rate.record(size_bytes, now_ms, window)
-        self._shared(key, size_bytes, quota.limit)
         rate, window_ms = state.rate.measure_with_window(now_ms, window)
-        if rate <= quota.limit:
-            return Decision(True, 0, key)
-        throttle_ms = rate_throttle_ms(rate, quota.limit, window_ms)
+        throttle_ms = rate_throttle_ms(rate, quota.limit, window_ms) if rate > quota.limit else 0
         if throttle_ms:
             state.last_throttle_ms = throttle_ms
             self.throttled += 1
+            if taken_back_when_throttled:
+                state.rate.record(-size_bytes, now_ms, window)
+                return Decision(False, throttle_ms, key)
+        self._shared(key, size_bytes, quota.limit)
         return Decision(True, throttle_ms, key)
 
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:

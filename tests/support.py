@@ -322,10 +322,12 @@ class QuotaModel:
 
 
 def kafka_quota_model(bytes_per_connection: list[list[int]], quota_bytes_per_s: float,
-                      window_num: int = 11, window_size_s: float = 1.0) -> QuotaModel:
+                      window_num: int = 11, window_size_s: float = 1.0, fetch: bool = False) -> QuotaModel:
     """``kafka_produce_model_s`` for several connections charging one quota (a user's consumers):
     each connection is muted for its own throttle; the next charge is the connection ready first,
-    connections ready together taking turns (clients running side by side)."""
+    connections ready together taking turns (clients running side by side). ``fetch``: Kafka's Fetch,
+    where a response that would be throttled is answered empty, its bytes un-recorded, and the same
+    bytes asked for again once the throttle has run out."""
     from quotas.config import Window
     from quotas.rate import SampledRate, rate_throttle_ms
 
@@ -340,13 +342,17 @@ def kafka_quota_model(bytes_per_connection: list[list[int]], quota_bytes_per_s: 
     while any(remaining):
         connection = min((i for i, sizes in enumerate(remaining) if sizes), key=lambda i: (ready_ms[i], charged[i]))
         now_ms = answered_ms = ready_ms[connection]
-        rate.record(remaining[connection].pop(0), now_ms, window)
+        size = remaining[connection].pop(0)
+        rate.record(size, now_ms, window)
         charged[connection] += 1
         measured, window_ms = rate.measure_with_window(now_ms, window)
-        if measured > quota_bytes_per_s:
-            throttle_ms = rate_throttle_ms(measured, quota_bytes_per_s, window_ms)
+        throttle_ms = rate_throttle_ms(measured, quota_bytes_per_s, window_ms) if measured > quota_bytes_per_s else 0
+        if throttle_ms:
             ready_ms[connection] = now_ms + throttle_ms
             throttled_ms += throttle_ms
+            if fetch:
+                rate.record(-size, now_ms, window)
+                remaining[connection].insert(0, size)
     return QuotaModel((answered_ms - start_ms) / 1000, throttled_ms)
 
 

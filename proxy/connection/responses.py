@@ -98,9 +98,10 @@ class ResponseSide(ConnectionState):
         request = self._in_flight.popleft()
         self._metrics.observe_latency(request.api_key, time.perf_counter() - request.read_at)
         if request.charge_response is not None:
-            charged_ms = request.charge_response(frame, frame_bytes)
-            if charged_ms > request.throttle_ms:
-                request = request._replace(throttle_ms=charged_ms)
+            charged = request.charge_response(frame, frame_bytes)
+            if charged.throttle_ms > request.throttle_ms or charged.answer_body is not None:
+                request = request._replace(throttle_ms=max(request.throttle_ms, charged.throttle_ms),
+                                           answer_body=charged.answer_body)
         if request.throttle_ms and request.throttle_since_ms is not None:
             request = request._replace(throttle_ms=remaining_throttle_ms(
                 request.throttle_ms, request.throttle_since_ms, now_ms()))
@@ -137,25 +138,36 @@ class ResponseSide(ConnectionState):
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
         request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)
         taken = self._responses.take_partial_frame()
+        self._response_cut_through_remaining = frame_bytes - len(taken)
+        assert self._transport is not None
+        if request.answer_body is not None:
+            header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
+            self._transport.write(b"".join(((header_length + len(request.answer_body)).to_bytes(4, "big"),
+                                            frame[:header_length], request.answer_body)))
+            # the client has its answer: its mute starts now, not once the dropped rest has arrived
+            self._mute(request.throttle_ms)
+            self._dropping_cut_through = True
+            self._mute_after_cut_through_ms = None
+            return
         head = memoryview(taken)[:len(prefix)]
         if request.throttle_ms:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
             body = raise_throttle(request.api_key, request.api_version, frame[header_length:], request.throttle_ms)
             if body is not None:
                 head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
-        assert self._transport is not None
         self._transport.writelines((head, memoryview(taken)[len(prefix):]))
-        self._response_cut_through_remaining = frame_bytes - len(taken)
         self._mute_after_cut_through_ms = request.throttle_ms if request.holds_later_requests else None
 
     def _cut_through_response(self, data: bytes) -> bytes:
-        """Send the client the part of ``data`` that belongs to the response being cut through;
-        return the rest."""
+        """Send the client the part of ``data`` that belongs to the response being cut through (or drop
+        it); return the rest."""
         assert self._transport is not None
         taken = min(len(data), self._response_cut_through_remaining)
-        self._transport.write(data if taken == len(data) else memoryview(data)[:taken])
+        if not self._dropping_cut_through:
+            self._transport.write(data if taken == len(data) else memoryview(data)[:taken])
         self._response_cut_through_remaining -= taken
         if not self._response_cut_through_remaining:
+            self._dropping_cut_through = False
             self._responses_sent(self._mute_after_cut_through_ms)
         return data[taken:]
 
@@ -203,7 +215,7 @@ class ResponseSide(ConnectionState):
             if not request.throttle_ms and not names_brokers and request.finish is None:
                 return None
             header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
-            body = None
+            body = request.answer_body
             if request.finish is not None:
                 body = request.finish(frame[header_length:])
             if request.throttle_ms:

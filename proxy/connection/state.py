@@ -47,6 +47,8 @@ class InFlight(NamedTuple):
     throttle_since_ms: int | None = None
     """See ``Outcome.throttle_since_ms``."""
     charge_response: ResponseCharge | None = None
+    answer_body: bytes | None = None
+    """Set by ``charge_response`` when the client gets this body instead of the upstream one."""
 
     @property
     def holds_later_requests(self) -> bool:
@@ -91,6 +93,9 @@ class ConnectionState:
         self._response_cut_through_remaining = 0
         """Bytes of a response frame still to come that go to the client without buffering."""
         self._mute_after_cut_through_ms: int | None = None
+        self._dropping_cut_through = False
+        """The rest of the response frame being cut through is read and dropped (the client was answered
+        without it)."""
         self._held = bytearray()
         """Whole request frames read but not yet decided: they wait behind a request whose handler
         asks the cluster first, or behind a throttle (``_holding``)."""

@@ -16,9 +16,18 @@ PRINCIPAL_PREFIX = "User:"
 
 ResponseFinisher = Callable[[memoryview], bytes]
 """Turns the upstream response body (header excluded) into the body the client gets."""
-ResponseCharge = Callable[[memoryview, int], int]
+
+
+class ChargedResponse(NamedTuple):
+    throttle_ms: int
+    answer_body: bytes | None = None
+    """The body the client gets instead of the upstream one (its throttle in it), the rest of which is read
+    and dropped: Kafka answers a Fetch it throttles with no records."""
+
+
+ResponseCharge = Callable[[memoryview, int], ChargedResponse]
 """Charges an upstream response to a quota, given its start (header included, no size prefix) and
-its whole size (it may still be arriving); returns the throttle."""
+its whole size (it may still be arriving)."""
 
 
 class Caller(NamedTuple):
@@ -53,7 +62,7 @@ class Outcome(NamedTuple):
     until its response is sent (Kafka's ``AbstractControllerMutationQuota.throttleTime``)."""
     charge_response: ResponseCharge | None = None
     """What the response costs is known only when it arrives (a Fetch): its throttle is raised into
-    it, and the connection muted after it, as for a throttle decided on the request."""
+    it (or it is replaced), and the connection muted after it, as for a throttle decided on the request."""
 
 
 FORWARD = Outcome()

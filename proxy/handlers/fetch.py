@@ -1,18 +1,30 @@
-"""Fetch requests under the consumer byte-rate quota (KIP-13, ``consumer_byte_rate``).
+"""Fetch requests under the consumer byte-rate quota (KIP-13, ``consumer_byte_rate``), as Kafka meters them.
 
-Kafka records a Fetch response's size against the consumer's quota and, over the quota, sends an
-empty response carrying the throttle time, un-records the bytes and mutes the connection (the
-consumer fetches the same records again after the throttle). The proxy already holds the records
-when it learns the size, so it forwards them with the throttle time and mutes the connection for
-that time instead: the consumer's rate over time is the same, and no record is read twice. As
-Kafka does, a consumer's ``max_bytes`` is first capped to what the quota window allows.
+Kafka caps a consumer's ``max_bytes`` to what the quota window allows, records the size of the response
+it would send and, when that throttles, takes the bytes back and answers with no records at all, the
+throttle time and (in an incremental fetch session) the session id; the connection is muted for the
+throttle and the consumer fetches the same records again (``KafkaApis.handleFetchRequest``,
+``FetchContext.getThrottledResponse``). The proxy learns the size when the cluster's response arrives:
+over the quota, it sends the client Kafka's empty answer and drops the records (read, never copied).
+
+One thing the proxy cannot undo: the cluster sent those records in the consumer's fetch session. A
+throttled incremental fetch leaves the session at the consumer's offsets (the records come again), but
+the cluster has already told it the partitions' high watermarks, so they reach the consumer with its next
+records; a throttled full fetch opened a session the consumer never learns of, which the cluster's
+session cache evicts (``FetchSessionCache``).
 """
 
 from __future__ import annotations
 
-from protocol.fetch import capped_fetch_request, fetch_response_size
-from protocol.header import read_request_header
-from proxy.decision.outcome import FORWARD, Caller, Outcome, frame
+from protocol.fetch import (
+    capped_fetch_request,
+    fetch_response_session_id,
+    fetch_response_size,
+    fetch_session_epoch,
+    throttled_fetch_response_body,
+)
+from protocol.header import read_request_header, response_header_length
+from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Outcome, frame
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 
@@ -33,13 +45,20 @@ class FetchHandler:
         # a replica_id >= 0 is not believed: followers never come through a client listener, and
         # trusting the field would let any consumer fetch uncharged
         capped = capped_fetch_request(request, header, int(min(window_bytes, 2**31 - 1)))
-        flexible = header.flexible
+        incremental = fetch_session_epoch(request, header) > 0
+        flexible, version = header.flexible, header.api_version
         usage = self._usage
 
-        def charge(response_start: memoryview, response_bytes: int) -> int:
+        def charge(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             size = fetch_response_size(response_start, response_bytes, flexible)
-            throttle_ms = manager.record(user, client_id, size, now_ms(), broker).throttle_ms
-            usage.fetch(user, client_id, size, throttle_ms)
-            return throttle_ms
+            decision = manager.record_unless_throttled(user, client_id, size, now_ms(), broker)
+            usage.fetch(user, client_id, size if decision.admitted else 0, decision.throttle_ms)
+            if decision.admitted:
+                return ChargedResponse(decision.throttle_ms)
+            # a full fetch's session is not opened, as Kafka opens none for a throttled one
+            session_id = fetch_response_session_id(
+                response_start[response_header_length(response_start, flexible):], version) if incremental else 0
+            return ChargedResponse(decision.throttle_ms,
+                                   throttled_fetch_response_body(version, decision.throttle_ms, session_id))
 
         return Outcome(replacement=None if capped is None else frame(capped), charge_response=charge)

@@ -1,13 +1,13 @@
 """The consumer byte-rate quota (KIP-13's consumer side) with kafka-python, librdkafka and aiokafka.
 
 Each consumer reads 48 MiB at a 1 MiB/s quota through the proxy and is compared with Kafka's model
-(``kafka_quota_model``: a response is charged, the connection muted for its throttle, the next fetch
-read after that) over the bytes the proxy charged, in responses of the consumer's ``fetch.max.bytes``.
-The model follows the proxy's Fetch policy (a response over quota is delivered, then throttled; Kafka
-answers it empty instead: README "Consume byte rate"). The throttles the proxy decided for one consumer are bounded
-from above by the model's (a client coming back later than its throttle finds a lower rate, whatever the
-machine's speed); the time is held to the model within a margin measured against this machine's noise.
-Every record must arrive exactly once, in order per partition.
+(``kafka_quota_model`` with ``fetch``: a response is charged; one that would be throttled is answered
+empty, its bytes un-recorded and the connection muted for its throttle, the same records fetched again
+after that) over the bytes the proxy delivered, in responses of the consumer's ``fetch.max.bytes``. The
+throttles the proxy decided for one consumer are bounded from above by the model's (a client coming back
+later than its throttle finds a lower rate, whatever the machine's speed); the time is held to the model
+within a margin measured against this machine's noise. Every record must arrive exactly once, in order per
+partition. ``test_fidelity`` holds the same reads against Kafka's own quota.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def assert_each_record_once_in_order(received: Received) -> None:
 
 
 def charged(proxy: ProxyProcess, client_ids: set[str], field: str = "fetch_bytes") -> int:
-    """What the usage log holds for ``client_ids``: fetch bytes charged, or throttle_ms given."""
+    """What the usage log holds for ``client_ids``: fetch bytes charged (delivered), or throttle_ms given."""
     time.sleep(2.5)  # the usage log is written once a second
     return sum(line.get(field, 0) for line in usage_lines(proxy) if line["client_id"] in client_ids)
 
@@ -112,7 +112,7 @@ def model(fetched_bytes: int, connections: int = 1) -> QuotaModel:
     """Kafka's model for ``connections`` consumers reading equal shares in responses of ``FETCH_MAX_BYTES``."""
     share = fetched_bytes // connections
     responses = -(-share // FETCH_MAX_BYTES)
-    return kafka_quota_model([[share // responses] * responses] * connections, QUOTA)
+    return kafka_quota_model([[share // responses] * responses] * connections, QUOTA, fetch=True)
 
 
 def assert_within_model(proxy: ProxyProcess, client_ids: set[str], since_start_s: float, elapsed_s: float,
@@ -308,26 +308,43 @@ def test_long_polls_of_a_metered_consumer_wait_at_the_cluster_and_get_new_record
     assert fetches >= 2, "no long-poll fetch went through the proxy"
 
 
-def test_a_large_fetch_response_is_passed_on_as_it_arrives_with_its_throttle(  # type: ignore[no-untyped-def]
+def fetch_from_start(topic: str, correlation_id: int, max_bytes: int) -> bytes:
+    return encode_request(
+        Api.FETCH, 4, correlation_id=correlation_id, client_id="metered", replica_id=-1, max_wait_ms=500,
+        min_bytes=1, max_bytes=max_bytes, isolation_level=0, topics=[{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": max_bytes}]}])
+
+
+def read_sequences(response: Any) -> list[int]:
+    """The record numbers a v4 Fetch response carries (none for Kafka's throttled answer)."""
+    sequences = []
+    for partition in (p for topic in response.responses for p in topic.partitions):
+        batches = MemoryRecords(bytes(partition.records or b""))
+        while (batch := batches.next_batch()) is not None:
+            sequences += [int(record.value[:8]) for record in batch]
+    return sequences
+
+
+def test_a_large_fetch_response_is_passed_on_as_it_arrives_or_dropped_when_throttled(  # type: ignore[no-untyped-def]
         own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
-    """Holding a Fetch response until its last byte would add a transfer to every fetch: the proxy
-    charges it by its size prefix, raises the throttle at its start and passes the rest on as it comes."""
+    """Holding a Fetch response until its last byte would add a transfer to every fetch: the proxy charges it
+    by its size prefix and passes the rest on as it comes. The next one, over the quota, is answered at once
+    with Kafka's empty answer and its throttle while the cluster's response is read and dropped; the connection
+    stays in step (the third fetch, after the throttle, gets its records, charged as if the second never was)."""
     create_topic(broker, topic)
     fill_topic(broker, topic, records=4 * 1024)  # 2 MiB on each partition
     _, host, port = broker.leader(topic)
     relay = TcpRelay(host, port, response_delay_s=0.02)  # the cluster's answer comes slowly, chunk by chunk
     quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text('[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 102400\n')  # a 1 MiB window
+    # a 4 MiB cap (quota x 10 windows): a partition's 2 MiB fit, and are 0.2 MiB/s over the 10 s window
+    quota_file.write_text('[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 307200\n')
     try:
         proxy = own_proxy("--quota-file", str(quota_file), upstream=f"127.0.0.1:{relay.port}")
         with socket.create_connection((LOOPBACK, proxy.port), timeout=30) as sock:  # through the relay
             versions = call(sock, Api.API_VERSIONS, 0)
             offered = {api.api_key: api.max_version for api in versions.api_keys}  # type: ignore[attr-defined]
             assert offered[Api.FETCH] <= FETCH_VERSION_CEILING  # no KIP-951 endpoints at the end to rewrite
-            sock.sendall(encode_request(
-                Api.FETCH, 4, client_id="metered", replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=4 * MIB,
-                isolation_level=0, topics=[{"topic": topic, "partitions": [
-                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 4 * MIB}]}]))
+            sock.sendall(fetch_from_start(topic, 1, 4 * MIB))
             size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
             frame = bytearray()
             started_s = 0.0
@@ -338,45 +355,57 @@ def test_a_large_fetch_response_is_passed_on_as_it_arrives_with_its_throttle(  #
                 if not started_s and len(frame) > CUT_THROUGH_AFTER_BYTES:
                     started_s = time.monotonic()
             ended_s = time.monotonic()
+            # the same 2 MiB again: 4 MiB in the 10 s window, over 3 MiB
+            sock.sendall(fetch_from_start(topic, 2, 4 * MIB))
+            asked_s = time.monotonic()
+            throttled = read_frame(sock)
+            answered_s = time.monotonic()
+            sock.sendall(fetch_from_start(topic, 3, 1024))  # one batch, read after the throttle
+            again = read_frame(sock)
     finally:
         relay.stop()
-    response = decode_response(Api.FETCH, 4, memoryview(frame)[response_header_length(frame, False):])
-    assert response.throttle_time_ms > 0  # type: ignore[attr-defined]  # Kafka's cap: 1.1 MiB, past the 1 MiB credit
-    records = response.responses[0].partitions[0].records  # type: ignore[attr-defined]
-    sequences = []
-    batches = MemoryRecords(records)
-    while (batch := batches.next_batch()) is not None:
-        sequences += [int(record.value[:8]) for record in batch]
-    assert len(sequences) > 900 and sequences == list(range(len(sequences)))  # about the 1.1 MiB cap
+    first = decode_response(Api.FETCH, 4, memoryview(frame)[response_header_length(frame, False):])
+    assert first.throttle_time_ms == 0  # type: ignore[attr-defined]
+    assert read_sequences(first) == list(range(2048))  # the whole partition
     assert ended_s - started_s > 0.2, "the response was held until its last byte"
-    assert charged(proxy, {"metered"}) == 4 + size - 4  # header v0: the correlation id
+    empty = decode_response(Api.FETCH, 4, memoryview(throttled)[response_header_length(throttled, False):])
+    assert empty.throttle_time_ms > 0 and empty.responses == []  # type: ignore[attr-defined]
+    assert answered_s - asked_s < ended_s - started_s, "the empty answer waited for the dropped response"
+    # had the withheld 2 MiB been kept, this batch would be over the quota as well
+    batch = decode_response(Api.FETCH, 4, memoryview(again)[response_header_length(again, False):])
+    assert batch.throttle_time_ms == 0 and 0 < len(read_sequences(batch)) < 100  # type: ignore[attr-defined]
+    assert read_sequences(batch) == list(range(len(read_sequences(batch))))
+    assert charged(proxy, {"metered"}) == size + len(again)  # 4 + body each (header v0: the correlation id)
 
 
 def test_pipelined_raw_fetches_are_served_one_throttle_at_a_time(  # type: ignore[no-untyped-def]
         own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
-    """Sixteen Fetch requests in one write: once one is throttled, the next is not read (nor charged) until its
-    response is sent and the throttle has run out, so the reads take Kafka's one-at-a-time time."""
+    """Fetch requests written sixteen at a time: once one is throttled (answered empty, as Kafka answers it), the
+    next is not read (nor charged) until the throttle has run out, so getting sixteen responses with records
+    takes Kafka's one-at-a-time time."""
     create_topic(broker, topic)
     fill_topic(broker, topic, records=4 * 1024)
     quota = 100 * 1024
     quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text(f'[[quota]]\nclient-id = "pipelined"\nconsumer_byte_rate = {quota}\n')
+    quota_file.write_text(f'[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = {quota}\n')
     proxy = own_proxy("--quota-file", str(quota_file))
-    fetch = b"".join(encode_request(
-        Api.FETCH, 4, correlation_id=n, client_id="pipelined", replica_id=-1, max_wait_ms=500, min_bytes=1,
-        max_bytes=128 * 1024, isolation_level=0, topics=[{"topic": topic, "partitions": [
-            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 128 * 1024}]}]) for n in range(16))
+    sizes: list[int] = []
+    throttles: list[int] = []
     with socket.create_connection((LOOPBACK, leader_port(proxy, topic)), timeout=60) as sock:
         started = time.monotonic()
-        sock.sendall(fetch)
-        sizes, throttles = [], []
-        for _ in range(16):
-            frame = read_frame(sock)
-            response = decode_response(Api.FETCH, 4, memoryview(frame)[response_header_length(frame, False):])
-            sizes.append(4 + len(frame) - 4)  # what Kafka charges: the size prefix and the body, no header
-            throttles.append(response.throttle_time_ms)  # type: ignore[attr-defined]
+        while len(sizes) < 16:
+            asked = 16 - len(sizes)
+            sock.sendall(b"".join(fetch_from_start(topic, n, 128 * 1024) for n in range(asked)))
+            for _ in range(asked):
+                frame = read_frame(sock)
+                response = decode_response(Api.FETCH, 4, memoryview(frame)[response_header_length(frame, False):])
+                throttles.append(response.throttle_time_ms)  # type: ignore[attr-defined]
+                if response.responses:  # type: ignore[attr-defined]
+                    assert response.throttle_time_ms == 0, "records with a throttle"  # type: ignore[attr-defined]
+                    sizes.append(4 + len(frame) - 4)  # what Kafka charges: the size prefix and the body, no header
         elapsed = time.monotonic() - started
     assert sum(sizes) > 15 * quota  # beyond the ten windows' credit: some are throttled
     assert throttles[0] == 0 and max(throttles) > 0, (sizes, throttles)
-    expected = kafka_quota_model([sizes], quota).elapsed_s
+    assert charged(proxy, {"metered"}) == sum(sizes)
+    expected = kafka_quota_model([sizes], quota, fetch=True).elapsed_s
     assert expected * (1 - MODEL_TOLERANCE) <= elapsed <= expected * (1 + MODEL_TOLERANCE), (elapsed, sizes)

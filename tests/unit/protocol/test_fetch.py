@@ -4,8 +4,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.apis import Api, request_class, response_class
-from protocol.codecs import decode_request
-from protocol.fetch import capped_fetch_request, fetch_response_size
+from protocol.codecs import decode_request, decode_response
+from protocol.fetch import (
+    NO_SESSION_EPOCH,
+    capped_fetch_request,
+    fetch_response_session_id,
+    fetch_response_size,
+    fetch_session_epoch,
+    throttled_fetch_response_body,
+)
 from protocol.header import encode_response_header, parse_request_header
 from protocol.throttle import raise_throttle
 from tests.unit.protocol.schema_strategies import message_strategy
@@ -53,3 +60,26 @@ def test_a_fetch_response_is_charged_4_plus_its_body_and_takes_a_throttle(data: 
         return
     decoded = response_class(Api.FETCH)[version].decode(patched)
     assert decoded.throttle_time_ms == max(message.throttle_time_ms, throttle_ms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), version=FETCH_VERSIONS)
+def test_the_session_epoch_is_read_where_the_version_puts_it(data: st.DataObject, version: int) -> None:
+    message, frame = fetch_request(data, version)
+    header = parse_request_header(frame, version >= 12)
+    expected = message.session_epoch if version >= 7 else NO_SESSION_EPOCH  # type: ignore[attr-defined]
+    assert fetch_session_epoch(frame, header) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(version=FETCH_VERSIONS, throttle_ms=st.integers(0, 2**31 - 1), session_id=st.integers(-(2**31), 2**31 - 1))
+def test_kafkas_throttled_answer_has_no_partitions_and_keeps_the_session(version: int, throttle_ms: int,
+                                                                         session_id: int) -> None:
+    body = throttled_fetch_response_body(version, throttle_ms, session_id)
+    decoded = decode_response(Api.FETCH, version, body)
+    assert decoded.responses == []
+    if version >= 1:
+        assert decoded.throttle_time_ms == throttle_ms
+    if version >= 7:
+        assert (decoded.error_code, decoded.session_id) == (0, session_id)
+    assert fetch_response_session_id(body, version) == (session_id if version >= 7 else 0)

@@ -87,6 +87,30 @@ def test_consumer_quota_is_its_own_manager_with_the_same_formula_and_kafkas_fetc
     assert (fetch.throttled, produce.throttled) == (1, 0)
 
 
+def test_a_throttled_fetch_response_is_taken_back_and_not_shared() -> None:
+    """``unrecordQuotaSensor``: a Fetch that would be throttled is answered empty, so its bytes leave the rate
+    (and a fleet never hears of them); the same bytes fetched again after the throttle are charged then."""
+    from quotas.fleet import UsageShare
+
+    clock = FakeClock()
+    fetch = ClientQuotaManager(config({QuotaEntity("alice", None): {FETCH: MIB}}, byte_rate_window=Window(4, 1),
+                                      quota_scope=QuotaScope.CLUSTER), FETCH)
+    fetch.share = UsageShare()
+    assert fetch.record_unless_throttled("alice", "c", 3 * MIB, clock()) == (True, 0, QuotaKey("alice", ""))
+    withheld = fetch.record_unless_throttled("alice", "c", MIB, clock())
+    assert (withheld.admitted, withheld.throttle_ms) == (False, 1000)  # (4/3 - 1) x 3 s, as if it were kept
+    assert fetch.record_unless_throttled("alice", "c", MIB, clock()) == withheld  # the rate is still 3 MiB / 3 s
+    assert fetch.throttled == 2
+    # a few bytes more than the 3 MiB kept: kept too (throttle 0, where 4 MiB kept would give 1000 ms)
+    assert fetch.record_unless_throttled("alice", "c", 100, clock()) == (True, 0, QuotaKey("alice", ""))
+    assert [usage.amount for usage in fetch.share.take("me", 0)[0].usage] == [3 * MIB + 100]
+    # produce keeps what it recorded (Kafka answers a throttled Produce in full)
+    produce = ClientQuotaManager(config({QuotaEntity("alice", None): {BYTES: MIB}}, byte_rate_window=Window(4, 1)))
+    produce.record("alice", "c", 3 * MIB, clock())
+    assert produce.record("alice", "c", MIB, clock()) == (True, 1000, QuotaKey("alice", ""))
+    assert produce.record("alice", "c", MIB, clock()).throttle_ms == 2000
+
+
 def test_quota_changes_apply_from_the_next_request() -> None:
     clock = FakeClock()
     entity = QuotaEntity("alice", None)

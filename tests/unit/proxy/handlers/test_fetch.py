@@ -6,7 +6,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from protocol.apis import Api
-from protocol.codecs import decode_request
+from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import encode_response_header, read_request_header
 from proxy.decision.outcome import FORWARD, Caller
 from proxy.handlers.fetch import FetchHandler
@@ -24,10 +24,26 @@ def handler(tmp_path: Path) -> tuple[FetchHandler, UsageLog]:
     return FetchHandler(QuotaService(quota_file, CollectorRegistry()), usage), usage
 
 
-def fetch(client_id: str, version: int = 11, replica_id: int = -1, max_bytes: int = 50 * MIB) -> memoryview:
+def fetch(client_id: str, version: int = 11, replica_id: int = -1, max_bytes: int = 50 * MIB,
+          session_id: int = 0, session_epoch: int = -1) -> memoryview:
     frame = encode_request(Api.FETCH, version, client_id=client_id, replica_id=replica_id, max_wait_ms=500,
-                           min_bytes=20 * MIB, max_bytes=max_bytes, isolation_level=1, topics=[])
+                           min_bytes=20 * MIB, max_bytes=max_bytes, isolation_level=1, session_id=session_id,
+                           session_epoch=session_epoch, topics=[])
     return memoryview(frame)[4:]
+
+
+def upstream_response(session_id: int = 0) -> memoryview:
+    """The start of a v11 response from the cluster: its header and its fixed fields."""
+    body = encode_response(Api.FETCH, 11, {"throttle_time_ms": 0, "error_code": 0, "session_id": session_id,
+                                           "responses": []})
+    return memoryview(encode_response_header(1, False) + body)
+
+
+def logged(tmp_path: Path, usage: UsageLog) -> dict[str, int]:
+    usage.start()
+    usage.stop(1_790_000_000)
+    [line] = (tmp_path / "usage").glob("usage-*.jsonl")
+    return json.loads(line.read_text())  # type: ignore[no-any-return]
 
 
 def test_a_metered_consumer_gets_kafkas_cap_and_pays_for_each_response(tmp_path: Path) -> None:
@@ -38,13 +54,34 @@ def test_a_metered_consumer_gets_kafkas_cap_and_pays_for_each_response(tmp_path:
     header = read_request_header(capped)
     request = decode_request(Api.FETCH, 11, capped[header.length:])
     assert (request.max_bytes, request.min_bytes) == (10 * MIB, 10 * MIB)  # 1 MiB/s x (11 - 1) x 1 s
-    response = encode_response_header(1, False) + bytes(12 * MIB)
-    assert outcome.charge_response(memoryview(response), len(response)) > 0  # 12 MiB in the 10 s minimum window
-    usage.start()
-    usage.stop(1_790_000_000)
-    [line] = (tmp_path / "usage").glob("usage-*.jsonl")
-    logged = json.loads(line.read_text())
-    assert logged["fetch_bytes"] == 4 + 12 * MIB and logged["throttle_ms"] > 0  # Kafka charges 4 + body
+    response = encode_response_header(1, False) + bytes(8 * MIB)
+    assert outcome.charge_response(memoryview(response), len(response)) == (0, None)
+    assert logged(tmp_path, usage)["fetch_bytes"] == 4 + 8 * MIB  # Kafka charges 4 + body
+
+
+def test_a_fetch_over_the_quota_is_answered_empty_and_its_bytes_taken_back(tmp_path: Path) -> None:
+    """Kafka's answer to a fetch it throttles: no partitions, the throttle, no error and no session opened
+    (a full fetch); the bytes un-recorded, so a later small fetch finds the rate as before."""
+    fetch_handler, usage = handler(tmp_path)
+    charge = fetch_handler(fetch("metered", session_epoch=0), Caller("ANONYMOUS", 0)).charge_response
+    assert charge is not None
+    throttle_ms, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)  # 12 MiB in the 10 s window
+    assert throttle_ms > 0 and answer is not None
+    empty = decode_response(Api.FETCH, 11, answer)
+    assert (empty.throttle_time_ms, empty.error_code, empty.session_id, empty.responses) == (throttle_ms, 0, 0, [])
+    assert charge(upstream_response(), 4 + MIB) == (0, None)  # 1 MiB, not 13, in the window
+    line = logged(tmp_path, usage)
+    assert (line["fetch_bytes"], line["throttle_ms"]) == (4 + MIB, throttle_ms)  # the empty answer: no bytes
+
+
+def test_a_throttled_incremental_fetch_keeps_its_session(tmp_path: Path) -> None:
+    """An incremental fetch (epoch above 0) is answered in its session, as Kafka's ``IncrementalFetchContext``
+    answers it: the consumer's next fetch goes on in it, and the cluster sends the records again."""
+    fetch_handler, _ = handler(tmp_path)
+    charge = fetch_handler(fetch("metered", session_id=77, session_epoch=3), Caller("ANONYMOUS", 0)).charge_response
+    assert charge is not None
+    _, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)
+    assert answer is not None and decode_response(Api.FETCH, 11, answer).session_id == 77
 
 
 def test_consumers_without_a_quota_pass_untouched_and_a_claimed_follower_is_charged(tmp_path: Path) -> None:
