@@ -33,7 +33,7 @@ def by_client(case: str, key: str, value: float) -> tuple[Quota, ...]:
     return (Quota((("client-id", client_of(case)),), key, value),)
 
 
-def cases() -> list[Case]:
+def cases(cluster: Cluster) -> list[Case]:
     produce = {
         "produce raw frames": lambda topic, client: fidelity.raw_produce(topic, 384, 64 * 1024, client),
         "produce librdkafka": lambda topic, client: fidelity.librdkafka_produce(topic, RECORDS, client),
@@ -50,6 +50,8 @@ def cases() -> list[Case]:
     }
     mutations = {
         "CreateTopics v6 (strict)": (lambda topic, client: fidelity.raw_create_topics(topic, 60, 10, 6, client), None),
+        "CreateTopics, Java AdminClient (its own retries)": (
+            lambda topic, client: fidelity.java_admin_create_topics(topic, 60, 10, client), None),
         "CreateTopics v5 (permissive)": (lambda topic, client: fidelity.raw_create_topics(topic, 60, 10, 5, client),
                                          None),
         "CreatePartitions v3 (strict)": (lambda topic, client: fidelity.raw_create_partitions(topic, 60, 10, 3, client),
@@ -72,6 +74,11 @@ def cases() -> list[Case]:
                    lambda topic, make=make, name=name: make(topic, client_of(name)),
                    prepare or (lambda cluster, topic: None))
               for name, (make, prepare) in mutations.items()]
+    built.append(Case("consume, a group of two sharing a user quota", (Quota((("user", "carol"),), "consumer_byte_rate",
+                                                                             MIB),),
+                      lambda topic: fidelity.group_consume(topic, RECORDS, client_of("group"), "carol",
+                                                           cluster.bootstrap),
+                      fidelity.new_topic(partitions=2), logs_in=True))
     built.append(Case("connection_creation_rate per IP", (
         Quota((("ip", fidelity.CLIENT_IP),), "connection_creation_rate", 20),), lambda topic: fidelity.connections(400),
         lambda cluster, topic: None))
@@ -92,7 +99,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kqp-fidelity-") as scratch, \
             KafkaCluster(users=CLUSTER_USERS, log_directory=Path(scratch) / "kafka") as kafka:
         cluster = Cluster(kafka.bootstrap, kafka.sasl_bootstrap).wait_until_ready()
-        for case in cases() + entity_cases():
+        for case in cases(cluster) + entity_cases():
             if args.only and case.name not in args.only:
                 continue
             started = time.monotonic()

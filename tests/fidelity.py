@@ -262,6 +262,25 @@ def java_tool(main_class: str, *args: str, succeeds: bool = True, timeout_s: flo
     return printed
 
 
+JAVA_SOURCES = Path(__file__).parent / "java"
+
+
+def java_admin_create_topics(topic: str, topics: int, partitions: int, client_id: str) -> Workload:
+    """Kafka's Java AdminClient (``tests/java/CreateTopics.java``) creating ``topics`` topics in one call, with its
+    own retries: the ones refused with THROTTLING_QUOTA_EXCEEDED asked for again after the throttle. Timed by its
+    own clock from the call (no JVM start-up in it)."""
+    def run(bootstrap: str) -> Run:
+        result = Run()
+        output = java_tool(str(JAVA_SOURCES / "CreateTopics.java"), bootstrap, client_id, topic, str(topics),
+                           str(partitions))
+        created = sorted(int(ms) for ms in re.findall(r"^created (\d+) ", output, re.M))
+        assert len(created) == topics, output
+        result.events.extend((result.started + ms / 1000, partitions) for ms in created)
+        return result
+
+    return run
+
+
 def producer_performance(topic: str, records: int, client_id: str) -> Workload:
     """Kafka's ``ProducerPerformance``: its report lines (every 5 s, and the total) as the delivery events."""
 
@@ -430,6 +449,49 @@ def aiokafka_consume(topic: str, records: int, client_id: str, partitions: int =
             return result
 
         return asyncio.run(read())
+
+    return run
+
+
+def group_consume(topic: str, records: int, client_id: str, user: str, fill_bootstrap: str,
+                  members: int = 2) -> Workload:
+    """A consumer group of ``members`` librdkafka consumers logged in as ``user`` (PLAIN; the quota is the user's,
+    shared by them), one partition each: they join while ``topic`` is empty, then ``records`` are written to it
+    directly (at ``fill_bootstrap``), and the run is timed from then to the last record."""
+    def run(bootstrap: str) -> Run:
+        from confluent_kafka import Consumer
+
+        from tests.support import PASSWORDS
+
+        consumers = [Consumer({"bootstrap.servers": bootstrap, "client.id": f"{client_id}-{i}", "group.id": topic,
+                               "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                               "sasl.username": user, "sasl.password": PASSWORDS[user], "enable.auto.commit": False,
+                               "auto.offset.reset": "earliest", "fetch.max.bytes": 1 << 20,
+                               "max.partition.fetch.bytes": 1 << 20, "fetch.wait.max.ms": 500})
+                     for i in range(members)]
+        try:
+            for consumer in consumers:
+                consumer.subscribe([topic])
+            deadline = time.monotonic() + 90
+            while not all(len(consumer.assignment()) == 1 for consumer in consumers):
+                assert time.monotonic() < deadline, "the group did not settle with one partition per member"
+                for consumer in consumers:
+                    assert consumer.poll(0.1) is None  # nothing written yet
+            result = Run()
+            fill(fill_bootstrap, topic, records, partitions=members)
+            count = 0
+            deadline = time.monotonic() + 300
+            while count < records and time.monotonic() < deadline:
+                for consumer in consumers:
+                    for message in consumer.consume(1000, 0.05):
+                        assert message.error() is None, message.error()
+                        count += 1
+                        result.delivered(len(message.value() or b""))
+            assert count == records, f"{count} of {records} records"
+            return result
+        finally:
+            for consumer in consumers:
+                consumer.close()
 
     return run
 
