@@ -3,8 +3,9 @@
 Partition counts come from a Metadata request of the proxy's own for each mutation request (they
 are rare, and a count read before another client created or deleted the topic would charge the
 wrong amount): by name, or for topics named only by id, from the list of every topic with its id.
-A broker's metadata follows its controller by a moment, so a count this proxy has just seen the
-cluster accept (CreatePartitions) counts until the metadata shows it, for the same topic id.
+A broker's metadata follows its controller by a moment, so a topic or a count this proxy has just
+seen the cluster accept (CreateTopics, CreatePartitions) counts until the metadata shows it (for the
+same topic id), and a topic it has seen deleted stops counting at once.
 The cluster's ``num.partitions`` comes from DescribeConfigs on a broker and is cached; when the
 cluster does not answer it, the configured default is used until a CreateTopics answer shows what
 the cluster really created.
@@ -26,8 +27,8 @@ from proxy.settings.config import ProxyConfig
 log = logging.getLogger(__name__)
 
 NUM_PARTITIONS_TTL_S = 600.0
-GROWN_TTL_S = 60.0
-"""How long a partition count seen accepted waits for the metadata to show it (it takes milliseconds)."""
+ACCEPTED_TTL_S = 60.0
+"""How long a topic or partition count seen accepted waits for the metadata to show it (it takes milliseconds)."""
 _DESCRIBE_CONFIGS_VERSION = 1
 _BROKER_RESOURCE = 4
 
@@ -44,9 +45,10 @@ class ClusterInfo:
         self._access = access
         self._broker_ids = broker_ids
         self._num_partitions: tuple[int, float] | None = None
-        self._grown: dict[str, tuple[uuid.UUID, int, float]] = {}
-        """Topic name -> (topic id, partition count, when): counts the cluster accepted that its metadata may not
-        show yet; measured on Apache Kafka 4.3, 14 in 60 quick increases were read one step behind."""
+        self._accepted: dict[str, tuple[uuid.UUID | None, int, float]] = {}
+        """Topic name -> (topic id, partition count, when): topics and counts the cluster accepted that its
+        metadata may not show yet; measured on Apache Kafka 4.3, 14 in 60 quick increases were read one step
+        behind, and 4 of 30 topics deleted at once after their creation were not there yet."""
 
     async def partitions(self, topics: list[str]) -> dict[str, TopicPartitions]:
         """Partition counts and ids of ``topics``; raises ``UPSTREAM_ERRORS`` when the cluster cannot be asked."""
@@ -55,27 +57,39 @@ class ClusterInfo:
         config = self._config
         response = await fetch_metadata(config.upstream, topics, config.connect_timeout_s, config.max_frame_bytes,
                                         self._access, topic_ids=True)
-        counts = dict.fromkeys(topics, TopicPartitions(0))
+        counts = {name: self._accepted_unshown(name) for name in topics}
         for topic in response.topics:
             if topic.error_code != UNKNOWN_TOPIC_OR_PARTITION:
-                counts[topic.name] = TopicPartitions(self._at_least_grown(topic.name, topic.topic_id,
-                                                                          len(topic.partitions)), topic.topic_id)
+                counts[topic.name] = TopicPartitions(self._at_least_accepted(topic.name, topic.topic_id,
+                                                                             len(topic.partitions)), topic.topic_id)
         return counts
 
-    def grown(self, name: str, topic_id: uuid.UUID, count: int) -> None:
-        """The cluster accepted ``count`` partitions for the topic (CreatePartitions answered without error)."""
+    def accepted(self, name: str, topic_id: uuid.UUID | None, count: int) -> None:
+        """The cluster created the topic with ``count`` partitions (``topic_id`` None when its answer has no id),
+        or grew it to ``count`` (CreateTopics, CreatePartitions answered without error, not validate_only)."""
         now = time.monotonic()
-        for stale in [topic for topic, (_, _, at) in self._grown.items() if now - at > GROWN_TTL_S]:
-            del self._grown[stale]
-        self._grown[name] = (topic_id, count, now)
+        for stale in [topic for topic, (_, _, at) in self._accepted.items() if now - at > ACCEPTED_TTL_S]:
+            del self._accepted[stale]
+        self._accepted[name] = (topic_id, count, now)
 
-    def _at_least_grown(self, name: str, topic_id: uuid.UUID, count: int) -> int:
-        grown = self._grown.get(name)
-        if grown is None:
+    def deleted(self, name: str) -> None:
+        """The cluster deleted the topic: what it accepted for it before no longer counts."""
+        self._accepted.pop(name, None)
+
+    def _accepted_unshown(self, name: str) -> TopicPartitions:
+        """What the cluster accepted for a topic its metadata does not show (yet): nothing, after the TTL."""
+        accepted = self._accepted.get(name)
+        if accepted is None or time.monotonic() - accepted[2] > ACCEPTED_TTL_S:
+            return TopicPartitions(0)
+        return TopicPartitions(accepted[1], accepted[0])
+
+    def _at_least_accepted(self, name: str, topic_id: uuid.UUID, count: int) -> int:
+        accepted = self._accepted.get(name)
+        if accepted is None:
             return count
-        if grown[0] == topic_id and grown[1] > count:
-            return grown[1]
-        del self._grown[name]  # the metadata caught up, or the name is another topic's now
+        if accepted[0] == topic_id and accepted[1] > count and time.monotonic() - accepted[2] <= ACCEPTED_TTL_S:
+            return accepted[1]
+        del self._accepted[name]  # the metadata caught up, or the name is another topic's now
         return count
 
     async def topics_by_id(self, topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
@@ -86,8 +100,13 @@ class ClusterInfo:
         config = self._config
         response = await fetch_metadata(config.upstream, None, config.connect_timeout_s, config.max_frame_bytes,
                                         self._access)
-        return {topic.topic_id: (topic.name, len(topic.partitions)) for topic in response.topics
-                if topic.topic_id in wanted and not topic.error_code}
+        found = {topic.topic_id: (topic.name, self._at_least_accepted(topic.name, topic.topic_id,
+                                                                      len(topic.partitions)))
+                 for topic in response.topics if topic.topic_id in wanted and not topic.error_code}
+        now = time.monotonic()
+        found.update({topic_id: (name, count) for name, (topic_id, count, at) in self._accepted.items()
+                      if topic_id in wanted and topic_id not in found and now - at <= ACCEPTED_TTL_S})
+        return found
 
     async def default_partitions(self) -> int:
         """The cluster's ``num.partitions``, or the configured default when it does not say."""

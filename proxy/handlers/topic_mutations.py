@@ -92,6 +92,9 @@ class _Charges:
     """How the proxy's own results name an entry (a topic given by id also gets its name)."""
     growth: dict[int, tuple[str, uuid.UUID, int]] = field(default_factory=dict)
     """CreatePartitions entries: the topic, its id and the count asked, to tell the cluster's view once done."""
+    partitions_asked: dict[int, int] = field(default_factory=dict)
+    """CreateTopics entries: the partitions the topic gets, to tell the cluster's view once done (older answers
+    do not say)."""
 
 
 class TopicMutationHandler:
@@ -156,6 +159,7 @@ class TopicMutationHandler:
                     default = await self._cluster.default_partitions()
                 partitions = default
                 charges.defaulted.add(index)
+            charges.partitions_asked[index] = partitions
             if existing[topic.name].partitions:
                 charges.uncharged_creations[index] = partitions
             else:
@@ -240,7 +244,8 @@ class TopicMutationHandler:
             return local_answer(header, merged_topic_response(api_key, version, shown, {}, charges.refused,
                                                               throttle_ms), throttle_ms)
         forwarded = [index for index in range(len(entries)) if index not in charges.refused]
-        settle = self._settlement(api_key, version, entries, forwarded, charges, user, client_id)
+        settle = self._settlement(api_key, version, shown, forwarded, charges, user, client_id,
+                                  bool(getattr(request, "validate_only", False)))
 
         def finish(upstream_body: memoryview) -> bytes:
             upstream = decode_response(api_key, version, upstream_body)
@@ -258,8 +263,10 @@ class TopicMutationHandler:
         return Outcome(throttle_ms=throttle_ms, throttle_since_ms=now, finish=finish, replacement=replacement)
 
     def _settlement(self, api_key: Api, version: int, entries: Sequence[TopicRef], forwarded: list[int],
-                    charges: _Charges, user: str, client_id: str) -> Callable[[dict[int, Any]], None]:
-        """Correct the charges once the cluster has answered: Kafka charges exactly what it carried out."""
+                    charges: _Charges, user: str, client_id: str,
+                    validate_only: bool) -> Callable[[dict[int, Any]], None]:
+        """Correct the charges once the cluster has answered (Kafka charges exactly what it carried out), and
+        tell the cluster view what changed."""
 
         reports_partitions = api_key == Api.CREATE_TOPICS and version >= _FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS
 
@@ -270,8 +277,9 @@ class TopicMutationHandler:
                 if result is None:
                     continue
                 done = result.error_code == 0
-                if done and index in charges.growth:
-                    self._cluster.grown(*charges.growth[index])
+                if done and not validate_only:
+                    self._changed(api_key, entries[index], charges, index, result,
+                                  result.num_partitions if reports_partitions else 0)
                 cost = charges.counts.get(index)
                 if cost is not None and not done and result.error_code != REQUEST_TIMED_OUT:
                     correction -= cost  # refused by the cluster: Kafka would not have charged it
@@ -287,6 +295,20 @@ class TopicMutationHandler:
                 self._usage.mutations(user, client_id, correction, 0, 0)
 
         return settle
+
+    def _changed(self, api_key: Api, entry: TopicRef, charges: _Charges, index: int, result: Any,
+                 reported_partitions: int) -> None:
+        """The cluster carried out ``entry``: its metadata may not show it at once."""
+        if api_key == Api.DELETE_TOPICS:
+            if entry.name is not None:
+                self._cluster.deleted(entry.name)
+        elif api_key == Api.CREATE_PARTITIONS:
+            if index in charges.growth:  # not when the proxy did not know the topic
+                self._cluster.accepted(*charges.growth[index])
+        elif entry.name is not None:
+            partitions = reported_partitions if reported_partitions > 0 else charges.partitions_asked.get(index, 0)
+            topic_id = getattr(result, "topic_id", None)
+            self._cluster.accepted(entry.name, topic_id if topic_id and topic_id.int else None, partitions)
 
 
 def _repeated(values: Sequence[Hashable]) -> set[Any]:

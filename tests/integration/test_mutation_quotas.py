@@ -313,3 +313,23 @@ def test_quick_increases_are_charged_what_each_adds(own_proxy, broker: Cluster, 
                             validate_only=False, topics=[grown])
             assert [r.error_code for r in response.results] == [0]  # type: ignore[attr-defined]
     assert usage_totals(proxy)["mutations"] == steps * added
+
+
+def test_a_topic_deleted_at_once_after_its_creation_is_charged_its_partitions(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str) -> None:
+    """Kafka's controller charges a deletion the partitions it knows the topic has; the proxy asks a broker, whose
+    metadata may not show a topic created a moment ago: it counts what it saw the cluster create."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "churner"\ncontroller_mutation_rate = 1000\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    rounds, partitions = 30, 5
+    with connect(proxy) as sock:
+        for number in range(rounds):
+            name = f"{topic}-{number}"
+            made = call(sock, Api.CREATE_TOPICS, 7, client_id="churner", timeout_ms=30_000, validate_only=False,
+                        topics=[creatable(name, partitions)])
+            assert [t.error_code for t in made.topics] == [0]  # type: ignore[attr-defined]
+            gone = call(sock, Api.DELETE_TOPICS, 6, client_id="churner", timeout_ms=30_000,
+                        topics=[{"name": name, "topic_id": None}])
+            assert [t.error_code for t in gone.responses] == [0]  # type: ignore[attr-defined]
+    assert usage_totals(proxy)["mutations"] == 2 * rounds * partitions

@@ -17,15 +17,23 @@ from proxy.settings.config import HostPort, ProxyConfig
 TOPIC_ID = uuid.uuid4()
 
 
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
 class Metadata:
-    """The cluster's answers, one topic ``t``: its partition count and id as the test sets them."""
+    """The cluster's answers, one topic ``t``: its partition count and id as the test sets them (0 partitions:
+    not there)."""
 
     def __init__(self, partitions: int, topic_id: uuid.UUID = TOPIC_ID) -> None:
         self.partitions = partitions
         self.topic_id = topic_id
 
     async def __call__(self, *_: Any, **__: Any) -> Any:
-        topic = SimpleNamespace(name="t", topic_id=self.topic_id, error_code=0, partitions=[0] * self.partitions)
+        if not self.partitions:
+            topic = SimpleNamespace(name="t", topic_id=uuid.UUID(int=0), error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                                    partitions=[])
+        else:
+            topic = SimpleNamespace(name="t", topic_id=self.topic_id, error_code=0, partitions=[0] * self.partitions)
         return SimpleNamespace(topics=[topic])
 
 
@@ -49,7 +57,7 @@ def cluster_info() -> ClusterInfo:
 def test_a_count_the_cluster_accepted_counts_until_its_metadata_shows_it(metadata: Metadata) -> None:
     cluster = cluster_info()
     assert counted(cluster) == TopicPartitions(4, TOPIC_ID)
-    cluster.grown("t", TOPIC_ID, 8)
+    cluster.accepted("t", TOPIC_ID, 8)
     assert counted(cluster).partitions == 8  # the broker's metadata is a step behind its controller
     metadata.partitions = 8
     assert counted(cluster).partitions == 8
@@ -59,6 +67,31 @@ def test_a_count_the_cluster_accepted_counts_until_its_metadata_shows_it(metadat
 
 def test_a_topic_made_again_under_the_same_name_is_not_given_the_old_count(metadata: Metadata) -> None:
     cluster = cluster_info()
-    cluster.grown("t", TOPIC_ID, 8)
+    cluster.accepted("t", TOPIC_ID, 8)
     metadata.topic_id = uuid.uuid4()
     assert counted(cluster).partitions == 4
+
+
+def test_a_topic_the_cluster_created_counts_until_its_metadata_shows_it_and_not_once_deleted(
+        metadata: Metadata) -> None:
+    """A topic deleted at once after its creation: the broker's metadata may not have it yet."""
+    cluster = cluster_info()
+    metadata.partitions = 0
+    assert counted(cluster) == TopicPartitions(0)
+    cluster.accepted("t", TOPIC_ID, 6)
+    assert counted(cluster) == TopicPartitions(6, TOPIC_ID)
+    assert asyncio.run(cluster.topics_by_id([TOPIC_ID])) == {TOPIC_ID: ("t", 6)}
+    cluster.deleted("t")
+    assert counted(cluster) == TopicPartitions(0)
+    assert asyncio.run(cluster.topics_by_id([TOPIC_ID])) == {}
+
+
+def test_what_the_cluster_accepted_is_forgotten_after_its_ttl(metadata: Metadata,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = cluster_info()
+    metadata.partitions = 0
+    cluster.accepted("t", None, 6)  # an answer before CreateTopics v7 has no topic id
+    assert counted(cluster) == TopicPartitions(6)
+    later = info.time.monotonic() + info.ACCEPTED_TTL_S + 1
+    monkeypatch.setattr(info.time, "monotonic", lambda: later)
+    assert counted(cluster) == TopicPartitions(0)

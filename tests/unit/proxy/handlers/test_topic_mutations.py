@@ -43,7 +43,8 @@ class StubCluster:
         self._ids = ids or {}
         self._unreachable = unreachable
         self.asked: list[list[str]] = []
-        self.told_grown: list[tuple[str, uuid.UUID, int]] = []
+        self.told_accepted: list[tuple[str, uuid.UUID | None, int]] = []
+        self.told_deleted: list[str] = []
 
     def topic_id(self, name: str) -> uuid.UUID:
         return self._ids.get(name) or uuid.uuid5(uuid.NAMESPACE_DNS, name)
@@ -66,8 +67,11 @@ class StubCluster:
     def learn_default_partitions(self, partitions: int) -> None:
         self._num_partitions = partitions
 
-    def grown(self, name: str, topic_id: uuid.UUID, count: int) -> None:
-        self.told_grown.append((name, topic_id, count))
+    def accepted(self, name: str, topic_id: uuid.UUID | None, count: int) -> None:
+        self.told_accepted.append((name, topic_id, count))
+
+    def deleted(self, name: str) -> None:
+        self.told_deleted.append(name)
 
 
 class Mutations:
@@ -151,7 +155,7 @@ def test_create_partitions_charges_new_minus_existing_and_cuts_refused_topics(tm
 
 
 def test_the_counts_the_cluster_accepted_are_told_to_the_cluster_view(tmp_path: Path) -> None:
-    """Its metadata may not show them yet when the next increase is charged (``ClusterInfo.grown``)."""
+    """Its metadata may not show them yet when the next increase is charged (``ClusterInfo.accepted``)."""
     cluster = StubCluster({"a": 4, "b": 10})
     outcome = Mutations(tmp_path, cluster, rate=100).decide(
         Api.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False, topics=[
@@ -159,7 +163,7 @@ def test_the_counts_the_cluster_accepted_are_told_to_the_cluster_view(tmp_path: 
     finished(outcome, Api.CREATE_PARTITIONS, 3, throttle_time_ms=0, results=[
         {"name": "a", "error_code": 0, "error_message": None},
         {"name": "b", "error_code": INVALID_PARTITIONS, "error_message": "refused"}])
-    assert cluster.told_grown == [("a", cluster.topic_id("a"), 8)]
+    assert cluster.told_accepted == [("a", cluster.topic_id("a"), 8)]
 
 
 def test_create_topics_with_the_cluster_default_partition_count(tmp_path: Path) -> None:
@@ -324,3 +328,27 @@ def test_a_failed_partition_count_lookup_answers_retriable_and_charges_nothing(t
     answer = local_body(outcome, Api.CREATE_TOPICS, 7)
     assert [(t.name, t.error_code) for t in answer.topics] == [("a", REQUEST_TIMED_OUT), ("b", REQUEST_TIMED_OUT)]
     assert mutations.tokens() == pytest.approx(22, abs=0.1)
+
+
+def test_topics_the_cluster_created_or_deleted_are_told_to_the_cluster_view(tmp_path: Path) -> None:
+    """A topic deleted at once after its creation must be charged its partitions though the broker's metadata
+    may not show it yet (``ClusterInfo.accepted``); a deleted one no longer counts; validate_only changes nothing."""
+    cluster = StubCluster({}, num_partitions=3)
+    mutations = Mutations(tmp_path, cluster, rate=100)
+    outcome = create_topics(mutations, new_topic("a", 4), new_topic("b", -1, -1), new_topic("c", 2))
+    finished(outcome, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[
+        created("a", partitions=4), created("b", partitions=3), created("c", error_code=TOPIC_ALREADY_EXISTS)])
+    assert cluster.told_accepted == [("a", None, 4), ("b", None, 3)]
+    checked = create_topics(mutations, new_topic("d", 4), validate_only=True)
+    finished(checked, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("d", partitions=4)])
+    before_v5 = create_topics(mutations, new_topic("e", 5), version=4)
+    finished(before_v5, Api.CREATE_TOPICS, 4, throttle_time_ms=0, topics=[
+        {"name": "e", "error_code": 0, "error_message": None}])
+    assert cluster.told_accepted[2:] == [("e", None, 5)]  # the count asked: the answer does not say
+    ids = {"a": uuid.uuid4()}
+    cluster = StubCluster({"a": 4}, ids=ids)
+    deleted = Mutations(tmp_path, cluster, rate=100).decide(Api.DELETE_TOPICS, 6, timeout_ms=1000,
+                                                            topics=[{"name": None, "topic_id": ids["a"]}])
+    finished(deleted, Api.DELETE_TOPICS, 6, throttle_time_ms=0, responses=[
+        {"name": None, "topic_id": ids["a"], "error_code": 0, "error_message": None}])
+    assert cluster.told_deleted == ["a"]
