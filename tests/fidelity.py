@@ -596,10 +596,12 @@ def filled_topic(records: int, partitions: int = 1) -> Callable[[Cluster, str], 
 
 
 
-def raw_create_topics(topic: str, topics: int, partitions: int, version: int, client_id: str) -> Workload:
+def raw_create_topics(topic: str, topics: int, partitions: int, version: int, client_id: str,
+                      validate_only: bool = False) -> Workload:
     """One connection, one CreateTopics (one topic of ``partitions``) at a time. Strict versions (v6+): a topic
     refused with THROTTLING_QUOTA_EXCEEDED is asked again once its throttle has run out, as Kafka's Java
-    AdminClient does; permissive ones (v5 and older) are created and throttled."""
+    AdminClient does; permissive ones (v5 and older) are created and throttled. ``validate_only``: nothing is
+    created, only checked."""
     def run(bootstrap: str) -> Run:
         host, port = bootstrap.rsplit(":", 1)
         result = Run()
@@ -607,7 +609,7 @@ def raw_create_topics(topic: str, topics: int, partitions: int, version: int, cl
             for number in range(topics):
                 while True:
                     answer = call(sock, Api.CREATE_TOPICS, version, client_id=client_id, timeout_ms=30_000,
-                                  validate_only=False, topics=[
+                                  validate_only=validate_only, topics=[
                                       {"name": f"{topic}-{number}", "num_partitions": partitions,
                                        "replication_factor": 1, "assignments": [], "configs": []}])
                     throttle_ms = int(answer.throttle_time_ms)  # type: ignore[attr-defined]
