@@ -62,7 +62,7 @@ CASES = [
     # KIP-599 says validate_only is not charged; KRaft's ReplicationControlManager applies the quota before it
     # drops the records of a validate_only request, and so does the proxy
     mutation_case("create-topics-validate-only",
-                  lambda topic, client: fidelity.raw_create_topics(topic, 30, 10, 6, client, validate_only=True)),
+                  lambda topic, client: fidelity.raw_create_topics(topic, 40, 10, 6, client, validate_only=True)),
     mutation_case("create-topics-permissive",
                   lambda topic, client: fidelity.raw_create_topics(topic, 30, 10, 5, client)),
     mutation_case("create-partitions-strict",
