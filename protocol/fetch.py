@@ -11,6 +11,7 @@ no partitions at all (``FetchContext.getThrottledResponse``).
 from __future__ import annotations
 
 from struct import Struct
+from typing import NamedTuple
 
 from protocol.apis import Api
 from protocol.codecs import encode_response
@@ -79,14 +80,25 @@ def fetch_response_size(start: bytes | memoryview, frame_bytes: int, flexible: b
     return frame_bytes - response_header_length(start, flexible) + 4
 
 
-def fetch_response_session_id(body: bytes | memoryview, version: int) -> int:
-    """The ``session_id`` of a response body (v7+, after ``throttle_time_ms`` and ``error_code``); 0 before."""
-    if version < FIRST_SESSION_VERSION:
-        return 0
-    if len(body) < _THROTTLE_ERROR_SESSION.size:
-        raise ProtocolError("fetch response ends before its session id", api_key=Api.FETCH, api_version=version,
+class FetchResponseStart(NamedTuple):
+    throttle_ms: int
+    """0 before v1."""
+    session_id: int
+    """0 before v7."""
+
+
+def fetch_response_start(body: bytes | memoryview, version: int) -> FetchResponseStart:
+    """The fields that open a response body: ``throttle_time_ms`` (v1+), ``error_code`` and ``session_id`` (v7+)."""
+    if version < 1:
+        return FetchResponseStart(0, 0)
+    needed = _THROTTLE_ERROR_SESSION.size if version >= FIRST_SESSION_VERSION else _INT32.size
+    if len(body) < needed:
+        raise ProtocolError("fetch response ends before its first fields", api_key=Api.FETCH, api_version=version,
                             offset=len(body))
-    return int(_THROTTLE_ERROR_SESSION.unpack_from(body)[2])
+    if version < FIRST_SESSION_VERSION:
+        return FetchResponseStart(int(_INT32.unpack_from(body)[0]), 0)
+    throttle_ms, _, session_id = _THROTTLE_ERROR_SESSION.unpack_from(body)
+    return FetchResponseStart(int(throttle_ms), int(session_id))
 
 
 def throttled_fetch_response_body(version: int, throttle_ms: int, session_id: int) -> bytes:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from protocol.fetch import (
     capped_fetch_request,
-    fetch_response_session_id,
     fetch_response_size,
+    fetch_response_start,
     fetch_session_epoch,
     throttled_fetch_response_body,
 )
@@ -55,10 +55,11 @@ class FetchHandler:
             usage.fetch(user, client_id, size if decision.admitted else 0, decision.throttle_ms)
             if decision.admitted:
                 return ChargedResponse(decision.throttle_ms)
-            # a full fetch's session is not opened, as Kafka opens none for a throttled one
-            session_id = fetch_response_session_id(
-                response_start[response_header_length(response_start, flexible):], version) if incremental else 0
-            return ChargedResponse(decision.throttle_ms,
-                                   throttled_fetch_response_body(version, decision.throttle_ms, session_id))
+            upstream = fetch_response_start(response_start[response_header_length(response_start, flexible):],
+                                            version)
+            # a full fetch's session is not opened, as Kafka opens none for a throttled one; a throttle of the
+            # cluster's own is kept, as the proxy keeps it in any response
+            return ChargedResponse(decision.throttle_ms, throttled_fetch_response_body(
+                version, max(decision.throttle_ms, upstream.throttle_ms), upstream.session_id if incremental else 0))
 
         return Outcome(replacement=None if capped is None else frame(capped), charge_response=charge)

@@ -8,8 +8,8 @@ from protocol.codecs import decode_request, decode_response
 from protocol.fetch import (
     NO_SESSION_EPOCH,
     capped_fetch_request,
-    fetch_response_session_id,
     fetch_response_size,
+    fetch_response_start,
     fetch_session_epoch,
     throttled_fetch_response_body,
 )
@@ -82,4 +82,5 @@ def test_kafkas_throttled_answer_has_no_partitions_and_keeps_the_session(version
         assert decoded.throttle_time_ms == throttle_ms
     if version >= 7:
         assert (decoded.error_code, decoded.session_id) == (0, session_id)
-    assert fetch_response_session_id(body, version) == (session_id if version >= 7 else 0)
+    assert fetch_response_start(body, version) == (throttle_ms if version >= 1 else 0,
+                                                    session_id if version >= 7 else 0)

@@ -32,9 +32,9 @@ def fetch(client_id: str, version: int = 11, replica_id: int = -1, max_bytes: in
     return memoryview(frame)[4:]
 
 
-def upstream_response(session_id: int = 0) -> memoryview:
+def upstream_response(session_id: int = 0, throttle_ms: int = 0) -> memoryview:
     """The start of a v11 response from the cluster: its header and its fixed fields."""
-    body = encode_response(Api.FETCH, 11, {"throttle_time_ms": 0, "error_code": 0, "session_id": session_id,
+    body = encode_response(Api.FETCH, 11, {"throttle_time_ms": throttle_ms, "error_code": 0, "session_id": session_id,
                                            "responses": []})
     return memoryview(encode_response_header(1, False) + body)
 
@@ -80,8 +80,11 @@ def test_a_throttled_incremental_fetch_keeps_its_session(tmp_path: Path) -> None
     fetch_handler, _ = handler(tmp_path)
     charge = fetch_handler(fetch("metered", session_id=77, session_epoch=3), Caller("ANONYMOUS", 0)).charge_response
     assert charge is not None
-    _, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)
+    throttle_ms, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)
     assert answer is not None and decode_response(Api.FETCH, 11, answer).session_id == 77
+    # a throttle of the cluster's own, longer than the proxy's, is what the consumer is told
+    _, answer = charge(upstream_response(session_id=77, throttle_ms=throttle_ms + 5000), 4 + 12 * MIB)
+    assert answer is not None and decode_response(Api.FETCH, 11, answer).throttle_time_ms == throttle_ms + 5000
 
 
 def test_consumers_without_a_quota_pass_untouched_and_a_claimed_follower_is_charged(tmp_path: Path) -> None:
