@@ -142,8 +142,7 @@ class ResponseSide(ConnectionState):
         assert self._transport is not None
         if request.answer_body is not None:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
-            self._transport.write(b"".join(((header_length + len(request.answer_body)).to_bytes(4, "big"),
-                                            frame[:header_length], request.answer_body)))
+            self._transport.write(_with_header(frame, header_length, request.answer_body))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
             self._mute(request.throttle_ms)
             self._dropping_cut_through = True
@@ -226,6 +225,10 @@ class ResponseSide(ConnectionState):
                                                 self._context.advertise_broker) or body
         if body is None:
             return None
-        size = header_length + len(body)
-        return b"".join((size.to_bytes(4, "big"), frame[:header_length], body))
+        return _with_header(frame, header_length, body)
+
+
+def _with_header(frame: memoryview, header_length: int, body: bytes) -> bytes:
+    """A whole frame (size prefix included): the header of ``frame`` in front of ``body``."""
+    return b"".join(((header_length + len(body)).to_bytes(4, "big"), frame[:header_length], body))
 
