@@ -18,20 +18,23 @@ from proxy.connection.login import LoginSteps
 from proxy.connection.muting import Muting
 from proxy.connection.requests import RequestSide
 from proxy.connection.responses import ResponseSide
-from proxy.connection.state import ANONYMOUS
+from proxy.connection.state import ANONYMOUS, read_bytes_for
 from proxy.security.tls import peer_principal_name
 
 log = logging.getLogger(__name__)
 
 
-class UpstreamProtocol(asyncio.Protocol):
+class UpstreamProtocol(asyncio.BufferedProtocol):
     """The proxy's side of the broker connection; everything is delegated to the client side."""
 
     def __init__(self, client: ClientConnection) -> None:
         self._client = client
 
-    def data_received(self, data: bytes) -> None:
-        self._client.upstream_data_received(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._client.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._client.upstream_data_received(self._client.read_out(nbytes))
 
     def pause_writing(self) -> None:
         self._client.gate.pause(PauseReason.PEER_BACKPRESSURE)
@@ -43,9 +46,24 @@ class UpstreamProtocol(asyncio.Protocol):
         self._client.upstream_lost(exc)
 
 
-class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Protocol):
+class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.BufferedProtocol):
     """The client's transport protocol, made of the sides in ``requests``, ``responses``, ``login`` and
     ``muting`` over the state in ``state``."""
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read of either side lands: the loop's one read buffer, no more of it than this
+        connection may read at once (``_read_bytes``): what a connection holds follows its buffer share,
+        not the loop's read size."""
+        return self._context.read_buffer[:self._read_bytes]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.read_out(nbytes))
+
+    def read_out(self, nbytes: int) -> bytes:
+        """What the last read (of either side) put in the read buffer, before the next read reuses it."""
+        return bytes(self._context.read_buffer[:nbytes])
 
     # ---- client transport callbacks -------------------------------------------------------
 
@@ -54,9 +72,8 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Pr
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
         self.gate = ReadGate(transport)
-        self._context.connection_opened(self)
+        self._context.connection_opened(self)  # sets the buffer share
         self._loop = loop = asyncio.get_running_loop()
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
@@ -69,6 +86,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Pr
             self._user = name or ANONYMOUS  # SASL, when on, names the principal once the client logs in
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
+        loop.call_soon(self.gate.reassert)
         self._sasl = self._context.new_login(self._peer)
         if self._sasl is not None:
             settings = self._config.login
@@ -134,7 +152,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Pr
         if self._closed:
             transport.close()
             return
-        transport.set_write_buffer_limits(high=self._config.write_buffer_high_bytes)
+        transport.set_write_buffer_limits(high=self._buffer_high)
         peer = transport.get_extra_info("peername")
         self._upstream_broker = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(target)
         self._upstream = transport
@@ -192,11 +210,19 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Pr
         self._in_flight.clear()
         self._context.connection_closed(self)
 
+    def set_buffer_share(self, high_bytes: int) -> None:
+        self._buffer_high = high_bytes
+        self._read_bytes = read_bytes_for(high_bytes)
+        for transport in (self._transport, self._upstream):
+            if transport is not None and not transport.is_closing():
+                transport.set_write_buffer_limits(high=high_bytes)
+
     def abort(self) -> None:
         """Force-close without waiting for buffered writes (shutdown past its grace period)."""
         for transport in (self._transport, self._upstream):
             if transport is not None:
                 transport.abort()
         self.close("aborted at shutdown deadline", warn=bool(self._in_flight))
+
 
 

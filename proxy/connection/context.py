@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
-from protocol.addresses import BrokerAddress
-from protocol.api_versions import VersionRange
 from proxy.cluster.upstream import UpstreamAccess
 from proxy.decision.outcome import Caller, Decided
 from proxy.reporting.metrics import ProxyMetrics
@@ -44,17 +42,20 @@ class Connection(Protocol):
     def abort(self) -> None:
         """Force-close without waiting for buffered writes."""
 
+    def set_buffer_share(self, high_bytes: int) -> None:
+        """Stop reading either side while the other has ``high_bytes`` unsent (its share of the total)."""
+
 
 class ProxyContext(Protocol):
     """What a connection needs from the server that accepted it."""
 
     config: ProxyConfig
     metrics: ProxyMetrics
-    api_version_ceilings: Mapping[int, int]
-    served_api_versions: Mapping[int, VersionRange]
     client_upstream_access: UpstreamAccess
     principal_mapper: PrincipalMapper
     handlers: Mapping[int, RequestHandler]
+    read_buffer: memoryview
+    """Where every client read lands (``READ_BYTES``), copied out at once: reads happen one at a time."""
     rewrites_addresses: bool
     """False in front of the controller quorum: brokers must reach the controllers' own endpoints."""
 
@@ -68,7 +69,12 @@ class ProxyContext(Protocol):
         """ApiVersions answered by the proxy from the cluster's list (before a login, when no upstream
         connection may be open yet)."""
 
-    def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]: ...
+    def adapt_api_versions(self, body: memoryview, api_version: int) -> bytes | None:
+        """The cluster's ApiVersions answer body as the client gets it, or None when it stands as it is."""
+
+    def rewrite_addresses(self, api_key: int, api_version: int, body: bytes | memoryview) -> bytes | None:
+        """A response body naming brokers, rewritten to name the proxy's listeners (None: unchanged)."""
+
     def connection_opened(self, connection: Connection) -> None: ...
     def connection_closed(self, connection: Connection) -> None: ...
 

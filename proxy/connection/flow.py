@@ -10,9 +10,8 @@ class PauseReason(enum.Enum):
     CONNECTING = "connecting upstream"
     PEER_BACKPRESSURE = "the other side's write buffer is full"
     CLIENT_BACKLOG = "the client's own write buffer is full"
-    TOO_MANY_IN_FLIGHT = "too many requests awaiting a response"
     DRAINING = "shutting down"
-    THROTTLED = "quota throttle"
+    HOLDING = "requests read are held (a throttle, a pending decision, a backlog, too many in flight)"
     AWAITING_CLUSTER = "a request waits for cluster metadata"
     LOGGING_IN = "before a login completes, a request waits for the answer to the one before"
 
@@ -38,6 +37,12 @@ class ReadGate:
         if not self._reasons and not self._transport.is_closing():
             self._transport.pause_reading()
         self._reasons.add(reason)
+
+    def reassert(self) -> None:
+        """Pause the transport again if any reason holds: uvloop starts reading once ``connection_made``
+        has returned, whatever was paused in it (as asyncio did before Python 3.12, gh-103607)."""
+        if self._reasons and not self._transport.is_closing():
+            self._transport.pause_reading()
 
     def resume(self, reason: PauseReason) -> None:
         if reason not in self._reasons:

@@ -45,6 +45,6 @@ class Muting(ConnectionState):
     def _unmute(self) -> None:
         if self._throttled_response_pending or self._close_when_answered:
             return
-        self.gate.resume(PauseReason.THROTTLED)
+        self.gate.resume(PauseReason.HOLDING)
         self._release_held()
 

@@ -39,8 +39,10 @@ class RequestSide(ConnectionState):
             return
         self._last_activity = self._loop.time()
         if self._connect_task is not None and self._upstream is None:
-            # uvloop may deliver bytes that were already read when reading was paused for the connect
+            # uvloop reads once connection_made has returned, whatever was paused in it: what the socket
+            # had queued by then arrives here, one read at a time until the pause is asserted again
             self._before_upstream += data
+            self.gate.reassert()
             if len(self._before_upstream) > self._config.max_frame_bytes:
                 self.close("sent more than a frame before the upstream connection opened", warn=True)
             return
@@ -52,7 +54,8 @@ class RequestSide(ConnectionState):
                     return
             chunk, ends = self._requests.feed(data)
             if self._holding():
-                self._held += chunk
+                self._held.hold(chunk, ends)
+                self._pause_if_holding()  # one read more at most: whatever holds may not have paused reading
                 return
             if ends:
                 self._route_requests(chunk, ends)
@@ -68,20 +71,21 @@ class RequestSide(ConnectionState):
             log.exception("unexpected error handling requests from %s", self._peer, exc_info=error)
             self.close("internal error handling requests", warn=True)
 
-    def _route_requests(self, chunk: bytes | bytearray, ends: list[int]) -> None:
-        """Decide and forward whole frames in order until one makes the rest wait (``_holding``)."""
+    def _route_requests(self, chunk: bytes | bytearray, ends: list[int], first: int = 0) -> None:
+        """Decide and forward the whole frames of ``chunk`` from ``ends[first]`` on, in order, until one makes
+        the rest wait (``_holding``)."""
         view = memoryview(chunk)
-        start = 0
-        forward_from = 0
+        start = forward_from = ends[first - 1] if first else 0
         upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
-        for end in ends:
+        for index in range(first, len(ends)):
+            end = ends[index]
             frame = view[start + SIZE_PREFIX_BYTES:end]
             decided = self._decide(frame, end - start - SIZE_PREFIX_BYTES)
             if not isinstance(decided, Outcome):
                 if forward_from < start:
                     upstream.write(view[forward_from:start])
                 self._await_decision(decided, bytes(view[start:end]))
-                self._held += view[end:]
+                self._held.hold(chunk, ends, index + 1)
                 return
             if not self._carry_out(decided, frame):
                 if forward_from < start:
@@ -91,7 +95,8 @@ class RequestSide(ConnectionState):
                 forward_from = end
             start = end
             if self._holding():
-                self._held += view[end:]
+                self._held.hold(chunk, ends, index + 1)
+                self._pause_if_holding()
                 break
         if forward_from == 0 and start == len(chunk):
             upstream.write(chunk)
@@ -106,11 +111,13 @@ class RequestSide(ConnectionState):
         """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
         if self._closed or self._draining or self._holding():
             return
-        self.gate.resume(PauseReason.THROTTLED)  # paused while holding, whatever held
-        held, self._held = self._held, bytearray()
+        self.gate.resume(PauseReason.HOLDING)  # paused while holding, whatever held
         try:
-            if held:
-                self._route_requests(held, _frame_ends(held))
+            for chunk, ends, first in self._held.take():
+                if self._held or self._holding():
+                    self._held.hold(chunk, ends, first)  # behind the ones held again
+                else:
+                    self._route_requests(chunk, ends, first)
             self._maybe_cut_through()
             self._send_local_responses_in_turn()
         except Exception as error:
@@ -208,8 +215,6 @@ class RequestSide(ConnectionState):
             self._local_answer_bytes += len(request.local_response)
         elif self._request_timer is None:
             self._request_timer = self._loop.call_later(self._config.request_timeout_s, self._check_request_timeout)
-        if len(self._in_flight) >= self._config.max_in_flight_requests:
-            self.gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
 
     def _maybe_cut_through(self) -> None:
         if self._requests.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._holding():
@@ -295,11 +300,3 @@ class RequestSide(ConnectionState):
 
 
 
-def _frame_ends(frames: bytes | bytearray) -> list[int]:
-    """End offsets of the whole frames (size prefix included) that ``frames`` holds back to back."""
-    ends = []
-    position = 0
-    while position < len(frames):
-        position += SIZE_PREFIX_BYTES + int.from_bytes(frames[position:position + SIZE_PREFIX_BYTES], "big")
-        ends.append(position)
-    return ends

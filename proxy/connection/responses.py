@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 import time
 
-from protocol.addresses import carries_addresses, rewrite_broker_addresses
-from protocol.api_versions import adapt_api_versions
+from protocol.addresses import carries_addresses
 from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES
@@ -52,8 +51,8 @@ class ResponseSide(ConnectionState):
 
     def _after_responses(self) -> None:
         self._close_if_answered()
-        if len(self._in_flight) <= self._config.max_in_flight_requests // 2:
-            self.gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
+        if self._held and PauseReason.HOLDING in self.gate.reasons and not self._holding():
+            self._release_held()  # held for the requests in flight, some now answered
         if self._draining and not self._awaiting_responses() and self._settling is None:
             self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
 
@@ -207,8 +206,7 @@ class ResponseSide(ConnectionState):
         api_key, api_version = request.api_key, request.api_version
         if api_key == Api.API_VERSIONS:
             header_length = response_header_length(frame, flexible=False)
-            body = adapt_api_versions(frame[header_length:], api_version, self._context.api_version_ceilings,
-                                      self._context.served_api_versions)
+            body = self._context.adapt_api_versions(frame[header_length:], api_version)
         else:
             names_brokers = self._names_brokers(api_key, api_version)
             if not request.throttle_ms and not names_brokers and request.finish is None:
@@ -221,8 +219,8 @@ class ResponseSide(ConnectionState):
                 body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),
                                       request.throttle_ms) or body
             if names_brokers:
-                body = rewrite_broker_addresses(api_key, api_version, frame[header_length:] if body is None else body,
-                                                self._context.advertise_broker) or body
+                body = self._context.rewrite_addresses(api_key, api_version,
+                                                       frame[header_length:] if body is None else body) or body
         if body is None:
             return None
         return _with_header(frame, header_length, body)

@@ -31,6 +31,40 @@ same holds for a Fetch response, the one large response whose only rewrite (its 
 start."""
 
 
+READ_BYTES = 256 * 1024
+"""The most one read takes from a client (uvloop's own read size)."""
+
+
+def read_bytes_for(buffer_high: int) -> int:
+    """What one read takes at most for a connection whose sides may each hold ``buffer_high`` bytes: a
+    read is held whole while its frames wait, so it must stay small beside the share."""
+    return max(4096, min(READ_BYTES, buffer_high // 4))
+
+
+class HeldFrames:
+    """Whole request frames read but not yet decided, in order, kept as they were read: each as its
+    chunk, the chunk's frame ends and the first of them still held. A chunk is never copied or split
+    again however many times its frames are held and released (tens of thousands of small frames
+    arrive in one read)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: deque[tuple[bytes | bytearray, list[int], int]] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._parts)
+
+    def hold(self, chunk: bytes | bytearray, ends: list[int], first: int = 0) -> None:
+        """Hold the frames of ``chunk`` from ``ends[first]`` on, after the ones held already."""
+        if first < len(ends):
+            self._parts.append((chunk, ends, first))
+
+    def take(self) -> deque[tuple[bytes | bytearray, list[int], int]]:
+        parts, self._parts = self._parts, deque()
+        return parts
+
+
 class InFlight(NamedTuple):
     correlation_id: int
     api_key: int
@@ -96,11 +130,15 @@ class ConnectionState:
         self._dropping_cut_through = False
         """The rest of the response frame being cut through is read and dropped (the client was answered
         without it)."""
-        self._held = bytearray()
-        """Whole request frames read but not yet decided: they wait behind a request whose handler
-        asks the cluster first, or behind a throttle (``_holding``)."""
+        self._held = HeldFrames()
+        """Requests that wait behind a request whose handler asks the cluster first, a throttle, a backlog
+        or too many requests in flight (``_holding``)."""
         self._client_backlogged = False
         """The client's write buffer is above its high-water mark (``pause_writing``)."""
+        self._buffer_high = self._config.write_buffer_high_bytes
+        """Either side stops being read while the other has this much unsent: ``write_buffer_high_bytes`` or
+        the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
+        self._read_bytes = read_bytes_for(self._buffer_high)
         self._local_answer_bytes = 0
         """Bytes of the proxy's own answers waiting their turn: beyond the high-water mark, later requests
         wait too (a client reading nothing must not make the proxy hold answers without bound)."""
@@ -123,11 +161,13 @@ class ConnectionState:
         listener's connection reaching the same broker share its per-broker budgets."""
 
     def _holding(self) -> bool:
-        """Later requests wait: for a handler asking the cluster, or for a throttled response and its mute."""
+        """Later requests wait: for a handler asking the cluster, for a throttled response and its mute, for
+        the client to read its answers, or for the cluster to answer some of the requests out."""
         return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
                 or self._close_when_answered or (self._connect_task is not None and self._upstream is None)
                 or self._login_step_pending or self._client_backlogged
-                or self._local_answer_bytes >= self._config.write_buffer_high_bytes)
+                or self._local_answer_bytes >= self._buffer_high
+                or len(self._in_flight) >= self._config.max_in_flight_requests)
 
     def _awaiting_responses(self) -> bool:
         return bool(self._in_flight) or self._response_cut_through_remaining > 0
@@ -140,7 +180,7 @@ class ConnectionState:
         """Stop reading while requests are held, but not before the frame being cut through is whole:
         the cluster answers it only once it has its last byte."""
         if self._holding() and not self._cut_through_remaining:
-            self.gate.pause(PauseReason.THROTTLED)
+            self.gate.pause(PauseReason.HOLDING)
 
     if TYPE_CHECKING:  # written in the sides that make up ``ClientConnection``
         def close(self, reason: str, warn: bool = False) -> None: ...

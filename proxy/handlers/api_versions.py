@@ -16,6 +16,7 @@ from protocol.apis import Api
 from protocol.codecs import encode_response, max_version
 from protocol.errors import UNSUPPORTED_VERSION
 from protocol.header import RequestHeader, read_request_header
+from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
 from proxy.settings.config import ProxyConfig
@@ -48,6 +49,9 @@ def served_versions(sasl: bool, in_front_of_controllers: bool) -> dict[int, Vers
     return served
 
 
+_ADAPTED_ANSWER_BYTES = 256 * 1024
+
+
 class ApiVersionsAnswers:
     def __init__(self, config: ProxyConfig, upstream_access: UpstreamAccess, in_front_of_controllers: bool) -> None:
         self._config = config
@@ -58,6 +62,12 @@ class ApiVersionsAnswers:
         """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
         error or a version's subset): for the answers given before a login and for what is forwarded."""
         self._asking_api_versions: asyncio.Task[list[dict[str, int]]] | None = None
+        self._adapted = RewriteMemo(_ADAPTED_ANSWER_BYTES)
+
+    def adapt(self, body: memoryview, version: int) -> bytes | None:
+        """The cluster's ApiVersions answer as the client gets it (see ``adapt_api_versions``)."""
+        return self._adapted.rewritten((Api.API_VERSIONS, version, bytes(body)),
+                                       lambda: adapt_api_versions(body, version, self.ceilings, self.served))
 
     def answer(self, frame: memoryview) -> Decided:
         """ApiVersions answered by the proxy (before a login, or newer than it parses)."""
@@ -101,5 +111,4 @@ class ApiVersionsAnswers:
         assert self._cluster_api_versions is not None, "asked before answering"
         body = encode_response(Api.API_VERSIONS, version, {"error_code": 0, "api_keys": self._cluster_api_versions,
                                                            "throttle_time_ms": 0})
-        adapted = adapt_api_versions(body, version, self.ceilings, self.served)
-        return local_answer(header, adapted or body)
+        return local_answer(header, self.adapt(memoryview(body), version) or body)

@@ -84,6 +84,8 @@ class ProxyMetrics(Collector):
         self.upstream_request_timeouts = 0
         self.closed_for_bad_input = 0
         self.muted_connections = 0
+        self.buffer_share_bytes = 0
+        """Unsent bytes each side of a connection may hold now (``ProxyServer._share_buffers``)."""
         self._listeners: dict[str, ListenerCounts] = {}
         self._logins: dict[tuple[str, str], int] = {}
         self.busiest_ips: Callable[[int], list[tuple[str, int]]] = lambda limit: []
@@ -134,6 +136,10 @@ class ProxyMetrics(Collector):
         yield from self._connection_metrics()
         yield GaugeMetricFamily("kafka_proxy_muted_connections", "Client connections muted for a quota throttle",
                                 value=self.muted_connections)
+        yield GaugeMetricFamily("kafka_proxy_connection_buffer_bytes",
+                                "Unsent bytes each side of a connection may hold: write-buffer-high-bytes or an "
+                                "equal share of max-buffered-bytes, whichever is smaller",
+                                value=self.buffer_share_bytes)
         simple = (
             ("kafka_proxy_client_connections_accepted", "Client connections accepted", self.connections_accepted),
             ("kafka_proxy_bytes_in", "Bytes received from clients", self.bytes_in),

@@ -17,15 +17,16 @@ from prometheus_client import CollectorRegistry
 
 from allocator.block_log import BlockLog
 from allocator.durable import WriteErrors, lock_directory
-from protocol.addresses import BrokerAddress
-from protocol.api_versions import VersionRange
+from protocol.addresses import BrokerAddress, rewrite_broker_addresses
 from protocol.apis import Api
 from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
 from proxy.cluster.info import ClusterInfo
+from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess, fetch_brokers
 from proxy.connection.client import ClientConnection
 from proxy.connection.context import Connection, RequestHandler, UpstreamResolver
+from proxy.connection.state import READ_BYTES
 from proxy.decision.outcome import Decided
 from proxy.files.watched_file import WatchedFile
 from proxy.handlers.api_versions import ApiVersionsAnswers
@@ -67,6 +68,11 @@ _ACCEPT_RETRY_S = 0.1
 USAGE_FLUSH_INTERVAL_S = 1.0
 BLOCK_LOG_FILE = "producer-id-blocks.log"
 LEDGER_CHECK_INTERVAL_S = 1.0
+_ADDRESS_REWRITE_BYTES = 4 * 1024 * 1024
+KAFKA_SOCKET_BUFFER_BYTES = 102400
+SMALLEST_BUFFER_SHARE = 64 * 1024
+"""A connection's least buffer a side however many share ``max_buffered_bytes``: Kafka's own socket buffers
+are 100 KiB (``socket.send.buffer.bytes``)."""
 
 
 def peer_ip(address: object) -> str:
@@ -122,6 +128,7 @@ class ProxyServer:
         client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)
         allocations = BlockAllocations(self.metrics.registry, self.usage)
         self.rewrites_addresses = not self.in_front_of_controllers
+        self.read_buffer = memoryview(bytearray(READ_BYTES))
         self.handlers: Mapping[int, RequestHandler] = {
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
@@ -135,8 +142,6 @@ class ProxyServer:
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
         }
         self._maintenance: list[asyncio.Task[None]] = []
-        self.api_version_ceilings: Mapping[int, int] = self.api_versions.ceilings
-        self.served_api_versions: Mapping[int, VersionRange] = self.api_versions.served
         self._upstream_brokers: dict[int, HostPort] = {}
         self._broker_listeners: set[int] = set()
         """Node ids whose listener was opened (or could not be)."""
@@ -145,6 +150,8 @@ class ProxyServer:
         self._servers: list[asyncio.Server] = []
         self._connections: dict[Connection, str] = {}
         """Open client connections and the IP each counts against."""
+        self._buffer_share = self.metrics.buffer_share_bytes = self.config.write_buffer_high_bytes
+        self._address_rewrites = RewriteMemo(_ADDRESS_REWRITE_BYTES)
         self._admitted: dict[Connection, str] = {}
         """Connections accepted and counted, not yet attached to their socket."""
         self._slot_freed = asyncio.Event()
@@ -184,21 +191,47 @@ class ProxyServer:
         self._connections[connection] = self._admitted.pop(connection)
         self.metrics.open_connections += 1
         self.metrics.connections_accepted += 1
+        self._share_buffers()
+        connection.set_buffer_share(self._buffer_share)
 
     def connection_closed(self, connection: Connection) -> None:
         ip = self._connections.pop(connection, None)
         if ip is not None:
             self.metrics.open_connections -= 1
+            self._share_buffers()
         else:
             ip = self._admitted.pop(connection, None)  # its socket could not be attached
         if ip is not None:
             self.quotas.connections.release(ip)
             self._slot_freed.set()
 
+    def _share_buffers(self) -> None:
+        """Give every connection an equal share of ``max_buffered_bytes`` (two sides each, at most
+        ``write_buffer_high_bytes`` a side, never less than ``SMALLEST_BUFFER_SHARE``). The connections
+        are told only when the share moved by a sixteenth or more: a burst of connections costs no
+        more than a few passes over them."""
+        config = self.config
+        share = max(SMALLEST_BUFFER_SHARE, min(config.write_buffer_high_bytes,
+                                               config.max_buffered_bytes // (2 * max(1, len(self._connections)))))
+        if abs(share - self._buffer_share) * 16 < self._buffer_share:
+            return
+        self._buffer_share = share
+        self.metrics.buffer_share_bytes = share
+        for connection in self._connections:
+            connection.set_buffer_share(share)
+
     def api_versions_answer(self, frame: memoryview) -> Decided:
         return self.api_versions.answer(frame)
 
+    def adapt_api_versions(self, body: memoryview, api_version: int) -> bytes | None:
+        return self.api_versions.adapt(body, api_version)
+
     # ---- brokers and listeners ----------------------------------------------------------------
+
+    def rewrite_addresses(self, api_key: int, api_version: int, body: bytes | memoryview) -> bytes | None:
+        return self._address_rewrites.rewritten(
+            (api_key, api_version, bytes(body)),
+            lambda: rewrite_broker_addresses(api_key, api_version, body, self.advertise_broker))
 
     def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]:
         """Record where node ``broker.node_id`` lives upstream; answer where the proxy serves it.
@@ -275,6 +308,10 @@ class ProxyServer:
     def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:
         connection = ClientConnection(self, resolver, name)
         self._admitted[connection] = ip
+        # Kafka's socket.send.buffer.bytes and socket.receive.buffer.bytes: the kernel holds no more for a
+        # client that stops reading than a broker's would, and the proxy's own buffers do the rest
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KAFKA_SOCKET_BUFFER_BYTES)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, KAFKA_SOCKET_BUFFER_BYTES)
 
         async def attach() -> None:
             try:

@@ -70,7 +70,13 @@ class ProxyConfig:
     own ``request.timeout.ms`` default)."""
     usage_retention_days: float = 7.0
     write_buffer_high_bytes: int = 4 * MIB
-    max_in_flight_requests: int = 1000
+    """Each side of a connection stops being read while the other side has this much unsent (or its share
+    of ``max_buffered_bytes``, when smaller)."""
+    max_buffered_bytes: int = 256 * MIB
+    """What all connections may hold unsent together: with many connections, each gets an equal share."""
+    max_in_flight_requests: int = 32
+    """Requests a connection has unanswered before the proxy reads no more of it: this also bounds how much
+    work one connection is given at a time, so that a client flooding requests cannot starve the others."""
     shutdown_grace_s: float = 5.0
     sasl_users: Path | None = None
     sasl_mode: str = "none"

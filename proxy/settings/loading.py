@@ -32,6 +32,7 @@ _SETTINGS = {
     "request_timeout_s": "request-timeout-seconds",
     "usage_retention_days": "usage-retention-days",
     "write_buffer_high_bytes": "write-buffer-high-bytes",
+    "max_buffered_bytes": "max-buffered-bytes",
     "max_in_flight_requests": "max-in-flight-requests",
     "shutdown_grace_s": "shutdown-grace-seconds",
     "sasl_users": "sasl-users",
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--usage-retention-days", type=float, help="delete usage-log files older than this (default 7)")
     add("--write-buffer-high-bytes", type=int,
         help="stop reading one side while the other side has this much unsent (default 4 MiB)")
-    add("--max-in-flight-requests", type=int, help="per connection (default 1000)")
+    add("--max-buffered-bytes", type=int,
+        help="unsent bytes all connections may hold together; each gets an equal share (default 256 MiB)")
+    add("--max-in-flight-requests", type=int, help="per connection (default 32)")
     add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
     add("--sasl-users", help="TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512 "
         "(without it every connection is user ANONYMOUS)")
@@ -169,8 +172,8 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
     tunables = {
         name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
         for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s", "request_timeout_s",
-                     "usage_retention_days", "write_buffer_high_bytes", "max_in_flight_requests", "shutdown_grace_s",
-                     "default_num_partitions")
+                     "usage_retention_days", "write_buffer_high_bytes", "max_buffered_bytes", "max_in_flight_requests",
+                     "shutdown_grace_s", "default_num_partitions")
     }
     sasl_users = settings.get("sasl_users")
     sasl_mode, login = _login_settings(settings)

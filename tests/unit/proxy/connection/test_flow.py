@@ -23,10 +23,10 @@ def test_reading_resumes_only_when_every_reason_is_gone() -> None:
     transport = RecordingTransport()
     gate = ReadGate(cast(Any, transport))
     gate.pause(PauseReason.PEER_BACKPRESSURE)
-    gate.pause(PauseReason.TOO_MANY_IN_FLIGHT)
+    gate.pause(PauseReason.HOLDING)
     gate.resume(PauseReason.PEER_BACKPRESSURE)
     assert transport.calls == ["pause"]
     gate.resume(PauseReason.PEER_BACKPRESSURE)
-    gate.resume(PauseReason.TOO_MANY_IN_FLIGHT)
+    gate.resume(PauseReason.HOLDING)
     assert transport.calls == ["pause", "resume"]
     assert gate.reasons == frozenset()

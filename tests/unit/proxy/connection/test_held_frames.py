@@ -1,0 +1,26 @@
+"""Requests held as read: chunks are never copied, their frames released in order."""
+
+from __future__ import annotations
+
+from proxy.connection.state import READ_BYTES, HeldFrames, read_bytes_for
+
+
+def test_frames_are_held_as_chunks_from_the_first_still_held_in_order() -> None:
+    held = HeldFrames()
+    assert not held
+    first, second = b"aaaabbbbcccc", b"dddd"
+    held.hold(first, [4, 8, 12], 1)
+    held.hold(second, [4])
+    held.hold(b"eeee", [4], 1)  # nothing left of it to hold
+    assert held
+    parts = list(held.take())
+    assert parts == [(first, [4, 8, 12], 1), (second, [4], 0)]
+    assert parts[0][0] is first  # the chunk itself, not a copy
+    assert not held
+
+
+def test_a_read_is_a_quarter_of_the_share_within_bounds() -> None:
+    assert read_bytes_for(4 * 1024 * 1024) == READ_BYTES
+    assert read_bytes_for(1024 * 1024) == READ_BYTES
+    assert read_bytes_for(160 * 1024) == 40 * 1024
+    assert read_bytes_for(1024) == 4096
