@@ -38,6 +38,9 @@ class ReadGate:
             self._transport.pause_reading()
         self._reasons.add(reason)
 
+    def paused_for(self, reason: PauseReason) -> bool:
+        return reason in self._reasons
+
     def reassert(self) -> None:
         """Pause the transport again if any reason holds: uvloop starts reading once ``connection_made``
         has returned, whatever was paused in it (as asyncio did before Python 3.12, gh-103607)."""

@@ -51,8 +51,8 @@ class ResponseSide(ConnectionState):
 
     def _after_responses(self) -> None:
         self._close_if_answered()
-        if self._held and PauseReason.HOLDING in self.gate.reasons and not self._holding():
-            self._release_held()  # held for the requests in flight, some now answered
+        if self.gate.paused_for(PauseReason.HOLDING) and not self._holding():
+            self._release_held()  # held for the requests in flight (reading paused, maybe nothing held yet)
         if self._draining and not self._awaiting_responses() and self._settling is None:
             self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
 
