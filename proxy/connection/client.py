@@ -223,6 +223,3 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
             if transport is not None:
                 transport.abort()
         self.close("aborted at shutdown deadline", warn=bool(self._in_flight))
-
-
-

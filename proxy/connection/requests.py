@@ -297,6 +297,3 @@ class RequestSide(ConnectionState):
                        f"in {waited_s:.1f} s (request-timeout-seconds {timeout_s:g})", warn=True)
             return
         self._request_timer = self._loop.call_later(max(timeout_s - waited_s, 0.1), self._check_request_timeout)
-
-
-

@@ -191,8 +191,8 @@ class ProxyServer:
         self._connections[connection] = self._admitted.pop(connection)
         self.metrics.open_connections += 1
         self.metrics.connections_accepted += 1
-        self._share_buffers()
-        connection.set_buffer_share(self._buffer_share)
+        if not self._share_buffers():  # a new share is told every connection, this one included
+            connection.set_buffer_share(self._buffer_share)
 
     def connection_closed(self, connection: Connection) -> None:
         ip = self._connections.pop(connection, None)
@@ -205,20 +205,21 @@ class ProxyServer:
             self.quotas.connections.release(ip)
             self._slot_freed.set()
 
-    def _share_buffers(self) -> None:
+    def _share_buffers(self) -> bool:
         """Give every connection an equal share of ``max_buffered_bytes`` (two sides each, at most
         ``write_buffer_high_bytes`` a side, never less than ``SMALLEST_BUFFER_SHARE``). The connections
         are told only when the share moved by a sixteenth or more: a burst of connections costs no
-        more than a few passes over them."""
+        more than a few passes over them. True when they were told."""
         config = self.config
         share = max(SMALLEST_BUFFER_SHARE, min(config.write_buffer_high_bytes,
                                                config.max_buffered_bytes // (2 * max(1, len(self._connections)))))
         if abs(share - self._buffer_share) * 16 < self._buffer_share:
-            return
+            return False
         self._buffer_share = share
         self.metrics.buffer_share_bytes = share
         for connection in self._connections:
             connection.set_buffer_share(share)
+        return True
 
     def api_versions_answer(self, frame: memoryview) -> Decided:
         return self.api_versions.answer(frame)
