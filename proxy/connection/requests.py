@@ -18,7 +18,7 @@ from typing import TypeVar, cast
 from protocol.api_versions import NEWEST_API_VERSIONS
 from protocol.apis import KNOWN_API_KEYS, Api
 from protocol.errors import ProtocolError
-from protocol.framing import SIZE_PREFIX_BYTES
+from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import peek_request
 from proxy.connection.flow import PauseReason
 from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, ConnectionState, InFlight
@@ -71,7 +71,7 @@ class RequestSide(ConnectionState):
             log.exception("unexpected error handling requests from %s", self._peer, exc_info=error)
             self.close("internal error handling requests", warn=True)
 
-    def _route_requests(self, chunk: bytes | bytearray, ends: list[int], first: int = 0) -> None:
+    def _route_requests(self, chunk: bytes | bytearray, ends: FrameEnds, first: int = 0) -> None:
         """Decide and forward the whole frames of ``chunk`` from ``ends[first]`` on, in order, until one makes
         the rest wait (``_holding``)."""
         view = memoryview(chunk)

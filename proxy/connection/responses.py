@@ -11,7 +11,7 @@ import time
 from protocol.addresses import carries_addresses
 from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
-from protocol.framing import SIZE_PREFIX_BYTES
+from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import response_correlation_id, response_header_length
 from protocol.throttle import raise_throttle
 from proxy.connection.flow import PauseReason
@@ -56,7 +56,7 @@ class ResponseSide(ConnectionState):
         if self._draining and not self._awaiting_responses() and self._settling is None:
             self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
 
-    def _route_responses(self, chunk: bytes, ends: list[int]) -> None:
+    def _route_responses(self, chunk: bytes, ends: FrameEnds) -> None:
         view = memoryview(chunk)
         pieces: list[bytes | memoryview] = []
         untouched_from = 0

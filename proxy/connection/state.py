@@ -12,7 +12,7 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
-from protocol.framing import FrameSplitter
+from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import REQUEST_PREFIX_BYTES
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
@@ -50,17 +50,17 @@ class HeldFrames:
     __slots__ = ("_parts",)
 
     def __init__(self) -> None:
-        self._parts: deque[tuple[bytes | bytearray, list[int], int]] = deque()
+        self._parts: deque[tuple[bytes | bytearray, FrameEnds, int]] = deque()
 
     def __bool__(self) -> bool:
         return bool(self._parts)
 
-    def hold(self, chunk: bytes | bytearray, ends: list[int], first: int = 0) -> None:
+    def hold(self, chunk: bytes | bytearray, ends: FrameEnds, first: int = 0) -> None:
         """Hold the frames of ``chunk`` from ``ends[first]`` on, after the ones held already."""
         if first < len(ends):
             self._parts.append((chunk, ends, first))
 
-    def take(self) -> deque[tuple[bytes | bytearray, list[int], int]]:
+    def take(self) -> deque[tuple[bytes | bytearray, FrameEnds, int]]:
         parts, self._parts = self._parts, deque()
         return parts
 

@@ -261,8 +261,12 @@ class ProxyServer:
         self._serve(sock, name, self._broker_resolver(node_id))
 
     def _listening_socket(self, host: str, port: int) -> socket.socket:
-        """With several workers each binds the same port; the kernel spreads new connections over them."""
-        return socket.create_server((host, port), backlog=_LISTEN_BACKLOG, reuse_port=self.config.workers > 1)
+        """With several workers each binds the same port; the kernel spreads new connections over them. Its
+        receive buffer is Kafka's ``socket.receive.buffer.bytes``, set on the listening socket as Kafka's
+        acceptor does: a connection inherits it, so no more than that is queued before it is accepted."""
+        sock = socket.create_server((host, port), backlog=_LISTEN_BACKLOG, reuse_port=self.config.workers > 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, KAFKA_SOCKET_BUFFER_BYTES)
+        return sock
 
     def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
         sock.setblocking(False)
@@ -309,10 +313,9 @@ class ProxyServer:
     def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:
         connection = ClientConnection(self, resolver, name)
         self._admitted[connection] = ip
-        # Kafka's socket.send.buffer.bytes and socket.receive.buffer.bytes: the kernel holds no more for a
-        # client that stops reading than a broker's would, and the proxy's own buffers do the rest
+        # Kafka's socket.send.buffer.bytes: the kernel holds no more for a client that stops reading than a
+        # broker's would, and the proxy's own buffers do the rest
         client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KAFKA_SOCKET_BUFFER_BYTES)
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, KAFKA_SOCKET_BUFFER_BYTES)
 
         async def attach() -> None:
             try:

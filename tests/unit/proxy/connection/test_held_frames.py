@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 from proxy.connection.state import READ_BYTES, HeldFrames, read_bytes_for
 
 
@@ -9,12 +11,13 @@ def test_frames_are_held_as_chunks_from_the_first_still_held_in_order() -> None:
     held = HeldFrames()
     assert not held
     first, second = b"aaaabbbbcccc", b"dddd"
-    held.hold(first, [4, 8, 12], 1)
-    held.hold(second, [4])
-    held.hold(b"eeee", [4], 1)  # nothing left of it to hold
+    first_ends, second_ends = array("q", [4, 8, 12]), array("q", [4])
+    held.hold(first, first_ends, 1)
+    held.hold(second, second_ends)
+    held.hold(b"eeee", array("q", [4]), 1)  # nothing left of it to hold
     assert held
     parts = list(held.take())
-    assert parts == [(first, [4, 8, 12], 1), (second, [4], 0)]
+    assert parts == [(first, first_ends, 1), (second, second_ends, 0)]
     assert parts[0][0] is first  # the chunk itself, not a copy
     assert not held
 
