@@ -261,12 +261,8 @@ class ProxyServer:
         self._serve(sock, name, self._broker_resolver(node_id))
 
     def _listening_socket(self, host: str, port: int) -> socket.socket:
-        """With several workers each binds the same port; the kernel spreads new connections over them. Its
-        receive buffer is Kafka's ``socket.receive.buffer.bytes``, set on the listening socket as Kafka's
-        acceptor does: a connection inherits it, so no more than that is queued before it is accepted."""
-        sock = socket.create_server((host, port), backlog=_LISTEN_BACKLOG, reuse_port=self.config.workers > 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, KAFKA_SOCKET_BUFFER_BYTES)
-        return sock
+        """With several workers each binds the same port; the kernel spreads new connections over them."""
+        return socket.create_server((host, port), backlog=_LISTEN_BACKLOG, reuse_port=self.config.workers > 1)
 
     def _serve(self, sock: socket.socket, name: str, resolver: UpstreamResolver) -> None:
         sock.setblocking(False)

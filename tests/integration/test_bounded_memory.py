@@ -164,6 +164,7 @@ def test_clients_that_never_read_grow_the_proxy_boundedly_and_others_are_served(
     growth, slowest = rss_growth_while_serving(proxy, port, requests(topic), connections)
     allowed = ALLOWED_GROWTH[connections]
     assert growth <= allowed, f"{kind}, {connections} connections: RSS +{growth / MIB:.1f} MiB, allowed {allowed}"
-    assert slowest < 2.0, f"{kind}, {connections} connections: a well-behaved client waited {slowest:.2f} s"
+    # measured 0.15-1.4 s beside 100 flooders (2 shared cores); the proxy before this test: 9.7 s, or no answer
+    assert slowest < 3.0, f"{kind}, {connections} connections: a well-behaved client waited {slowest:.2f} s"
     print(f"{kind}, {connections} connections: RSS +{growth / MIB:.1f} MiB, "
           f"slowest Metadata {slowest * 1000:.0f} ms")
