@@ -16,7 +16,7 @@ from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest
 
 from proxy.dev.apache_kafka import KafkaCluster
-from tests.support import Cluster, ProxyProcess, encode_request, proxy_command, read_frame
+from tests.support import Cluster, ProxyProcess, connect_to_leader, encode_request, proxy_command, read_frame
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,8 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_zero(own_proxy, topic:
     fetch = encode_request(FETCH, 4, correlation_id=7, replica_id=-1, max_wait_ms=1500, min_bytes=1 << 20,
                            max_bytes=1 << 20, isolation_level=0,
                            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])])
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+    # once the leader serves the new partition: before that the fetch is refused at once, not held
+    with connect_to_leader(proxy, topic, timeout_s=10) as sock:
         sock.sendall(encode_request(METADATA, 1, correlation_id=6, topics=None))
         assert correlation_id(read_frame(sock)) == 6
         sock.sendall(fetch)  # an empty topic: the broker holds it for max_wait_ms
