@@ -8,6 +8,10 @@ Writes bench/results.json (``make bench``).
 (e) throughput through the proxy with quotas configured but not binding, against no quotas
 (f) consumer throughput: confluent-kafka reading 1 KB records, direct and through the proxy with a
     consumer quota configured but not binding; the quota proxy's CPU per MB in both directions
+(h) Kafka's own ProducerPerformance, direct and through the quota proxy while another client's
+    produce quota binds on it
+Kroxylicious (``bench/kroxylicious.py``), a pass-through virtual cluster, beside the proxy in (a), (b),
+(f) and (h), with its CPU per MB.
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ import argparse
 import asyncio
 import json
 import platform
+import re
 import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +38,30 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from bench.kroxylicious import KroxyliciousProcess
 from bench.report import write_results
 from proxy.dev.apache_kafka import KafkaCluster
+from tests.fidelity import java_tool
 from tests.support import ProxyProcess, encode_request, read_frame
 
 PRODUCE = 0
-# Every producer is under a byte-rate and a producer-ID quota that it never reaches, so the whole
-# enforcement path runs (size charged, every batch header scanned, PIDs checked) without throttling.
-NON_BINDING_QUOTAS = """
+# Every measured client is under a byte-rate and a producer-ID quota that it never reaches, so the whole
+# enforcement path runs (size charged, every batch header scanned, PIDs checked) without throttling; one
+# more client (BOUND_CLIENT) has a quota that binds.
+QUOTAS = """
 [[quota]]
 user = "<default>"
 producer_byte_rate = 100000000000
 consumer_byte_rate = 100000000000
 producer_ids_rate = 1000
+
+[[quota]]
+user = "<default>"
+client-id = "bench-bound"
+producer_byte_rate = 1000000
 """
+BOUND_CLIENT = "bench-bound"
+"""A producer beside the measured ones whose quota binds: the quota proxy throttles it all along (h)."""
 
 
 ClientSettings = dict[str, Any]
@@ -133,6 +150,77 @@ class CpuPerMb:
     @property
     def ms_per_mb(self) -> float:
         return 1000 * self.cpu_s / self.mb
+
+
+def measured_cpu(measure: Callable[[str], float], mb: float, cpus: dict[str, CpuPerMb]) -> Callable[[str], float]:
+    """``measure`` of a target, its CPU counted when ``cpus`` names the target's bootstrap."""
+
+    def run(bootstrap: str) -> float:
+        cpu = cpus.get(bootstrap)
+        return cpu.measure(mb, lambda: measure(bootstrap)) if cpu else measure(bootstrap)
+    return run
+
+
+_PERFORMANCE_TOTAL = re.compile(r"^(\d+) records sent, [\d.]+ records/sec \(([\d.]+) MB/sec\), [\d.]+ ms avg latency, "
+                                r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, (\d+) ms 99th", re.M)
+
+
+def producer_performance_mb_s(bootstrap: str, records: int, p99_ms: list[float]) -> float:
+    """Kafka's ``ProducerPerformance`` with (a)'s producer settings: its MB/s (MiB, as the tool counts), and
+    its per-record p99 appended to ``p99_ms`` (queueing at full speed, not a round trip)."""
+    topic = create_topic(bootstrap)
+    output = java_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+                       "--record-size", "1024", "--throughput", "-1", "--command-property",
+                       f"bootstrap.servers={bootstrap}", "acks=all", "enable.idempotence=true", "linger.ms=20",
+                       "batch.size=1000000", "buffer.memory=268435456", "compression.type=none")
+    delete_topic(bootstrap, topic)
+    total = _PERFORMANCE_TOTAL.search(output)
+    if total is None or int(total.group(1)) != records:
+        raise RuntimeError(f"ProducerPerformance did not report {records} records:\n{output[-2000:]}")
+    p99_ms.append(float(total.group(3)))
+    return float(total.group(2))
+
+
+class BoundProducer:
+    """``BOUND_CLIENT`` producing through the quota proxy as fast as it is let, on a thread, while the
+    measured clients run: its quota binds (the proxy throttles it; ``throttles`` counts librdkafka's
+    throttle events)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.throttles = 0
+        self.delivered = 0
+        self._topic = create_topic(bootstrap)
+        self._bootstrap = bootstrap
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bound-producer", daemon=True)
+
+    def _on_throttle(self, event: Any) -> None:
+        if event.throttle_time > 0:
+            self.throttles += 1
+
+    def _on_delivery(self, error: Any, _message: Any) -> None:
+        if error is None:
+            self.delivered += 1
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self._bootstrap, "client.id": BOUND_CLIENT, "linger.ms": 20,
+                             "queue.buffering.max.kbytes": 8192, "throttle_cb": self._on_throttle})
+        payload = b"b" * 1024
+        while not self._stop.is_set():
+            try:
+                producer.produce(self._topic, payload, on_delivery=self._on_delivery)
+            except BufferError:
+                producer.poll(0.05)
+        producer.flush(60)
+
+    def __enter__(self) -> BoundProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(120)
+        delete_topic(self._bootstrap, self._topic)
 
 
 def delete_topic(bootstrap: str, topic: str, client: ClientSettings | None = None) -> None:
@@ -300,60 +388,90 @@ def main() -> int:
                     "platform": platform.platform()},
         "settings": vars(args),
     }
-    with KafkaCluster(log_directory=workdir) as broker:
+    with KafkaCluster(log_directory=workdir) as broker, KroxyliciousProcess(broker.bootstrap, workdir) as kroxylicious:
         ours = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING",
                             node_ids=broker.broker_ids).start()
-        non_binding = workdir / "quotas.toml"
-        non_binding.write_text(NON_BINDING_QUOTAS)
+        quotas = workdir / "quotas.toml"
+        quotas.write_text(QUOTAS)
         with_quotas = ProxyProcess(broker.bootstrap, workdir / "proxy-quotas.log", "--log-level", "WARNING",
-                                   "--quota-file", str(non_binding), node_ids=broker.broker_ids).start()
-        targets = {"direct": broker.bootstrap, "proxy": ours.bootstrap}
+                                   "--quota-file", str(quotas), node_ids=broker.broker_ids).start()
+        assert ours.process is not None and with_quotas.process is not None and kroxylicious.process is not None
+        proxies = {name: (bootstrap, psutil.Process(pid))
+                   for name, bootstrap, pid in (("proxy", ours.bootstrap, ours.process.pid),
+                                                ("proxy_with_quotas", with_quotas.bootstrap, with_quotas.process.pid),
+                                                ("kroxylicious", kroxylicious.bootstrap, kroxylicious.process.pid))}
+        cpu_by_figure: dict[str, dict[str, CpuPerMb]] = {}
+
+        def cpu_of(figure: str, *names: str) -> dict[str, CpuPerMb]:
+            """Fresh CPU meters of the named proxies for one figure, by their bootstraps."""
+            cpu_by_figure[figure] = {name: CpuPerMb(proxies[name][1]) for name in names}
+            return {proxies[name][0]: meter for name, meter in cpu_by_figure[figure].items()}
+
+        targets = {"direct": broker.bootstrap, "proxy": ours.bootstrap, "kroxylicious": kroxylicious.bootstrap}
+        mb = args.records * 1024 / 1e6
         try:
             def record(name: str, figures: dict[str, Any]) -> None:
                 results[name] = figures
                 print(name, json.dumps(figures), file=sys.stderr, flush=True)
 
-            record("a_throughput_mb_s", interleaved_medians(
-                targets, args.rounds, lambda b: throughput_mb_s(b, args.records)))
+            record("a_throughput_mb_s", interleaved_medians(targets, args.rounds, measured_cpu(
+                lambda b: throughput_mb_s(b, args.records), mb, cpu_of("a", "proxy", "kroxylicious"))))
             record("b_latency_us", latency_percentiles(targets, args.rounds, args.latency_requests))
             record("c_requests_per_s", interleaved_medians(
-                targets, args.rounds, lambda b: request_rate(b, 16, 8, args.rate_seconds)))
+                {"direct": broker.bootstrap, "proxy": ours.bootstrap}, args.rounds,
+                lambda b: request_rate(b, 16, 8, args.rate_seconds)))
             results["d_idle_connections"] = idle_connections_rss_mb(ours, args.idle_connections)
-            assert with_quotas.process is not None
-            quota_proxy = psutil.Process(with_quotas.process.pid)
-            produce_cpu = CpuPerMb(quota_proxy)
-            mb = args.records * 1024 / 1e6
             record("e_quotas_not_binding_mb_s", interleaved_medians(
-                {"proxy": ours.bootstrap, "proxy_with_quotas": with_quotas.bootstrap}, args.rounds,
-                lambda b: (produce_cpu.measure(mb, lambda: throughput_mb_s(b, args.records))
-                           if b == with_quotas.bootstrap else throughput_mb_s(b, args.records))))
-            consume_cpu = CpuPerMb(quota_proxy)
+                {"proxy": ours.bootstrap, "proxy_with_quotas": with_quotas.bootstrap}, args.rounds, measured_cpu(
+                    lambda b: throughput_mb_s(b, args.records), mb, cpu_of("e", "proxy_with_quotas"))))
             filled = fill_topic(broker.bootstrap, args.records)
             record("f_consume_mb_s", interleaved_medians(
-                {"direct": broker.bootstrap, "proxy_with_quotas": with_quotas.bootstrap}, args.rounds,
-                lambda b: (consume_cpu.measure(mb, lambda: consume_mb_s(b, filled, args.records))
-                           if b == with_quotas.bootstrap else consume_mb_s(b, filled, args.records))))
-            results["f_quota_proxy_cpu_ms_per_mb"] = {"produce": produce_cpu.ms_per_mb,
-                                                      "consume": consume_cpu.ms_per_mb}
+                {"direct": broker.bootstrap, "proxy_with_quotas": with_quotas.bootstrap,
+                 "kroxylicious": kroxylicious.bootstrap}, args.rounds, measured_cpu(
+                    lambda b: consume_mb_s(b, filled, args.records), mb,
+                    cpu_of("f", "proxy_with_quotas", "kroxylicious"))))
+            p99_ms: dict[str, list[float]] = {}
+            with BoundProducer(with_quotas.bootstrap) as bound:
+                performance_targets = {"direct": broker.bootstrap, "proxy_with_quotas": with_quotas.bootstrap,
+                                       "kroxylicious": kroxylicious.bootstrap}
+                record("h_producer_performance_mb_s", interleaved_medians(
+                    performance_targets, args.rounds, measured_cpu(
+                        lambda b: producer_performance_mb_s(b, args.records, p99_ms.setdefault(b, [])), mb,
+                        cpu_of("h", "proxy_with_quotas", "kroxylicious"))))
+            results["h_producer_performance_p99_ms"] = {
+                name: statistics.median(p99_ms[bootstrap]) for name, bootstrap in performance_targets.items()}
+            results["h_bound_client"] = {"throttle_events": bound.throttles, "records_delivered": bound.delivered}
+            results["cpu_ms_per_mb"] = {figure: {name: meter.ms_per_mb for name, meter in meters.items()}
+                                        for figure, meters in cpu_by_figure.items()}
         finally:
             ours.stop()
             with_quotas.stop()
 
     a = {target: figures["median"] for target, figures in results["a_throughput_mb_s"].items()}
     c = {target: figures["median"] for target, figures in results["c_requests_per_s"].items()}
+    f = {target: figures["median"] for target, figures in results["f_consume_mb_s"].items()}
+    h = {target: figures["median"] for target, figures in results["h_producer_performance_mb_s"].items()}
     b = results["b_latency_us"]
+    cpu_ms = results["cpu_ms_per_mb"]
     results["ratios"] = {
         "a_throughput_proxy_vs_direct": a["proxy"] / a["direct"],
+        "a_throughput_kroxylicious_vs_direct": a["kroxylicious"] / a["direct"],
         "b_added_p50_us": b["proxy"]["p50_us"] - b["direct"]["p50_us"],
         "b_added_p99_us": b["proxy"]["p99_us"] - b["direct"]["p99_us"],
+        "b_kroxylicious_added_p50_us": b["kroxylicious"]["p50_us"] - b["direct"]["p50_us"],
+        "b_kroxylicious_added_p99_us": b["kroxylicious"]["p99_us"] - b["direct"]["p99_us"],
         "c_rate_proxy_vs_direct": c["proxy"] / c["direct"],
         "d_rss_mb_with_1000_idle": results["d_idle_connections"]["rss_with_idle_mb"],
         "e_throughput_with_quotas_vs_proxy": (results["e_quotas_not_binding_mb_s"]["proxy_with_quotas"]["median"]
                                               / results["e_quotas_not_binding_mb_s"]["proxy"]["median"]),
-        "f_consume_with_quotas_vs_direct": (results["f_consume_mb_s"]["proxy_with_quotas"]["median"]
-                                            / results["f_consume_mb_s"]["direct"]["median"]),
-        "f_cpu_ms_per_mb_produce": results["f_quota_proxy_cpu_ms_per_mb"]["produce"],
-        "f_cpu_ms_per_mb_consume": results["f_quota_proxy_cpu_ms_per_mb"]["consume"],
+        "f_consume_with_quotas_vs_direct": f["proxy_with_quotas"] / f["direct"],
+        "f_consume_kroxylicious_vs_direct": f["kroxylicious"] / f["direct"],
+        "h_producer_performance_with_quotas_vs_direct": h["proxy_with_quotas"] / h["direct"],
+        "h_producer_performance_kroxylicious_vs_direct": h["kroxylicious"] / h["direct"],
+        "cpu_ms_per_mb_produce": {"proxy": cpu_ms["a"]["proxy"], "proxy_with_quotas": cpu_ms["e"]["proxy_with_quotas"],
+                                  "kroxylicious": cpu_ms["a"]["kroxylicious"]},
+        "cpu_ms_per_mb_consume": {"proxy_with_quotas": cpu_ms["f"]["proxy_with_quotas"],
+                                  "kroxylicious": cpu_ms["f"]["kroxylicious"]},
     }
     write_results(args.out, results)
     return 0

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 KAFKA_VERSION = "4.3.1"
@@ -62,9 +63,23 @@ def java_executable() -> str:
 
 
 def kafka_libs() -> Path:
-    """The directory of Kafka's jars, resolved from Maven Central on first use (a lock keeps two
-    processes from resolving at once; a half-resolved directory is never used)."""
-    root = cache_directory() / f"apache-kafka-{KAFKA_VERSION}"
+    """The directory of Kafka's jars, resolved from Maven Central on first use."""
+    return maven_libs(f"apache-kafka-{KAFKA_VERSION}", f"Apache Kafka {KAFKA_VERSION}",
+                      _POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION), _check_log4j)
+
+
+def _check_log4j(libs: Path) -> None:
+    cores = sorted(path.name for path in libs.glob("log4j-core-*.jar"))
+    if cores != [f"log4j-core-{LOG4J_VERSION}.jar"]:
+        raise KafkaUnavailable(f"Apache Kafka {KAFKA_VERSION} brings {cores}, but its SLF4J binding is "
+                               f"log4j-slf4j-impl {LOG4J_VERSION}: set LOG4J_VERSION to match")
+
+
+def maven_libs(name: str, what: str, pom: str, check: Callable[[Path], None] | None = None) -> Path:
+    """``<cache>/<name>/lib``: the runtime jars of ``pom``'s dependencies, resolved by Maven on first use
+    (a lock keeps two processes from resolving at once; a half-resolved directory is never used;
+    ``check`` may refuse what was resolved)."""
+    root = cache_directory() / name
     libs = root / "lib"
     if libs.is_dir():
         return libs
@@ -72,28 +87,26 @@ def kafka_libs() -> Path:
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not libs.is_dir():
-            _resolve(root, libs)
+            _resolve(root, libs, what, pom, check)
     return libs
 
 
-def _resolve(root: Path, libs: Path) -> None:
+def _resolve(root: Path, libs: Path, what: str, pom: str, check: Callable[[Path], None] | None) -> None:
     maven = shutil.which("mvn")
     if maven is None:
-        raise KafkaUnavailable(f"resolving Apache Kafka {KAFKA_VERSION} from Maven Central needs Maven (mvn), "
+        raise KafkaUnavailable(f"resolving {what} from Maven Central needs Maven (mvn), "
                                f"and none was found: {_FIX}")
     java_executable()
-    print(f"resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {libs} (once)", file=sys.stderr)
+    print(f"resolving {what} from Maven Central into {libs} (once)", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=root) as scratch:
-        (Path(scratch) / "pom.xml").write_text(_POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+        (Path(scratch) / "pom.xml").write_text(pom)
         done = subprocess.run([maven, "--batch-mode", "--quiet", "dependency:copy-dependencies",
                                "-DincludeScope=runtime", "-DoutputDirectory=lib"],
                               cwd=scratch, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            raise KafkaUnavailable(f"Maven could not resolve Apache Kafka {KAFKA_VERSION} "
+            raise KafkaUnavailable(f"Maven could not resolve {what} "
                                    f"(exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-2000:]}")
         resolved = Path(scratch) / "lib"
-        cores = sorted(path.name for path in resolved.glob("log4j-core-*.jar"))
-        if cores != [f"log4j-core-{LOG4J_VERSION}.jar"]:
-            raise KafkaUnavailable(f"Apache Kafka {KAFKA_VERSION} brings {cores}, but its SLF4J binding is "
-                                   f"log4j-slf4j-impl {LOG4J_VERSION}: set LOG4J_VERSION to match")
+        if check is not None:
+            check(resolved)
         resolved.rename(libs)
