@@ -1,0 +1,198 @@
+"""The floor under any proxy's CPU per MB on this machine: a relay that only moves bytes from one loopback
+TCP connection to another, measured the two ways a Python proxy can move them (``python -m bench.relay_floor``,
+part of ``make bench``; writes bench/relay-floor-results.json).
+
+- ``copy``: what the proxy does, with nothing decided: uvloop reads into one reused buffer
+  (``BufferedProtocol``), each read is copied out once and written to the other connection;
+- ``splice``: the bytes never enter user space: ``os.splice`` from the socket into a 1 MiB pipe and from
+  the pipe into the other socket, uvloop's loop telling when either is ready.
+
+The source and the sink run in this process (1 MiB ``sendall``/``recv`` on threads); the relay is a child
+process whose CPU time (user and system) over the transfer is what is reported, per MB, medians of
+interleaved rounds. On loopback the kernel's TCP work of both hops is counted to the processes that send,
+so most of a relay's cost is system time whichever way it moves the bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import psutil
+import uvloop
+
+from bench.report import write_results
+
+MODES = ("copy", "splice")
+_CHUNK = 1 << 20
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ from Python 3.10 on Linux; spelled out for the type checker
+_READ_BYTES = 256 * 1024  # the proxy's largest read
+
+
+class _CopyRelay(asyncio.BufferedProtocol):
+    def __init__(self, upstream: asyncio.Transport, done: asyncio.Future[None]) -> None:
+        self._upstream, self._done = upstream, done
+        self._buffer = memoryview(bytearray(_READ_BYTES))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._upstream.write(bytes(self._buffer[:nbytes]))
+
+    def eof_received(self) -> bool:
+        self._done.set_result(None)
+        return False
+
+
+class _SpliceRelay(asyncio.Protocol):
+    """Reads nothing through its transport once splicing: the socket's bytes are spliced while its reading
+    is paused (the descriptors are duplicated, as uvloop refuses readers on a transport's own descriptor)."""
+
+    def __init__(self, upstream: asyncio.Transport, done: asyncio.Future[None]) -> None:
+        self._upstream, self._done = upstream, done
+        self._in_pipe = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        self._source = os.dup(transport.get_extra_info("socket").fileno())
+        self._sink = os.dup(self._upstream.get_extra_info("socket").fileno())
+        self._pipe_out, self._pipe_in = os.pipe2(os.O_NONBLOCK)
+        fcntl.fcntl(self._pipe_in, _F_SETPIPE_SZ, _CHUNK)
+        # uvloop reads once connection_made has returned, whatever was paused in it: pause after
+        self._loop.call_soon(self._start)
+
+    def data_received(self, data: bytes) -> None:
+        """What uvloop read before the pause took: forwarded ahead of everything spliced."""
+        self._upstream.write(data)
+
+    def _start(self) -> None:
+        self._transport.pause_reading()  # type: ignore[attr-defined]
+        if self._upstream.get_write_buffer_size():  # spliced bytes must not overtake written ones
+            self._loop.call_later(0.001, self._start)
+            return
+        self._loop.add_reader(self._source, self._move)
+
+    def _move(self) -> None:
+        flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+        while True:
+            try:
+                read = os.splice(self._source, self._pipe_in, _CHUNK, flags=flags)
+            except BlockingIOError:
+                read = -1
+            self._in_pipe += max(read, 0)
+            while self._in_pipe:
+                try:
+                    self._in_pipe -= os.splice(self._pipe_out, self._sink, self._in_pipe, flags=flags)
+                except BlockingIOError:  # the sink is full: read nothing more until it drains
+                    self._loop.remove_reader(self._source)
+                    self._loop.add_writer(self._sink, self._drained)
+                    return
+            if read == 0:
+                self._loop.remove_reader(self._source)
+                self._done.set_result(None)
+            if read <= 0:
+                return
+
+    def _drained(self) -> None:
+        self._loop.remove_writer(self._sink)
+        self._loop.add_reader(self._source, self._move)
+        self._move()
+
+
+def relay(mode: str, sink_port: int) -> None:
+    """The child: relay one connection to ``sink_port``; print the listening port, then wait."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        upstream, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", sink_port)
+        done: asyncio.Future[None] = loop.create_future()
+        kind = _CopyRelay if mode == "copy" else _SpliceRelay
+        server = await loop.create_server(lambda: kind(upstream, done), "127.0.0.1", 0)  # type: ignore[arg-type]
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await done
+        while upstream.get_write_buffer_size():
+            await asyncio.sleep(0.001)
+        upstream.close()
+        await asyncio.sleep(0.1)
+
+    uvloop.run(run())
+
+
+def one_round(mode: str, megabytes: int, sink_receive_buffer: int) -> dict[str, float]:
+    sink = socket.create_server(("127.0.0.1", 0))
+    if sink_receive_buffer:  # inherited by the accepted socket, as Kafka's acceptor sets it
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sink_receive_buffer)
+    child = subprocess.Popen([sys.executable, "-m", "bench.relay_floor", "--relay", mode,
+                              "--sink-port", str(sink.getsockname()[1])], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    relay_port = int(child.stdout.readline())
+    received = 0
+
+    def drain() -> None:
+        nonlocal received
+        connection, _ = sink.accept()
+        with connection:
+            while data := connection.recv(_CHUNK):
+                received += len(data)
+
+    sinking = threading.Thread(target=drain)
+    sinking.start()
+    process = psutil.Process(child.pid)
+    chunk = b"x" * _CHUNK
+    with socket.create_connection(("127.0.0.1", relay_port)) as source:
+        before, started = process.cpu_times(), time.perf_counter()
+        for _ in range(megabytes):
+            source.sendall(chunk)
+        source.shutdown(socket.SHUT_WR)
+        sinking.join()
+        after, elapsed = process.cpu_times(), time.perf_counter() - started
+    child.wait(30)
+    sink.close()
+    if received != megabytes * _CHUNK:
+        raise RuntimeError(f"{mode}: {received} bytes arrived of {megabytes * _CHUNK}")
+    mb = received / 1e6
+    system_s = after.system - before.system
+    return {"mb_s": mb / elapsed, "cpu_ms_per_mb": 1000 * (after.user - before.user + system_s) / mb,
+            "system_ms_per_mb": 1000 * system_s / mb}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench/relay-floor-results.json")
+    parser.add_argument("--megabytes", type=int, default=2000, help="MiB moved per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--sink-receive-buffer", type=int, default=0,
+                        help="SO_RCVBUF of the sink's socket (Kafka's socket.receive.buffer.bytes is 102400; "
+                        "default: the kernel's autotuning)")
+    parser.add_argument("--relay", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.relay:
+        relay(args.relay, args.sink_port)
+        return 0
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    for round_index in range(args.rounds):
+        for mode in MODES[round_index % 2:] + MODES[:round_index % 2]:
+            runs[mode].append(one_round(mode, args.megabytes, args.sink_receive_buffer))
+    results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count()}, "settings": {
+        "megabytes": args.megabytes, "rounds": args.rounds, "sink_receive_buffer": args.sink_receive_buffer}}
+    for mode, figures in runs.items():
+        results[mode] = {key: statistics.median(run[key] for run in figures) for key in figures[0]}
+        results[mode]["cpu_ms_per_mb_runs"] = [round(run["cpu_ms_per_mb"], 3) for run in figures]
+    write_results(args.out, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
