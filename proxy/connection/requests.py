@@ -21,7 +21,8 @@ from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import peek_request
 from proxy.connection.flow import PauseReason
-from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, ConnectionState, InFlight
+from proxy.connection.splice import FrameSplice, can_splice
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome
 from proxy.state.quota_service import now_ms
 
@@ -109,8 +110,8 @@ class RequestSide(ConnectionState):
 
     def _release_held(self) -> None:
         """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
-        if self._closed or self._draining or self._holding():
-            return
+        if self._closed or self._draining or self._holding() or (self._splice is not None and self._splice.active):
+            return  # a frame being spliced: its end releases them
         self.gate.resume(PauseReason.HOLDING)  # paused while holding, whatever held
         try:
             for chunk, ends, first in self._held.take():
@@ -244,6 +245,39 @@ class RequestSide(ConnectionState):
         self._upstream.write(taken)
         # a producer-ID quota in throttle mode reads the batches once the request is complete
         self._cut_through_copy = bytearray(taken) if produce and handler.scans_batches(self._user) else None
+        if self._cut_through_copy is None and self._cut_through_remaining >= SPLICE_AFTER_BYTES:
+            self._splice_rest_of_frame()
+
+    def _splice_rest_of_frame(self) -> None:
+        """The rest of the frame goes upstream inside the kernel, unread: the client's reading pauses
+        until its last byte has gone (what else holds reading still holds it then)."""
+        assert self._transport is not None and self._upstream is not None
+        if not (self._config.splice and can_splice(self._transport, self._upstream)):
+            return
+        if self._splice is None:
+            self._splice = FrameSplice(self._loop, self._spliced_read, self._spliced_frame, self._splice_failed)
+        try:
+            self._splice.start(self._transport, self._upstream, self._cut_through_remaining, self._read_bytes)
+        except OSError as error:  # the rest is cut through as it is read
+            log.warning("cannot splice a request from %s (%s): reading it instead", self._peer, error)
+            return
+        self.gate.pause(PauseReason.SPLICING)
+
+    def _spliced_read(self, nbytes: int) -> None:
+        self._last_activity = self._loop.time()
+        self._metrics.bytes_in += nbytes
+        self._metrics.bytes_spliced += nbytes
+        self._cut_through_remaining -= nbytes
+
+    def _spliced_frame(self) -> None:
+        self.gate.resume(PauseReason.SPLICING)
+        self._pause_if_holding()
+        if self._held and not self._holding():
+            self._loop.call_soon(self._release_held)
+
+    def _splice_failed(self, reason: str) -> None:
+        self._context.metrics.closed_for_bad_input += 1
+        self.close(reason, warn=True)
 
     def _cut_through(self, data: bytes) -> bytes:
         """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""

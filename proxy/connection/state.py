@@ -16,6 +16,7 @@ from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import REQUEST_PREFIX_BYTES
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.splice import FrameSplice
 from proxy.decision.outcome import ResponseCharge, ResponseFinisher
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
@@ -30,6 +31,10 @@ megabyte-sized produce request until its last byte adds a loopback transfer to e
 same holds for a Fetch response, the one large response whose only rewrite (its throttle) is at its
 start."""
 
+
+SPLICE_AFTER_BYTES = 64 * 1024
+"""The rest of a request frame cut through is spliced (``splice``) when at least this much is still to
+come: a splice costs a few system calls more to start than a read."""
 
 READ_BYTES = 256 * 1024
 """The most one read takes from a client (uvloop's own read size)."""
@@ -124,6 +129,8 @@ class ConnectionState:
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
         self._cut_through_copy: bytearray | None = None
+        self._splice: FrameSplice | None = None
+        """Moves the rest of large request frames socket to socket (made for the first)."""
         self._response_cut_through_remaining = 0
         """Bytes of a response frame still to come that go to the client without buffering."""
         self._mute_after_cut_through_ms: int | None = None

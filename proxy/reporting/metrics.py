@@ -80,6 +80,8 @@ class ProxyMetrics(Collector):
         self.connections_accepted = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.bytes_spliced = 0
+        """Bytes of ``bytes_in`` that went upstream inside the kernel (``splice``), never read by the proxy."""
         self.upstream_connect_failures = 0
         self.upstream_request_timeouts = 0
         self.closed_for_bad_input = 0
@@ -144,6 +146,8 @@ class ProxyMetrics(Collector):
             ("kafka_proxy_client_connections_accepted", "Client connections accepted", self.connections_accepted),
             ("kafka_proxy_bytes_in", "Bytes received from clients", self.bytes_in),
             ("kafka_proxy_bytes_out", "Bytes sent to clients", self.bytes_out),
+            ("kafka_proxy_bytes_spliced", "Bytes received from clients that went upstream inside the kernel "
+             "(splice), never read by the proxy", self.bytes_spliced),
             ("kafka_proxy_upstream_connect_failures", "Upstream connections that could not be opened",
              self.upstream_connect_failures),
             ("kafka_proxy_upstream_request_timeouts", "Connections closed because the cluster did not answer a "

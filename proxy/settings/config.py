@@ -78,6 +78,9 @@ class ProxyConfig:
     """Requests a connection has unanswered before the proxy reads no more of it: this also bounds how much
     work one connection is given at a time, so that a client flooding requests cannot starve the others."""
     shutdown_grace_s: float = 5.0
+    splice: bool = True
+    """The rest of a large request frame moves from the client's socket to the cluster's inside the kernel
+    (``splice(2)``), when both are plaintext sockets and no producer-ID quota needs its batches."""
     sasl_users: Path | None = None
     sasl_mode: str = "none"
     """``none`` (every client ANONYMOUS), ``terminate`` (the proxy verifies logins against ``sasl_users``)

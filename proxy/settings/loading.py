@@ -35,6 +35,7 @@ _SETTINGS = {
     "max_buffered_bytes": "max-buffered-bytes",
     "max_in_flight_requests": "max-in-flight-requests",
     "shutdown_grace_s": "shutdown-grace-seconds",
+    "splice": "splice",
     "sasl_users": "sasl-users",
     "sasl_mode": "sasl-mode",
     "sasl_login_timeout_s": "sasl-login-timeout-seconds",
@@ -87,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="unsent bytes all connections may hold together; each gets an equal share (default 256 MiB)")
     add("--max-in-flight-requests", type=int, help="per connection (default 32)")
     add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
+    add("--splice", action=argparse.BooleanOptionalAction,
+        help="move the rest of large plaintext Produce requests socket to socket inside the kernel (default on)")
     add("--sasl-users", help="TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512 "
         "(without it every connection is user ANONYMOUS)")
     add("--sasl-mode", choices=SASL_MODES,
@@ -175,6 +178,9 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
                      "usage_retention_days", "write_buffer_high_bytes", "max_buffered_bytes", "max_in_flight_requests",
                      "shutdown_grace_s", "default_num_partitions")
     }
+    splice = settings.get("splice", True)
+    if not isinstance(splice, bool):
+        raise ConfigError(f"splice: true or false, got {splice!r}")
     sasl_users = settings.get("sasl_users")
     sasl_mode, login = _login_settings(settings)
     connection_limits = ConnectionLimits(
@@ -191,6 +197,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         quota_file=Path(quota_file) if quota_file else None,
         state_dir=Path(settings.get("state_dir", "state")),
         log_level=log_level,
+        splice=splice,
         sasl_users=Path(sasl_users) if sasl_users else None,
         sasl_mode=sasl_mode,
         login=login,

@@ -42,6 +42,7 @@ def test_file_settings_and_flags_win(tmp_path: Path) -> None:
     ('upstream = "a:1"\nidle-timeout-seconds = "soon"\n', "expected a number"),
     ('upstream = "a:1"\nmax-in-flight-requests = 0\n', "must be positive"),
     ('upstream = "a:1"\nlog-level = "LOUD"\n', "log-level"),
+    ('upstream = "a:1"\nsplice = "yes"\n', "splice: true or false"),
     ("upstream = \n", "not valid TOML"),
 ])
 def test_bad_files_name_the_problem(tmp_path: Path, content: str, message: str) -> None:
@@ -49,6 +50,15 @@ def test_bad_files_name_the_problem(tmp_path: Path, content: str, message: str) 
     path.write_text(content)
     with pytest.raises(ConfigError, match=message):
         load("--config", str(path))
+
+
+def test_splice_is_on_unless_the_file_or_a_flag_turns_it_off(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "a:1"\nsplice = false\n')
+    assert load("--upstream", "a:1").splice
+    assert not load("--config", str(path)).splice
+    assert load("--config", str(path), "--splice").splice
+    assert not load("--upstream", "a:1", "--no-splice").splice
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:

@@ -1,0 +1,169 @@
+"""Large plaintext Produce requests: the rest of each frame moves from the client's socket to the cluster's
+inside the kernel (``splice``), in order with everything around it, and arrives whole."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from protocol.codecs import decode_response
+from protocol.header import response_header_length
+from proxy.dev.apache_kafka import KafkaCluster
+from tests.support import (
+    Cluster,
+    ProxyProcess,
+    connect_to_leader,
+    encode_request,
+    produce_request,
+    read_frame,
+    record_batch,
+)
+
+pytestmark = pytest.mark.integration
+MIB = 1024 * 1024
+SPLICED = "kafka_proxy_bytes_spliced_total"
+
+
+def metrics(proxy: ProxyProcess) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def values(tag: str, count: int, size: int = 1000) -> list[bytes]:
+    """Distinct record values: a reordered, dropped or corrupted byte shows in what is read back."""
+    return [(f"{tag}-{i}-".encode() + hashlib.sha256(f"{tag}{i}".encode()).digest() * size)[:size]
+            for i in range(count)]
+
+
+def create_topic(broker: Cluster, topic: str) -> None:
+    """One partition taking batches of up to 64 MiB (a Produce request carries one batch per partition)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": str(64 * MIB)})])[topic].result(30)
+
+
+def read_back(broker: Cluster, topic: str, count: int) -> list[bytes]:
+    """The partition's record values, read from the cluster directly."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"check-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    read: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(read) < count and time.monotonic() < deadline:
+        for message in consumer.consume(1000, timeout=1):
+            assert message.error() is None, message.error()
+            read.append(message.value())
+    consumer.close()
+    return read
+
+
+def produce_error_codes(frame: bytes) -> list[int]:
+    answer = decode_response(0, 7, memoryview(frame)[response_header_length(frame, False):])
+    return [p.error_code for t in answer.responses for p in t.partition_responses]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("splice", [True, False])
+def test_pipelined_large_produce_requests_arrive_whole_and_in_order(own_proxy, broker: Cluster, topic: str,  # type: ignore[no-untyped-def]
+                                                                     splice: bool) -> None:
+    proxy = own_proxy(*([] if splice else ["--no-splice"]))
+    create_topic(broker, topic)
+    first, second, third = values("a", 3000), values("b", 2000), values("c", 3)
+    frames = [produce_request(topic, record_batch(first), correlation_id=1),
+              encode_request(3, 1, correlation_id=2, topics=None),
+              produce_request(topic, record_batch(second), correlation_id=3),
+              produce_request(topic, record_batch(third), correlation_id=4)]
+    with connect_to_leader(proxy, topic) as sock:
+        sock.sendall(b"".join(frames))  # one write: the frames follow one another in the socket
+        answers = [read_frame(sock) for _ in frames]
+    assert [int.from_bytes(answer[:4], "big") for answer in answers] == [1, 2, 3, 4]
+    assert [produce_error_codes(answers[i]) for i in (0, 2, 3)] == [[0], [0], [0]]
+    assert read_back(broker, topic, 5003) == first + second + third
+    spliced = metrics(proxy)[SPLICED]
+    if splice:  # all but what the first read of each large frame took (64 KiB or more of its 3 and 2 MB)
+        assert 4 * MIB < spliced < 5 * MIB, spliced
+    else:
+        assert spliced == 0
+
+
+def test_librdkafka_producer_through_the_spliced_path_delivers_every_record(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                            topic: str) -> None:
+    proxy = own_proxy()
+    create_topic(broker, topic)
+    sent = values("r", 20_000)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "none"})
+    failures: list[object] = []
+    for value in sent:
+        producer.produce(topic, value, partition=0,
+                         on_delivery=lambda error, _message: failures.append(error) if error else None)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not failures
+    assert read_back(broker, topic, len(sent)) == sent
+    assert metrics(proxy)[SPLICED] > 10 * MIB  # of the 20 MB, in batches of up to 1 MB
+
+
+def test_a_client_gone_in_the_middle_of_a_spliced_frame_closes_only_its_connection(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                                   topic: str) -> None:
+    proxy = own_proxy()
+    create_topic(broker, topic)
+    frame = produce_request(topic, record_batch(values("t", 4000)), correlation_id=1)
+    with connect_to_leader(proxy, topic) as other:
+        with connect_to_leader(proxy, topic) as quitter:
+            quitter.sendall(frame[:len(frame) // 2])
+            deadline = time.monotonic() + 10
+            while metrics(proxy)[SPLICED] == 0:
+                assert time.monotonic() < deadline, "the frame was never spliced"
+                time.sleep(0.05)
+        other.sendall(produce_request(topic, record_batch(values("o", 3)), correlation_id=9))
+        answer = read_frame(other)
+        assert int.from_bytes(answer[:4], "big") == 9 and produce_error_codes(answer) == [0]
+    deadline = time.monotonic() + 10
+    while "client closed in the middle of a frame" not in proxy.log():
+        assert time.monotonic() < deadline, proxy.log()[-2000:]
+        time.sleep(0.05)
+    assert read_back(broker, topic, 3) == values("o", 3)  # nothing of the half frame reached the log
+
+
+def test_a_spliced_frame_waits_in_the_kernel_while_the_cluster_reads_nothing(tmp_path: Path) -> None:
+    """The cluster stopped (SIGSTOP, its own): the frame's bytes stay in the sockets' buffers, not in the proxy."""
+    with KafkaCluster(log_directory=tmp_path) as stopped:
+        cluster = Cluster(stopped.bootstrap).wait_until_ready()
+        proxy = ProxyProcess(stopped.bootstrap, tmp_path / "proxy.log", node_ids=cluster.node_ids).start()
+        try:
+            create_topic(cluster, "waits")
+            sent = values("w", 40_000)  # 40 MB in one request: more than every buffer on the way holds
+            frame = produce_request("waits", record_batch(sent), correlation_id=5)
+            assert proxy.process is not None
+            process = psutil.Process(proxy.process.pid)
+            with connect_to_leader(proxy, "waits", timeout_s=60) as sock:
+                before = process.memory_info().rss
+                stopped.brokers[0].pause()
+                try:
+                    sock.settimeout(2)
+                    sent_bytes = 0
+                    with contextlib.suppress(TimeoutError):  # every buffer up to the stopped cluster is full
+                        while sent_bytes < len(frame):
+                            sent_bytes += sock.send(frame[sent_bytes:sent_bytes + MIB])
+                    growth = process.memory_info().rss - before
+                    spliced = metrics(proxy)[SPLICED]
+                finally:
+                    stopped.brokers[0].resume()
+                sock.settimeout(60)
+                sock.sendall(frame[sent_bytes:])
+                answer = read_frame(sock)
+            assert int.from_bytes(answer[:4], "big") == 5 and produce_error_codes(answer) == [0]
+            assert sent_bytes < len(frame), "the whole frame fitted in the buffers: nothing waited"
+            assert spliced > MIB, "the frame was not spliced"
+            assert growth < 2 * MIB, f"the proxy grew by {growth / MIB:.1f} MiB while {sent_bytes / MIB:.1f} MiB waited"
+            assert read_back(cluster, "waits", len(sent)) == sent
+        finally:
+            proxy.stop()
