@@ -309,10 +309,10 @@ class ProxyServer:
     def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:
         connection = ClientConnection(self, resolver, name)
         self._admitted[connection] = ip
-        # Kafka's socket.send.buffer.bytes and socket.receive.buffer.bytes: the kernel holds no more for a
-        # client that stops reading (or floods) than a broker's would, and the proxy's own buffers do the rest
+        # Kafka's socket.send.buffer.bytes: the kernel holds no more for a client that stops reading than a
+        # broker's would, and the proxy's own buffers do the rest. Its socket.receive.buffer.bytes is left to
+        # the kernel's autotuning: 100 KiB there cost a fifth more CPU per produced MB (reads a fifth the size)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KAFKA_SOCKET_BUFFER_BYTES)
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, KAFKA_SOCKET_BUFFER_BYTES)
 
         async def attach() -> None:
             try:

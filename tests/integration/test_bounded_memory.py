@@ -34,10 +34,10 @@ SHARE = MIB
 """``write-buffer-high-bytes`` of these proxies."""
 TOTAL = 32 * MIB
 """``max-buffered-bytes`` of these proxies."""
-ALLOWED_GROWTH = {1: 16 * MIB, 100: 2 * TOTAL}
-"""What the test allows, by connections: the README's caps (3 x ``SHARE`` a connection, ``TOTAL`` in all) are
-measured figures, not asserted, because a fresh proxy's RSS moves by up to 10 MiB with its allocator's
-arenas from run to run. Before the caps, with the 4 MiB default mark, one ApiVersions connection grew it by
+ALLOWED_GROWTH = {1: 16 * MIB, 100: int(TOTAL * 1.1)}
+"""What the test allows, by connections: ``TOTAL`` plus 10% for 100 connections; for one, the README's cap
+(3 x ``SHARE``) is a measured figure, not asserted, because a fresh proxy's RSS moves by up to 10 MiB with its
+allocator's arenas from run to run. Before the caps, with the 4 MiB default mark, one ApiVersions connection grew it by
 97-105 MiB, twenty by 227 MiB, and a well-behaved client beside twenty got no answer in 5 s."""
 FLOOD_S = 8.0
 
