@@ -203,8 +203,9 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         for task in (self._connect_task, self._settling):
             if task is not None and not task.done():
                 task.cancel()
-        if self._splice is not None:
-            self._splice.stop()
+        for splice in (self._splice, self._response_splice):
+            if splice is not None:
+                splice.stop()
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:

@@ -255,7 +255,8 @@ class RequestSide(ConnectionState):
         if not (self._config.splice and can_splice(self._transport, self._upstream)):
             return
         if self._splice is None:
-            self._splice = FrameSplice(self._loop, self._spliced_read, self._spliced_frame, self._splice_failed)
+            self._splice = FrameSplice(self._loop, ("client", "cluster"), self._spliced_read, self._spliced_frame,
+                                       self._splice_failed)
         try:
             self._splice.start(self._transport, self._upstream, self._cut_through_remaining, self._read_bytes)
         except OSError as error:  # the rest is cut through as it is read
@@ -275,8 +276,11 @@ class RequestSide(ConnectionState):
         if self._held and not self._holding():
             self._loop.call_soon(self._release_held)
 
-    def _splice_failed(self, reason: str) -> None:
-        self._context.metrics.closed_for_bad_input += 1
+    def _splice_failed(self, reason: str, by_client: bool) -> None:
+        """A client gone in the middle of a frame closes as a truncated frame does; the cluster gone, as
+        an upstream connection lost."""
+        if by_client:
+            self._context.metrics.closed_for_bad_input += 1
         self.close(reason, warn=True)
 
     def _cut_through(self, data: bytes) -> bytes:

@@ -15,7 +15,8 @@ from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import response_correlation_id, response_header_length
 from protocol.throttle import raise_throttle
 from proxy.connection.flow import PauseReason
-from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, ConnectionState, InFlight
+from proxy.connection.splice import FrameSplice, can_splice
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
 from proxy.state.quota_service import now_ms
 from quotas.token_bucket import remaining_throttle_ms
 
@@ -155,6 +156,43 @@ class ResponseSide(ConnectionState):
                 head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
         self._transport.writelines((head, memoryview(taken)[len(prefix):]))
         self._mute_after_cut_through_ms = request.throttle_ms if request.holds_later_requests else None
+        if self._response_cut_through_remaining >= SPLICE_AFTER_BYTES:
+            self._splice_rest_of_response()
+
+    def _splice_rest_of_response(self) -> None:
+        """The rest of the Fetch response goes to the client inside the kernel, unread: the cluster's
+        connection is read no further until its last byte has gone."""
+        transport, upstream, gate = self._transport, self._upstream, self._upstream_gate
+        assert transport is not None and upstream is not None and gate is not None
+        if not (self._config.splice and can_splice(upstream, transport)):
+            return
+        if self._response_splice is None:
+            self._response_splice = FrameSplice(self._loop, ("cluster", "client"), self._spliced_response_read,
+                                                self._spliced_response, self._response_splice_failed)
+        try:
+            self._response_splice.start(upstream, transport, self._response_cut_through_remaining, self._read_bytes)
+        except OSError as error:  # the rest is cut through as it is read
+            log.warning("cannot splice a response to %s (%s): reading it instead", self._peer, error)
+            return
+        gate.pause(PauseReason.SPLICING)
+
+    def _spliced_response_read(self, nbytes: int) -> None:
+        self._last_activity = self._loop.time()
+        self._upstream_heard_at = time.perf_counter()
+        self._metrics.bytes_out += nbytes
+        self._metrics.bytes_spliced_out += nbytes
+        self._response_cut_through_remaining -= nbytes
+
+    def _spliced_response(self) -> None:
+        assert self._upstream_gate is not None
+        self._upstream_gate.resume(PauseReason.SPLICING)
+        self._responses_sent(self._mute_after_cut_through_ms)
+        if not self._closed:
+            self._after_responses()
+
+    def _response_splice_failed(self, reason: str, by_cluster: bool) -> None:
+        """The cluster gone in the middle of a response is worth a warning; a client that leaves is not."""
+        self.close(reason, warn=by_cluster)
 
     def _cut_through_response(self, data: bytes) -> bytes:
         """Send the client the part of ``data`` that belongs to the response being cut through (or drop

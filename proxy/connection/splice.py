@@ -1,5 +1,6 @@
-"""The rest of a large request frame moved from the client's socket to the cluster's inside the kernel
-(``splice(2)`` through a pipe): bytes the proxy does not read never become Python objects.
+"""The rest of a large frame moved from one socket to the other inside the kernel (``splice(2)`` through a
+pipe): a Produce request's from the client's to the cluster's, a Fetch response's the other way. Bytes the
+proxy does not read never become Python objects.
 
 A bare relay on this machine (``bench/relay_floor.py``) spends 0.69 ms of CPU per MB copying through
 user space and 0.24 ms splicing. Only plaintext sockets can be spliced (TLS records are decrypted in
@@ -37,9 +38,11 @@ class FrameSplice:
     duplicates live only while a frame moves.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_read: Callable[[int], None],
-                 on_done: Callable[[], None], on_failed: Callable[[str], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, names: tuple[str, str], on_read: Callable[[int], None],
+                 on_done: Callable[[], None], on_failed: Callable[[str, bool], None]) -> None:
         self._loop = loop
+        self._source_name, self._sink_name = names
+        """Who is at each end, for the reasons given to ``on_failed`` (with True when the source failed)."""
         self._on_read, self._on_done, self._on_failed = on_read, on_done, on_failed
         self._descriptors: list[int] = []
         self._source = self._sink = self._pipe_out = self._pipe_in = -1
@@ -87,10 +90,10 @@ class FrameSplice:
         except BlockingIOError:
             return
         except OSError as error:
-            self._fail(f"reading the client's frame: {error}")
+            self._fail(f"reading a frame from the {self._source_name}: {error}", by_source=True)
             return
         if read == 0:
-            self._fail("client closed in the middle of a frame")
+            self._fail(f"{self._source_name} closed in the middle of a frame", by_source=True)
             return
         self._to_read -= read
         self._in_pipe += read
@@ -101,12 +104,12 @@ class FrameSplice:
         while self._in_pipe:
             try:
                 self._in_pipe -= os.splice(self._pipe_out, self._sink, self._in_pipe, flags=_FLAGS)
-            except BlockingIOError:  # the cluster takes no more for now: read nothing until it does
+            except BlockingIOError:  # the sink takes no more for now: read nothing until it does
                 self._loop.remove_reader(self._source)
                 self._loop.add_writer(self._sink, self._sink_drained)
                 return
             except OSError as error:
-                self._fail(f"writing the frame upstream: {error}")
+                self._fail(f"writing a frame to the {self._sink_name}: {error}", by_source=False)
                 return
         if not self._to_read:
             self.stop()
@@ -117,9 +120,9 @@ class FrameSplice:
         self._loop.add_reader(self._source, self._move)
         self._drain_pipe()
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, by_source: bool) -> None:
         self.stop()
-        self._on_failed(reason)
+        self._on_failed(reason, by_source)
 
     def stop(self) -> None:
         """Stop moving (done, or the connection is closing) and close the pipe and the duplicates."""

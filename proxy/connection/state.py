@@ -131,6 +131,8 @@ class ConnectionState:
         self._cut_through_copy: bytearray | None = None
         self._splice: FrameSplice | None = None
         """Moves the rest of large request frames socket to socket (made for the first)."""
+        self._response_splice: FrameSplice | None = None
+        """Moves the rest of large Fetch responses socket to socket (made for the first)."""
         self._response_cut_through_remaining = 0
         """Bytes of a response frame still to come that go to the client without buffering."""
         self._mute_after_cut_through_ms: int | None = None

@@ -82,6 +82,8 @@ class ProxyMetrics(Collector):
         self.bytes_out = 0
         self.bytes_spliced = 0
         """Bytes of ``bytes_in`` that went upstream inside the kernel (``splice``), never read by the proxy."""
+        self.bytes_spliced_out = 0
+        """Bytes of ``bytes_out`` that came from the cluster inside the kernel (``splice``)."""
         self.upstream_connect_failures = 0
         self.upstream_request_timeouts = 0
         self.closed_for_bad_input = 0
@@ -148,6 +150,8 @@ class ProxyMetrics(Collector):
             ("kafka_proxy_bytes_out", "Bytes sent to clients", self.bytes_out),
             ("kafka_proxy_bytes_spliced", "Bytes received from clients that went upstream inside the kernel "
              "(splice), never read by the proxy", self.bytes_spliced),
+            ("kafka_proxy_bytes_spliced_out", "Bytes sent to clients that came from the cluster inside the kernel "
+             "(splice), never read by the proxy", self.bytes_spliced_out),
             ("kafka_proxy_upstream_connect_failures", "Upstream connections that could not be opened",
              self.upstream_connect_failures),
             ("kafka_proxy_upstream_request_timeouts", "Connections closed because the cluster did not answer a "

@@ -1,10 +1,11 @@
-"""Large plaintext Produce requests: the rest of each frame moves from the client's socket to the cluster's
-inside the kernel (``splice``), in order with everything around it, and arrives whole."""
+"""Large plaintext Produce requests and Fetch responses: the rest of each frame moves from one socket to the
+other inside the kernel (``splice``), in order with everything around it, and arrives whole."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.support import (
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
 SPLICED = "kafka_proxy_bytes_spliced_total"
+SPLICED_OUT = "kafka_proxy_bytes_spliced_out_total"
 
 
 def metrics(proxy: ProxyProcess) -> dict[str, float]:
@@ -51,9 +53,9 @@ def create_topic(broker: Cluster, topic: str) -> None:
     admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": str(64 * MIB)})])[topic].result(30)
 
 
-def read_back(broker: Cluster, topic: str, count: int) -> list[bytes]:
-    """The partition's record values, read from the cluster directly."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"check-{topic}",
+def read_back(broker: Cluster, topic: str, count: int, bootstrap: str | None = None) -> list[bytes]:
+    """The partition's record values, read from the cluster directly (or through ``bootstrap``)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap or broker.bootstrap, "group.id": f"check-{topic}",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     read: list[bytes] = []
@@ -109,6 +111,30 @@ def test_librdkafka_producer_through_the_spliced_path_delivers_every_record(own_
     assert producer.flush(60) == 0 and not failures
     assert read_back(broker, topic, len(sent)) == sent
     assert metrics(proxy)[SPLICED] > 10 * MIB  # of the 20 MB, in batches of up to 1 MB
+
+
+def test_large_fetch_responses_arrive_as_the_cluster_sent_them(own_proxy, broker: Cluster, topic: str) -> None:  # type: ignore[no-untyped-def]
+    proxy = own_proxy()
+    create_topic(broker, topic)
+    sent = values("f", 6000)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.size": 1_000_000})
+    for value in sent:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(60) == 0
+    fetch = encode_request(1, 4, correlation_id=3, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=16 * MIB,
+                           isolation_level=0, topics=[{"topic": topic, "partitions": [
+                               {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 16 * MIB}]}])
+    _, leader_host, leader_port = broker.leader(topic)
+    with socket.create_connection((leader_host, leader_port), timeout=30) as direct:
+        direct.sendall(fetch)
+        expected = read_frame(direct)
+    with connect_to_leader(proxy, topic) as sock:
+        sock.sendall(fetch * 3)  # pipelined: each spliced response is followed by the next
+        answers = [read_frame(sock) for _ in range(3)]
+    assert len(expected) > 5 * MIB
+    assert answers == [expected] * 3
+    assert metrics(proxy)[SPLICED_OUT] > 3 * 5 * MIB
+    assert read_back(broker, topic, len(sent), bootstrap=proxy.bootstrap) == sent  # librdkafka, through the proxy
 
 
 def test_a_client_gone_in_the_middle_of_a_spliced_frame_closes_only_its_connection(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
