@@ -33,8 +33,8 @@ start."""
 
 
 SPLICE_AFTER_BYTES = 64 * 1024
-"""The rest of a request frame cut through is spliced (``splice``) when at least this much is still to
-come: a splice costs a few system calls more to start than a read."""
+"""The rest of a frame cut through (a request, or a Fetch response) is spliced (``splice``) when at least
+this much is still to come: starting a splice costs a pipe and two duplicated descriptors."""
 
 READ_BYTES = 256 * 1024
 """The most one read takes from a client (uvloop's own read size)."""
