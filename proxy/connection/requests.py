@@ -281,6 +281,7 @@ class RequestSide(ConnectionState):
         an upstream connection lost."""
         if by_client:
             self._context.metrics.closed_for_bad_input += 1
+            reason = f"truncated frame: {reason}"
         self.close(reason, warn=True)
 
     def _cut_through(self, data: bytes) -> bytes:
