@@ -110,8 +110,13 @@ class RequestSide(ConnectionState):
 
     def _release_held(self) -> None:
         """Decide the requests that waited, in order, now that nothing holds them (they may hold again)."""
-        if self._closed or self._draining or self._holding() or (self._splice is not None and self._splice.active):
-            return  # a frame being spliced: its end releases them
+        if self._closed or self._draining:
+            return
+        if self._holding() or (self._splice is not None and self._splice.active):
+            # reading stops until then: the responses that end the hold release them (``_after_responses``
+            # looks for this pause), the end of a frame being spliced too
+            self._pause_if_holding()
+            return
         self.gate.resume(PauseReason.HOLDING)  # paused while holding, whatever held
         try:
             for chunk, ends, first in self._held.take():

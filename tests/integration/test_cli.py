@@ -16,7 +16,18 @@ from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest
 
 from proxy.dev.apache_kafka import KafkaCluster
-from tests.support import Cluster, ProxyProcess, connect_to_leader, encode_request, proxy_command, read_frame
+from tests.support import (
+    FOREIGN_PRODUCER_ID,
+    Cluster,
+    ProxyProcess,
+    connect_to_leader,
+    create_topic_on_one_broker,
+    encode_request,
+    produce_request,
+    proxy_command,
+    read_frame,
+    record_batch,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +116,19 @@ def test_pipelined_requests_beyond_the_in_flight_limit_all_get_answers(own_proxy
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
         sock.sendall(requests)
         assert [correlation_id(read_frame(sock)) for _ in range(300)] == list(range(300))
+
+
+def test_pipelined_produce_requests_held_for_producer_id_checks_beyond_the_limit_all_get_answers(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    """Each request carries a new producer ID, checked (in the ledger) before it goes on: the ones read while
+    a check is pending wait, and more than the in-flight limit were read. Before, once a check ended with
+    the limit reached, nothing released them: 34 of 50 were answered."""
+    quotas = tmp_path / "quotas.toml"
+    quotas.write_text('[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 1000\n')
+    proxy = own_proxy("--quota-file", str(quotas), "--max-in-flight-requests", "8")
+    create_topic_on_one_broker(broker, topic)
+    frames = [produce_request(topic, record_batch([b"v"], producer_id=FOREIGN_PRODUCER_ID + n, producer_epoch=0,
+                                                  base_sequence=0), correlation_id=n + 1) for n in range(50)]
+    with connect_to_leader(proxy, topic, timeout_s=10) as sock:
+        sock.sendall(b"".join(frames))
+        assert [correlation_id(read_frame(sock)) for _ in frames] == list(range(1, 51))
