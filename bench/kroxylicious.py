@@ -17,17 +17,6 @@ from proxy.dev.kafka_jars import KafkaUnavailable, java_executable, maven_libs
 
 KROXYLICIOUS_VERSION = "0.12.0"
 _LAUNCHER = Path(__file__).parent / "java" / "KroxyliciousPassThrough.java"
-_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>kafka-quota-proxy</groupId>
-  <artifactId>kroxylicious-runtime-bench</artifactId>
-  <version>{KROXYLICIOUS_VERSION}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>io.kroxylicious</groupId><artifactId>kroxylicious-runtime</artifactId><version>{KROXYLICIOUS_VERSION}</version></dependency>
-  </dependencies>
-</project>
-"""
 # One virtual cluster, brokers told apart by port from the bootstrap port up (Kroxylicious's
 # portIdentifiesNode gateway), no filters: the pass-through its users start from.
 _CONFIG = """virtualClusters:
@@ -67,7 +56,8 @@ class KroxyliciousProcess:
         return f"{LOOPBACK}:{self.port}"
 
     def __enter__(self) -> KroxyliciousProcess:
-        libs = maven_libs(f"kroxylicious-{KROXYLICIOUS_VERSION}", f"Kroxylicious {KROXYLICIOUS_VERSION}", _POM)
+        libs = maven_libs(f"kroxylicious-{KROXYLICIOUS_VERSION}", f"Kroxylicious {KROXYLICIOUS_VERSION}",
+                          (f"io.kroxylicious:kroxylicious-runtime:{KROXYLICIOUS_VERSION}",))
         classes = _launcher_classes(libs)
         config = self.directory / "kroxylicious.yaml"
         config.write_text(_CONFIG.format(upstream=self.upstream, host=LOOPBACK, port=self.port))

@@ -21,19 +21,20 @@ LOG4J_VERSION = "2.25.4"
 _MIN_JAVA = 17
 _FIX = ("install Java 17+ and Maven (Debian/Ubuntu: apt install openjdk-17-jre-headless maven), "
         "or run against a cluster of your own: KAFKA_BOOTSTRAP=host:port")
+_KAFKA_ARTIFACTS = (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+                    f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}")
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>kafka-quota-proxy</groupId>
-  <artifactId>apache-kafka-runtime</artifactId>
-  <version>{kafka}</version>
+  <artifactId>{name}</artifactId>
+  <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+{dependencies}
   </dependencies>
 </project>
 """
+_DEPENDENCY = "    <dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>"
 
 class KafkaUnavailable(RuntimeError):
     """Apache Kafka cannot be run here (no Java 17+, no Maven, or its jars could not be resolved)."""
@@ -64,8 +65,7 @@ def java_executable() -> str:
 
 def kafka_libs() -> Path:
     """The directory of Kafka's jars, resolved from Maven Central on first use."""
-    return maven_libs(f"apache-kafka-{KAFKA_VERSION}", f"Apache Kafka {KAFKA_VERSION}",
-                      _POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION), _check_log4j)
+    return maven_libs(f"apache-kafka-{KAFKA_VERSION}", f"Apache Kafka {KAFKA_VERSION}", _KAFKA_ARTIFACTS, _check_log4j)
 
 
 def _check_log4j(libs: Path) -> None:
@@ -75,10 +75,11 @@ def _check_log4j(libs: Path) -> None:
                                f"log4j-slf4j-impl {LOG4J_VERSION}: set LOG4J_VERSION to match")
 
 
-def maven_libs(name: str, what: str, pom: str, check: Callable[[Path], None] | None = None) -> Path:
-    """``<cache>/<name>/lib``: the runtime jars of ``pom``'s dependencies, resolved by Maven on first use
-    (a lock keeps two processes from resolving at once; a half-resolved directory is never used;
-    ``check`` may refuse what was resolved)."""
+def maven_libs(name: str, what: str, artifacts: tuple[str, ...], check: Callable[[Path], None] | None = None
+               ) -> Path:
+    """``<cache>/<name>/lib``: the runtime jars of ``artifacts`` (``group:artifact:version``) and what they
+    depend on, resolved by Maven on first use (a lock keeps two processes from resolving at once; a
+    half-resolved directory is never used; ``check`` may refuse what was resolved)."""
     root = cache_directory() / name
     libs = root / "lib"
     if libs.is_dir():
@@ -87,7 +88,8 @@ def maven_libs(name: str, what: str, pom: str, check: Callable[[Path], None] | N
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not libs.is_dir():
-            _resolve(root, libs, what, pom, check)
+            dependencies = "\n".join(_DEPENDENCY.format(*artifact.split(":")) for artifact in artifacts)
+            _resolve(root, libs, what, _POM.format(name=name, dependencies=dependencies), check)
     return libs
 
 
