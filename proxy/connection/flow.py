@@ -14,7 +14,7 @@ class PauseReason(enum.Enum):
     HOLDING = "requests read are held (a throttle, a pending decision, a backlog, too many in flight)"
     AWAITING_CLUSTER = "a request waits for cluster metadata"
     LOGGING_IN = "before a login completes, a request waits for the answer to the one before"
-    SPLICING = "the rest of a request frame moves to the cluster inside the kernel"
+    SPLICING = "the rest of a frame this side sent moves to the other side inside the kernel"
 
 
 class ReadGate:
