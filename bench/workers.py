@@ -23,7 +23,7 @@ import psutil
 from confluent_kafka import Producer
 
 from bench.report import write_results
-from bench.run import NON_BINDING_QUOTAS, create_topic, delete_topic, interleaved_medians, produce_all
+from bench.run import QUOTAS, create_topic, delete_topic, interleaved_medians, produce_all
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess
 
@@ -67,7 +67,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kqp-workers-"))
     quotas = workdir / "quotas.toml"
-    quotas.write_text('[settings]\n"quota.scope" = "cluster"\n' + NON_BINDING_QUOTAS)
+    quotas.write_text('[settings]\n"quota.scope" = "cluster"\n' + QUOTAS)
     results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count(), "python": platform.python_version()},
                                "settings": vars(args)}
     with KafkaCluster(log_directory=workdir) as broker:
