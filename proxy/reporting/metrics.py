@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 from kafka.protocol.api_key import ApiKey
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -98,6 +98,8 @@ class ProxyMetrics(Collector):
         """Indexed by api key; keys outside Kafka's known set close the connection first."""
         self._latency: dict[int, Observations] = {}
         registry.register(self)
+        # the process's CPU seconds and memory beside its bytes: what sizing a proxy (or a worker) needs
+        ProcessCollector(registry=registry)
 
     def login_ended(self, mechanism: str, succeeded: bool) -> None:
         key = (mechanism, "succeeded" if succeeded else "failed")
