@@ -11,13 +11,14 @@ ZStandard before v7), and the broker answers it alone while the other partitions
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from struct import Struct
 from struct import error as StructError
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from protocol.apis import Api
 from protocol.errors import INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE, ProtocolError
-from protocol.header import RequestHeader, read_uvarint, skip_tagged_fields
+from protocol.header import RequestHeader, read_uvarint
 
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
 FIRST_TOPIC_ID_PRODUCE_VERSION = 13
@@ -34,6 +35,8 @@ BATCH_LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength cou
 NO_PRODUCER_ID = -1
 FIRST_ZSTD_PRODUCE_VERSION = 7
 ZSTD = 4
+
+_T = TypeVar("_T")
 
 COMPRESSION_MASK = 0x07
 TRANSACTIONAL_FLAG = 0x10
@@ -98,13 +101,12 @@ class ProduceScan(NamedTuple):
         return any(partition.error_code for topic in self.topics for partition in topic.partitions)
 
 
-class _Reader:
-    """A cursor over the frame that turns every overrun into a ProtocolError with its offset."""
+class _Cursor:
+    """Where a walk stands in the frame (for the batches' offsets and the errors)."""
 
-    __slots__ = ("buf", "pos", "flexible", "version")
+    __slots__ = ("pos", "version", "flexible")
 
-    def __init__(self, buf: bytes | memoryview, pos: int, version: int) -> None:
-        self.buf = buf
+    def __init__(self, pos: int, version: int) -> None:
         self.pos = pos
         self.version = version
         self.flexible = version >= FIRST_FLEXIBLE_PRODUCE_VERSION
@@ -113,114 +115,219 @@ class _Reader:
         return ProtocolError(reason, api_key=Api.PRODUCE, api_version=self.version,
                              offset=self.pos if offset is None else offset)
 
-    def need(self, size: int, what: str) -> int:
-        start = self.pos
-        if size < 0 or start + size > len(self.buf):
-            raise self.fail(f"{what} runs past the end of the frame")
-        self.pos = start + size
-        return start
 
-    def int16(self, what: str) -> int:
-        return int(_INT16.unpack_from(self.buf, self.need(2, what))[0])
-
-    def int32(self, what: str) -> int:
-        return int(_INT32.unpack_from(self.buf, self.need(4, what))[0])
-
-    def length(self, what: str, classic: Struct) -> int:
-        """A string/bytes/array length: -1 for null (classic int16/int32, or compact uvarint - 1)."""
-        if self.flexible:
-            pos = self.pos
-            if pos < len(self.buf) and self.buf[pos] < 0x80:  # one-byte varint: the common case
-                self.pos = pos + 1
-                return int(self.buf[pos]) - 1
-            try:
-                length_plus_one, self.pos = read_uvarint(self.buf, self.pos)
-            except ProtocolError:
-                raise self.fail(f"{what} length truncated") from None
-            return length_plus_one - 1
-        return int(classic.unpack_from(self.buf, self.need(classic.size, what))[0])
-
-    def string(self, what: str) -> str | None:
-        size = self.length(what, _INT16)
-        if size < 0:
-            if size != -1:
-                raise self.fail(f"{what} has negative length {size}")
-            return None
-        start = self.need(size, what)
-        try:
-            return bytes(self.buf[start:self.pos]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self.fail(f"{what} is not UTF-8", start) from None
-
-    def array_count(self, what: str) -> int:
-        count = self.length(what, _INT32)
-        if count < 0:
-            raise self.fail(f"{what} is null or negative ({count})")
-        return count
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            if self.pos < len(self.buf) and self.buf[self.pos] == 0:  # no tagged fields: the common case
-                self.pos += 1
-                return
-            try:
-                self.pos = skip_tagged_fields(self.buf, self.pos)
-            except ProtocolError as error:
-                raise self.fail(error.reason) from None
+_Walk = Generator[tuple[int, str], memoryview, _T]
+"""A walk over a Produce request's body. It yields ``(size, what)``: for ``size`` >= 0 the next ``size`` bytes
+are sent back; for ``size`` < 0, ``-size`` bytes of record data follow that the walk does not read (None is
+sent back). It returns what it read."""
 
 
-def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceScan:
-    """Scan a Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it."""
-    version = header.api_version
-    if not MIN_SCANNED_PRODUCE_VERSION <= version <= FIRST_TOPIC_ID_PRODUCE_VERSION:
-        raise ProtocolError("Produce version outside the scanned range 3-13", api_key=Api.PRODUCE,
-                            api_version=version, offset=0)
-    reader = _Reader(frame, header.length, version)
+def _take(cursor: _Cursor, size: int, what: str) -> _Walk[memoryview]:
+    data = yield size, what
+    cursor.pos += size
+    return data
+
+
+def _uvarint(cursor: _Cursor, what: str) -> _Walk[int]:
+    result = shift = 0
+    while True:
+        byte = (yield 1, what)[0]
+        cursor.pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result
+        shift += 7
+        if shift > 28:
+            raise cursor.fail(f"{what}: varint longer than 5 bytes")
+
+
+def _length(cursor: _Cursor, what: str, classic: Struct) -> _Walk[int]:
+    """A string/bytes/array length: -1 for null (classic int16/int32, or compact uvarint - 1)."""
+    if cursor.flexible:
+        return (yield from _uvarint(cursor, f"{what} length")) - 1
+    data = yield classic.size, what
+    cursor.pos += classic.size
+    return int(classic.unpack(data)[0])
+
+
+def _string(cursor: _Cursor, what: str) -> _Walk[str | None]:
+    size = yield from _length(cursor, what, _INT16)
+    if size < 0:
+        if size != -1:
+            raise cursor.fail(f"{what} has negative length {size}")
+        return None
+    start = cursor.pos
+    data = yield from _take(cursor, size, what)
     try:
-        transactional_id = reader.string("transactional_id")
-        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, reader.need(_ACKS_TIMEOUT.size, "acks"))
-        topics = tuple(_scan_topic(reader) for _ in range(reader.array_count("topic_data")))
-        reader.tagged_fields()
-    except StructError as error:  # need() bounds every read; this is a last resort
-        raise reader.fail(f"truncated: {error}") from None
-    if reader.pos != len(frame):
-        raise reader.fail(f"{len(frame) - reader.pos} trailing bytes after the request")
-    return ProduceScan(transactional_id, acks, timeout_ms, topics)
+        return str(data, "utf-8")
+    except UnicodeDecodeError:
+        raise cursor.fail(f"{what} is not UTF-8", start) from None
 
 
-def _scan_topic(reader: _Reader) -> TopicData:
+def _array_count(cursor: _Cursor, what: str) -> _Walk[int]:
+    count = yield from _length(cursor, what, _INT32)
+    if count < 0:
+        raise cursor.fail(f"{what} is null or negative ({count})")
+    return count
+
+
+def _tagged_fields(cursor: _Cursor) -> _Walk[None]:
+    if cursor.flexible:
+        count = (yield 1, "tagged fields")[0]  # no tagged fields: the common case
+        cursor.pos += 1
+        if count & 0x80:
+            count = (count & 0x7F) | (yield from _uvarint(cursor, "tagged fields")) << 7
+        for _ in range(count):
+            yield from _uvarint(cursor, "tag")
+            yield from _take(cursor, (yield from _uvarint(cursor, "tagged field size")), "tagged field")
+
+
+def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
+    transactional_id = yield from _string(cursor, "transactional_id")
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack((yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")))
+    topics = []
+    for _ in range((yield from _array_count(cursor, "topic_data"))):
+        topics.append((yield from _walk_topic(cursor)))
+    yield from _tagged_fields(cursor)
+    return ProduceScan(transactional_id, acks, timeout_ms, tuple(topics))
+
+
+def _walk_topic(cursor: _Cursor) -> _Walk[TopicData]:
     name: str | None = None
     topic_id: bytes | None = None
-    if reader.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
-        start = reader.need(16, "topic_id")
-        topic_id = bytes(reader.buf[start:reader.pos])
+    if cursor.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
+        topic_id = bytes((yield from _take(cursor, 16, "topic_id")))
     else:
-        name = reader.string("topic name")
-    partitions = tuple(_scan_partition(reader) for _ in range(reader.array_count("partition_data")))
-    reader.tagged_fields()
-    return TopicData(name, topic_id, partitions)
+        name = yield from _string(cursor, "topic name")
+    partitions = []
+    for _ in range((yield from _array_count(cursor, "partition_data"))):
+        partitions.append((yield from _walk_partition(cursor)))
+    yield from _tagged_fields(cursor)
+    return TopicData(name, topic_id, tuple(partitions))
 
 
-def _scan_partition(reader: _Reader) -> PartitionData:
-    partition = reader.int32("partition index")
-    size = reader.length("records", _INT32)
+def _walk_partition(cursor: _Cursor) -> _Walk[PartitionData]:
+    data = yield 4, "partition index"
+    cursor.pos += 4
+    partition = int(_INT32.unpack(data)[0])
+    size = yield from _length(cursor, "records", _INT32)
     result = PartitionData(partition, None)
     if size >= 0:
-        start = reader.need(size, "records")
-        batch = _batch_header(reader.buf, start, size)
-        problem = _batch_problem(batch, size, reader.version)
+        start = cursor.pos
+        batch = None
+        if size >= BATCH_HEADER_BYTES:
+            batch = _batch_header((yield BATCH_HEADER_BYTES, "records"), start, size)
+            cursor.pos = start + BATCH_HEADER_BYTES
+            if size > BATCH_HEADER_BYTES:
+                yield BATCH_HEADER_BYTES - size, "records"
+                cursor.pos = start + size
+        else:
+            yield from _take(cursor, size, "records")
+        problem = _batch_problem(batch, size, cursor.version)
         result = PartitionData(partition, batch) if problem is None else PartitionData(partition, None, *problem)
     elif size != -1:
-        raise reader.fail(f"records have negative length {size}")
-    reader.tagged_fields()
+        raise cursor.fail(f"records have negative length {size}")
+    yield from _tagged_fields(cursor)
     return result
 
 
-def _batch_header(buf: bytes | memoryview, start: int, size: int) -> RecordBatch | None:
-    if size < BATCH_HEADER_BYTES:
-        return None
+class StreamedProduceScan:
+    """A Produce request (v3-v13) scanned as its bytes go by, in as many pieces as they come: only the
+    structure and each batch's header are kept, so the record data after a batch header (``records_ahead``)
+    need not be read at all (``skipped``). ``scan`` is the request's ``ProduceScan`` once the walk is done;
+    a frame that does not hold a well-formed request raises ProtocolError as soon as that shows."""
+
+    __slots__ = ("header", "scan", "_cursor", "_walk", "_offset", "_end", "_wanted", "_field", "_records")
+
+    def __init__(self, header: RequestHeader, frame_bytes: int) -> None:
+        """``frame_bytes``: the frame's size without its size prefix; the frame is fed from its first byte."""
+        version = header.api_version
+        if not MIN_SCANNED_PRODUCE_VERSION <= version <= FIRST_TOPIC_ID_PRODUCE_VERSION:
+            raise ProtocolError("Produce version outside the scanned range 3-13", api_key=Api.PRODUCE,
+                                api_version=version, offset=0)
+        self.header = header
+        self.scan: ProduceScan | None = None
+        self._cursor = _Cursor(header.length, version)
+        self._walk = _walk_request(self._cursor)
+        self._offset = 0
+        """Offset in the frame of the next byte fed."""
+        self._end = frame_bytes
+        self._field = bytearray()
+        self._records = 0
+        self._wanted = 0
+        self._send(None)
+
+    @property
+    def records_ahead(self) -> int:
+        """Record bytes coming next that nothing reads."""
+        return self._records
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """The frame's next bytes, in order."""
+        view = memoryview(data)
+        at, size = 0, len(view)
+        while at < size:
+            if self._offset < self._cursor.pos:  # the request header, parsed already
+                taken = min(self._cursor.pos - self._offset, size - at)
+                self._offset += taken
+            elif self._records:
+                taken = min(self._records, size - at)
+                self.skipped(taken)
+            elif self.scan is not None:
+                raise self._cursor.fail(f"{self._end - self._offset} trailing bytes after the request")
+            elif not self._field and size - at >= self._wanted:  # the whole field is here: no copy
+                taken = self._wanted
+                self._offset += taken
+                at += taken
+                self._send(view[at - taken:at])
+                continue
+            else:
+                taken = min(self._wanted - len(self._field), size - at)
+                self._field += view[at:at + taken]
+                self._offset += taken
+                if len(self._field) == self._wanted:
+                    field, self._field = self._field, bytearray()
+                    self._send(memoryview(field))
+            at += taken
+
+    def skipped(self, size: int) -> None:
+        """``size`` bytes of ``records_ahead`` went by unread."""
+        assert 0 < size <= self._records
+        self._records -= size
+        self._offset += size
+        if not self._records:
+            self._send(None)
+
+    def _send(self, data: memoryview | None) -> None:
+        """Give the walk what it wanted; take its next want (fields of no bytes are answered at once)."""
+        try:
+            size, what = self._walk.send(data)  # type: ignore[arg-type]
+        except StopIteration as done:
+            self.scan = done.value
+            if self._cursor.pos != self._end:
+                raise self._cursor.fail(f"{self._end - self._cursor.pos} trailing bytes after the request") from None
+            return
+        if self._cursor.pos + abs(size) > self._end:  # where the walk stands: the want starts there
+            raise self._cursor.fail(f"{what} runs past the end of the frame")
+        if size < 0:
+            self._records = -size
+        elif size:
+            self._wanted = size
+        else:
+            self._send(memoryview(b""))
+
+
+def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceScan:
+    """Scan a whole Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it."""
+    streamed = StreamedProduceScan(header, len(frame))
+    streamed.feed(frame)
+    assert streamed.scan is not None  # every want is checked against the frame's end
+    return streamed.scan
+
+
+def _batch_header(header: memoryview, start: int, size: int) -> RecordBatch:
     (_base_offset, batch_length, _leader_epoch, magic, _crc, attributes, _last_delta, _base_ts, _max_ts,
-     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack_from(buf, start)
+     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack(header)
     return RecordBatch(start, start + size, batch_length, magic, attributes, producer_id, producer_epoch,
                        base_sequence, records_count)
 
@@ -243,13 +350,22 @@ def _batch_problem(batch: RecordBatch | None, size: int, version: int) -> tuple[
 
 
 def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
-    """``acks`` alone, reading only up to it (acks=0 requests get no response)."""
-    reader = _Reader(frame, header.length, header.api_version)
-    if header.api_version >= MIN_SCANNED_PRODUCE_VERSION:
-        try:
-            reader.string("transactional_id")
-        except ProtocolError as error:
-            raise reader.fail(f"Produce request truncated before acks: {error.reason}") from None
-    if reader.pos + 2 > len(frame):
-        raise reader.fail("Produce request truncated before acks")
-    return reader.int16("acks")
+    """``acks`` alone, reading only up to it (acks=0 requests get no response); ``frame`` may be a request's
+    start."""
+    cursor = _Cursor(header.length, header.api_version)
+    pos = cursor.pos
+    try:
+        if header.api_version >= MIN_SCANNED_PRODUCE_VERSION:  # after the transactional_id
+            if cursor.flexible:
+                length_plus_one, pos = read_uvarint(frame, pos)
+                length = length_plus_one - 1
+            else:
+                (length,) = _INT16.unpack_from(frame, pos)
+                pos += _INT16.size
+            if length < -1:
+                raise cursor.fail(f"transactional_id has negative length {length}")
+            pos += max(length, 0)
+        (acks,) = _INT16.unpack_from(frame, pos)
+    except (ProtocolError, StructError):
+        raise cursor.fail("Produce request truncated before acks") from None
+    return int(acks)

@@ -19,6 +19,7 @@ from protocol.produce import (
     INVALID_RECORD,
     UNSUPPORTED_COMPRESSION_TYPE,
     PartitionData,
+    StreamedProduceScan,
     scan_produce,
 )
 
@@ -161,3 +162,54 @@ def test_every_truncation_is_a_protocol_error(version: int) -> None:
             scan_produce(frame[:end], header)  # type: ignore[arg-type]
     with pytest.raises(ProtocolError, match="trailing bytes"):
         scan_produce(frame + b"\x00", header)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300)
+@given(produce_requests(), st.lists(st.integers(1, 300), min_size=1, max_size=5), st.integers(0, 255))
+def test_a_request_scanned_as_it_streams_gives_the_whole_scan_without_reading_record_data(
+        generated: tuple[int, bytes], pieces: list[int], unread: int) -> None:
+    version, frame = generated
+    header = parse_request_header(frame, flexible=version >= 9)
+    whole = scan_produce(frame, header)
+    scan = StreamedProduceScan(header, len(frame))
+    blanked = bytearray(frame)
+    at, turn = 0, 0
+    while at < len(frame):
+        piece = pieces[turn % len(pieces)]
+        turn += 1
+        if scan.records_ahead:  # record data nothing reads: passed over, or fed as garbage
+            taken = min(scan.records_ahead, piece)
+            blanked[at:at + taken] = bytes([unread]) * taken
+            if turn % 2:
+                scan.skipped(taken)
+            else:
+                scan.feed(blanked[at:at + taken])
+        else:
+            taken = min(piece, len(frame) - at)
+            scan.feed(blanked[at:at + taken])
+        at += taken
+    assert scan.scan == whole
+    assert scan_produce(bytes(blanked), header) == whole  # what the scan reads was fed intact
+
+
+@pytest.mark.parametrize("version", [7, 11])
+def test_a_streamed_request_leaves_record_data_to_be_passed_over(version: int) -> None:
+    records = one_batch()
+    frame, header = encoded(version, records)
+    scan = StreamedProduceScan(header, len(frame))  # type: ignore[arg-type]
+    batch_at = frame.index(records)
+    scan.feed(frame[:batch_at + BATCH_HEADER_BYTES])
+    assert scan.records_ahead == len(records) - BATCH_HEADER_BYTES and scan.scan is None
+    scan.skipped(scan.records_ahead)
+    scan.feed(frame[batch_at + len(records):])
+    assert scan.scan == scan_produce(frame, header)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", [7, 11])
+def test_a_streamed_request_that_does_not_fit_its_frame_fails_as_soon_as_that_shows(version: int) -> None:
+    frame, header = encoded(version, one_batch())
+    with pytest.raises(ProtocolError, match="runs past the end of the frame"):
+        StreamedProduceScan(header, len(frame) - 1).feed(frame[:-1])  # type: ignore[arg-type]
+    scan = StreamedProduceScan(header, len(frame) + 5)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="5 trailing bytes"):
+        scan.feed(frame)
