@@ -34,7 +34,6 @@ from bench.report import write_results
 
 MODES = ("copy", "splice")
 _CHUNK = 1 << 20
-_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ from Python 3.10 on Linux; spelled out for the type checker
 _READ_BYTES = 256 * 1024  # the proxy's largest read
 
 
@@ -68,7 +67,7 @@ class _SpliceRelay(asyncio.Protocol):
         self._source = os.dup(transport.get_extra_info("socket").fileno())
         self._sink = os.dup(self._upstream.get_extra_info("socket").fileno())
         self._pipe_out, self._pipe_in = os.pipe2(os.O_NONBLOCK)
-        fcntl.fcntl(self._pipe_in, _F_SETPIPE_SZ, _CHUNK)
+        fcntl.fcntl(self._pipe_in, fcntl.F_SETPIPE_SZ, _CHUNK)
         # uvloop reads once connection_made has returned, whatever was paused in it: pause after
         self._loop.call_soon(self._start)
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 SPLICE_AVAILABLE = hasattr(os, "splice")
 """Linux, Python 3.10 and later."""
 
-_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ on Linux
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 
 
@@ -68,7 +67,7 @@ class FrameSplice:
             self._close_descriptors()
             raise
         try:
-            self._chunk = fcntl.fcntl(self._pipe_in, _F_SETPIPE_SZ, chunk)
+            self._chunk = fcntl.fcntl(self._pipe_in, fcntl.F_SETPIPE_SZ, chunk)
         except OSError:  # over the user's pipe pages (fs.pipe-user-pages-soft): the default pipe still moves
             self._chunk = min(chunk, 65536)
         self._sink_transport = sink
