@@ -18,7 +18,7 @@ from proxy.connection.login import LoginSteps
 from proxy.connection.muting import Muting
 from proxy.connection.requests import RequestSide
 from proxy.connection.responses import ResponseSide
-from proxy.connection.state import ANONYMOUS, read_bytes_for
+from proxy.connection.state import ANONYMOUS, READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
 from proxy.security.tls import peer_principal_name
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._client = client
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._client.get_buffer(sizehint)
+        return self._client.read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self._client.upstream_data_received(self._client.read_out(nbytes))
@@ -52,11 +52,18 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
 
     # ---- reads ------------------------------------------------------------------------------------
 
-    def get_buffer(self, sizehint: int) -> memoryview:
+    def read_buffer(self) -> memoryview:
         """Where the next read of either side lands: the loop's one read buffer, no more of it than this
         connection may read at once (``_read_bytes``): what a connection holds follows its buffer share,
         not the loop's read size."""
         return self._context.read_buffer[:self._read_bytes]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._batch_header_next:
+            # records were spliced and the request's structure follows: read just past the next batch's
+            # header, so that the records after it are spliced too rather than read
+            return self._context.read_buffer[:READ_AFTER_SPLICED_RECORDS_BYTES]
+        return self.read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self.data_received(self.read_out(nbytes))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
+from protocol.produce import StreamedProduceScan
 from proxy.cluster.upstream import UpstreamAccess
 from proxy.decision.outcome import Caller, Decided
 from proxy.reporting.metrics import ProxyMetrics
@@ -26,10 +27,13 @@ class ProduceDecisions(Protocol):
         """The user's requests are decided only once whole (never cut through)."""
 
     def scans_batches(self, user: str) -> bool:
-        """The user's batch headers are read: a request cut through is kept until complete and handed
-        to ``producer_id_throttle``."""
+        """The user's batch headers are read: a request cut through is scanned as it goes by
+        (``stream_scan``) and, complete, handed to ``producer_id_throttle``."""
 
-    def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int | Awaitable[int]:
+    def stream_scan(self, frame_start: memoryview, frame_bytes: int) -> StreamedProduceScan:
+        """A scan to feed a request cut through as it goes by; ``frame_start`` holds its header."""
+
+    def producer_id_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
         """The producer-ID throttle of a request forwarded while it arrived, now complete."""
 
 

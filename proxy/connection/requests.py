@@ -39,6 +39,7 @@ class RequestSide(ConnectionState):
         if self._closed:
             return
         self._last_activity = self._loop.time()
+        self._batch_header_next = False
         if self._connect_task is not None and self._upstream is None:
             # uvloop reads once connection_made has returned, whatever was paused in it: what the socket
             # had queued by then arrives here, one read at a time until the pause is asserted again
@@ -244,27 +245,32 @@ class RequestSide(ConnectionState):
             return  # the header does not fit yet: judge the frame once it is whole
         assert isinstance(outcome, Outcome)
         taken = self._requests.take_partial_frame()
+        if produce and handler.scans_batches(self._user):
+            # a producer-ID quota in throttle mode checks the batches once the request is complete: their
+            # headers are read as they go by, the records between them need not be
+            self._cut_through_scan = handler.stream_scan(frame, frame_bytes - SIZE_PREFIX_BYTES)
+            self._cut_through_scan.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
         self._cut_through_remaining = frame_bytes - len(taken)
         self._carry_out(outcome, frame)
         assert self._upstream is not None
         self._upstream.write(taken)
-        # a producer-ID quota in throttle mode reads the batches once the request is complete
-        self._cut_through_copy = bytearray(taken) if produce and handler.scans_batches(self._user) else None
-        if self._cut_through_copy is None and self._cut_through_remaining >= SPLICE_AFTER_BYTES:
-            self._splice_rest_of_frame()
+        self._splice_unread_bytes()
 
-    def _splice_rest_of_frame(self) -> None:
-        """The rest of the frame goes upstream inside the kernel, unread: the client's reading pauses
-        until its last byte has gone (what else holds reading still holds it then)."""
+    def _splice_unread_bytes(self) -> None:
+        """The frame's next bytes that nothing reads (the rest of the frame, or the records a producer-ID
+        check passes over) go upstream inside the kernel: the client's reading pauses until the last of them
+        has gone (what else holds reading still holds it then)."""
+        scan = self._cut_through_scan
+        unread = self._cut_through_remaining if scan is None else scan.records_ahead
         assert self._transport is not None and self._upstream is not None
-        if not (self._config.splice and can_splice(self._transport, self._upstream)):
+        if unread < SPLICE_AFTER_BYTES or not (self._config.splice and can_splice(self._transport, self._upstream)):
             return
         if self._splice is None:
-            self._splice = FrameSplice(self._loop, ("client", "cluster"), self._spliced_read, self._spliced_frame,
+            self._splice = FrameSplice(self._loop, ("client", "cluster"), self._spliced_read, self._splice_done,
                                        self._splice_failed)
         try:
-            self._splice.start(self._transport, self._upstream, self._cut_through_remaining, self._read_bytes)
-        except OSError as error:  # the rest is cut through as it is read
+            self._splice.start(self._transport, self._upstream, unread, self._read_bytes)
+        except OSError as error:  # they are cut through as they are read
             log.warning("cannot splice a request from %s (%s): reading it instead", self._peer, error)
             return
         self.gate.pause(PauseReason.SPLICING)
@@ -274,9 +280,26 @@ class RequestSide(ConnectionState):
         self._metrics.bytes_in += nbytes
         self._metrics.bytes_spliced += nbytes
         self._cut_through_remaining -= nbytes
+        if self._cut_through_scan is not None:
+            try:
+                self._cut_through_scan.skipped(nbytes)
+            except ProtocolError as error:  # what follows the records cannot fit the frame
+                self._fail_on_requests(error)
 
-    def _spliced_frame(self) -> None:
+    def _splice_done(self) -> None:
+        if self._closed:
+            return
         self.gate.resume(PauseReason.SPLICING)
+        if self._cut_through_remaining:
+            # the rest of the frame is read, and what of it nothing reads spliced again
+            self._batch_header_next = self._cut_through_scan is not None
+            return
+        try:
+            if self._cut_through_scan is not None:
+                self._check_cut_through_producer_ids()
+        except Exception as error:
+            self._fail_on_requests(error)
+            return
         self._pause_if_holding()
         if self._held and not self._holding():
             self._loop.call_soon(self._release_held)
@@ -296,30 +319,32 @@ class RequestSide(ConnectionState):
         part = data if taken == len(data) else memoryview(data)[:taken]
         self._upstream.write(part)
         self._cut_through_remaining -= taken
-        if self._cut_through_copy is not None:
-            self._cut_through_copy += part
-            if not self._cut_through_remaining:
-                self._check_cut_through_producer_ids()
+        if self._cut_through_scan is not None:
+            self._cut_through_scan.feed(part)
         if not self._cut_through_remaining:
+            if self._cut_through_scan is not None:
+                self._check_cut_through_producer_ids()
             self._pause_if_holding()
+        elif taken == len(data):
+            self._splice_unread_bytes()
         return data[taken:]
 
     def _check_cut_through_producer_ids(self) -> None:
-        assert self._cut_through_copy is not None
-        frame, self._cut_through_copy = self._cut_through_copy, None  # complete: it grows no more
+        scan, self._cut_through_scan = self._cut_through_scan, None
+        assert scan is not None
+        correlation_id = scan.header.correlation_id
         throttle = self._context.produce_handler.producer_id_throttle(
-            memoryview(frame)[SIZE_PREFIX_BYTES:], Caller(self._user, now_ms(), self._upstream_broker))
+            scan, Caller(self._user, now_ms(), self._upstream_broker))
         if isinstance(throttle, int):
-            self._throttle_cut_through(frame, throttle)
+            self._throttle_cut_through(correlation_id, throttle)
         else:  # the ledger reads a PID from disk first: later requests wait for the verdict
-            self._hold_until(throttle, lambda throttle_ms: self._throttle_cut_through(frame, throttle_ms))
+            self._hold_until(throttle, lambda throttle_ms: self._throttle_cut_through(correlation_id, throttle_ms))
 
-    def _throttle_cut_through(self, frame: bytearray, throttle_ms: int) -> None:
+    def _throttle_cut_through(self, correlation_id: int, throttle_ms: int) -> None:
         if not throttle_ms:
             return
         request = self._in_flight[-1] if self._in_flight else None
-        expects_response = (request is not None and
-                            request.correlation_id == peek_request(frame, SIZE_PREFIX_BYTES).correlation_id)
+        expects_response = request is not None and request.correlation_id == correlation_id
         if request is not None and expects_response:
             self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
         self._throttled(throttle_ms, expects_response)

@@ -97,7 +97,8 @@ class FrameSplice:
         self._to_read -= read
         self._in_pipe += read
         self._on_read(read)
-        self._drain_pipe()
+        if self.active:  # unless what was read closed the connection
+            self._drain_pipe()
 
     def _drain_pipe(self) -> None:
         while self._in_pipe:

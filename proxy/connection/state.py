@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import REQUEST_PREFIX_BYTES
+from protocol.produce import StreamedProduceScan
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.splice import FrameSplice
@@ -35,6 +36,10 @@ start."""
 SPLICE_AFTER_BYTES = 64 * 1024
 """The rest of a frame cut through (a request, or a Fetch response) is spliced (``splice``) when at least
 this much is still to come: starting a splice costs a pipe and two duplicated descriptors."""
+
+READ_AFTER_SPLICED_RECORDS_BYTES = 1024
+"""What a read takes right after a request's records were spliced: the structure up to the next batch's
+header (a partition's index and size, a topic's name) fits."""
 
 READ_BYTES = 256 * 1024
 """The most one read takes from a client (uvloop's own read size)."""
@@ -128,7 +133,10 @@ class ConnectionState:
         self._muted_until = 0.0
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
-        self._cut_through_copy: bytearray | None = None
+        self._cut_through_scan: StreamedProduceScan | None = None
+        self._batch_header_next = False
+        """The client's next read is the structure after spliced records (``READ_AFTER_SPLICED_RECORDS_BYTES``)."""
+        """The producer-ID check's scan of the request being cut through, fed as its bytes go by."""
         self._splice: FrameSplice | None = None
         """Moves the rest of large request frames socket to socket (made for the first)."""
         self._response_splice: FrameSplice | None = None

@@ -11,7 +11,14 @@ from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.errors import THROTTLING_QUOTA_EXCEEDED
 from protocol.header import RequestHeader, parse_request_header, peek_request
-from protocol.produce import FIRST_FLEXIBLE_PRODUCE_VERSION, NO_PRODUCER_ID, ProduceScan, produce_acks, scan_produce
+from protocol.produce import (
+    FIRST_FLEXIBLE_PRODUCE_VERSION,
+    NO_PRODUCER_ID,
+    ProduceScan,
+    StreamedProduceScan,
+    produce_acks,
+    scan_produce,
+)
 from protocol.responses import (
     merged_produce_response,
     produce_error_response,
@@ -102,11 +109,17 @@ class ProduceHandler:
             return _without_invalid_partitions(frame, header, scan, throttle_ms)
         return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
 
-    def producer_id_throttle(self, frame: memoryview, caller: Caller) -> int | Awaitable[int]:
+    def stream_scan(self, frame_start: memoryview, frame_bytes: int) -> StreamedProduceScan:
+        """The scan of a request forwarded while it arrives (``frame_start`` holds its header), fed as it goes
+        by, for ``producer_id_throttle``."""
+        return StreamedProduceScan(_header(frame_start), frame_bytes)
+
+    def producer_id_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
         """Throttle mode, for a request forwarded while it arrived: check its producer IDs now (or
         once the ledger has read the ones its cache does not know)."""
-        header = _header(frame)
-        batches = _producer_batches(scan_produce(frame, header))
+        header, scan = streamed.header, streamed.scan
+        assert scan is not None, "the request is complete"
+        batches = _producer_batches(scan)
         if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
             return self._throttle_after_lookup(missing, header, batches, caller)
         return self._producer_id_throttle(header, batches, caller)

@@ -23,6 +23,7 @@ from tests.support import (
     ProxyProcess,
     connect_to_leader,
     encode_request,
+    new_producer_id,
     produce_request,
     read_frame,
     record_batch,
@@ -47,17 +48,17 @@ def values(tag: str, count: int, size: int = 1000) -> list[bytes]:
             for i in range(count)]
 
 
-def create_topic(broker: Cluster, topic: str) -> None:
-    """One partition taking batches of up to 64 MiB (a Produce request carries one batch per partition)."""
+def create_topic(broker: Cluster, topic: str, partitions: int = 1) -> None:
+    """Partitions taking batches of up to 64 MiB (a Produce request carries one batch per partition)."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": str(64 * MIB)})])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1, config={"max.message.bytes": str(64 * MIB)})])[topic].result(30)
 
 
-def read_back(broker: Cluster, topic: str, count: int, bootstrap: str | None = None) -> list[bytes]:
+def read_back(broker: Cluster, topic: str, count: int, bootstrap: str | None = None, partition: int = 0) -> list[bytes]:
     """The partition's record values, read from the cluster directly (or through ``bootstrap``)."""
     consumer = Consumer({"bootstrap.servers": bootstrap or broker.bootstrap, "group.id": f"check-{topic}",
                          "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     read: list[bytes] = []
     deadline = time.monotonic() + 60
     while len(read) < count and time.monotonic() < deadline:
@@ -71,6 +72,10 @@ def read_back(broker: Cluster, topic: str, count: int, bootstrap: str | None = N
 def produce_error_codes(frame: bytes) -> list[int]:
     answer = decode_response(0, 7, memoryview(frame)[response_header_length(frame, False):])
     return [p.error_code for t in answer.responses for p in t.partition_responses]  # type: ignore[attr-defined]
+
+
+def produce_throttle_ms(frame: bytes) -> int:
+    return decode_response(0, 7, memoryview(frame)[response_header_length(frame, False):]).throttle_time_ms  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("splice", [True, False])
@@ -94,6 +99,45 @@ def test_pipelined_large_produce_requests_arrive_whole_and_in_order(own_proxy, b
         assert 4 * MIB < spliced < 5 * MIB, spliced
     else:
         assert spliced == 0
+
+
+def test_large_requests_under_a_producer_id_quota_splice_their_records_and_are_still_checked(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, topic: str, tmp_path: Path) -> None:
+    # the quota reads each batch's header as it goes by and splices the records after it: burst = 2 windows x
+    # 5 s x 0.1/s = 1 new producer ID, so the third request's new ID is throttled
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
+                          '"producer.id.quota.window.size.seconds" = 5\n"producer.id.quota.mode" = "throttle"\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 0.1\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(broker, topic, partitions=2)
+    sent: dict[int, list[bytes]] = {0: [], 1: []}
+    frames = []
+    with connect_to_leader(proxy, topic) as sock:
+        for request in range(3):
+            pid = new_producer_id(sock)
+            partitions = []
+            for partition in sent:  # two batches of 600 KB in each request, each spliced after its header
+                batch = values(f"{request}-{partition}", 600)
+                sent[partition] += batch
+                partitions.append({"index": partition, "records": record_batch(batch, pid.producer_id,
+                                                                              pid.producer_epoch, 0)})
+            frames.append(encode_request(0, 7, correlation_id=10 + request, transactional_id=None, acks=-1,
+                                         timeout_ms=30_000, topic_data=[{"name": topic, "partition_data": partitions}]))
+        frames.insert(1, encode_request(3, 1, correlation_id=99, topics=None))
+        sock.sendall(b"".join(frames))  # pipelined: the Metadata request waits behind a spliced frame
+        answers = [read_frame(sock) for _ in frames]
+    assert [int.from_bytes(answer[:4], "big") for answer in answers] == [10, 99, 11, 12]
+    produced = [answers[i] for i in (0, 2, 3)]
+    assert [produce_error_codes(answer) for answer in produced] == [[0, 0]] * 3
+    assert produce_throttle_ms(produced[0]) == 0 and produce_throttle_ms(produced[2]) > 0
+    values_now = metrics(proxy)
+    assert values_now["kafka_quota_producer_ids_admitted_total"] == 3
+    # of the 3.6 MB of records, all but each request's first read (up to 256 KiB: the cut through is decided on
+    # it) and the 1 KiB read after each spliced batch (the next batch's header is in it)
+    assert values_now[SPLICED] > 3.6e6 - 3 * 256 * 1024 - 6 * 1024, values_now[SPLICED]
+    for partition, expected in sent.items():
+        assert read_back(broker, topic, len(expected), partition=partition) == expected
 
 
 def test_librdkafka_producer_through_the_spliced_path_delivers_every_record(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
