@@ -165,15 +165,17 @@ _PERFORMANCE_TOTAL = re.compile(r"^(\d+) records sent, [\d.]+ records/sec \(([\d
                                 r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, (\d+) ms 99th", re.M)
 
 
-def producer_performance_mb_s(bootstrap: str, records: int, p99_ms: list[float]) -> float:
-    """Kafka's ``ProducerPerformance`` with (a)'s producer settings: its MB/s (MiB, as the tool counts), and
-    its per-record p99 appended to ``p99_ms`` (queueing at full speed, not a round trip)."""
-    topic = create_topic(bootstrap)
+def producer_performance_mb_s(bootstrap: str, records: int, p99_ms: list[float], *properties: str,
+                              client: ClientSettings | None = None) -> float:
+    """Kafka's ``ProducerPerformance`` with (a)'s producer settings (and Java client ``properties`` such as
+    TLS's; ``client`` is the same for librdkafka, to create the topic): its MB/s (MiB, as the tool counts),
+    and its per-record p99 appended to ``p99_ms`` (queueing at full speed, not a round trip)."""
+    topic = create_topic(bootstrap, client=client)
     output = java_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
                        "--record-size", "1024", "--throughput", "-1", "--command-property",
                        f"bootstrap.servers={bootstrap}", "acks=all", "enable.idempotence=true", "linger.ms=20",
-                       "batch.size=1000000", "buffer.memory=268435456", "compression.type=none")
-    delete_topic(bootstrap, topic)
+                       "batch.size=1000000", "buffer.memory=268435456", "compression.type=none", *properties)
+    delete_topic(bootstrap, topic, client=client)
     total = _PERFORMANCE_TOTAL.search(output)
     if total is None or int(total.group(1)) != records:
         raise RuntimeError(f"ProducerPerformance did not report {records} records:\n{output[-2000:]}")
