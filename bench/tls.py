@@ -74,8 +74,7 @@ def main() -> int:
             results["g_consume_mb_s"] = interleaved_medians(targets, args.rounds, consume)
             # Kafka's Java producer writes full 16 KB TLS records where librdkafka writes one per buffer
             # piece (1-2 KB for 1 KB records): the proxy's TLS cost is per record
-            java_tls = ("security.protocol=SSL", "ssl.truststore.type=PEM", f"ssl.truststore.location={ca.cafile}",
-                        "ssl.endpoint.identification.algorithm=")
+            java_tls = ("security.protocol=SSL", "ssl.truststore.type=PEM", f"ssl.truststore.location={ca.cafile}")
             java_properties = {"plaintext": (), "tls": java_tls}
 
             def java_produce(name: str) -> float:
