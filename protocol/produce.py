@@ -7,6 +7,10 @@ A request that is well formed but carries a partition whose records are not exac
 batch is scanned all the same: that partition reports the error Kafka's
 ``ProduceRequest.validateRecords`` gives it (INVALID_RECORD, or UNSUPPORTED_COMPRESSION_TYPE for
 ZStandard before v7), and the broker answers it alone while the other partitions go on.
+
+The walk takes the frame in whatever pieces it comes (``StreamedProduceScan``): a request forwarded as it
+arrives is scanned as it goes by, and the record data after each batch header is passed over, so it can
+move from socket to socket without being read; ``scan_produce`` is the same walk over a whole frame.
 """
 
 from __future__ import annotations
