@@ -30,6 +30,7 @@ MIN_SCANNED_PRODUCE_VERSION = 3  # from v3 a partition carries exactly one magic
 
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
+_PARTITION_AND_SIZE = Struct(">ii")
 _ACKS_TIMEOUT = Struct(">hi")
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
@@ -106,37 +107,49 @@ class ProduceScan(NamedTuple):
 
 
 class _Cursor:
-    """Where a walk stands in the frame (for the batches' offsets and the errors)."""
+    """The frame's bytes at hand and where the walk stands in them: ``buf[at:end]`` is frame bytes from offset
+    ``base + at`` on (a whole frame, or the pieces of one that arrived so far)."""
 
-    __slots__ = ("pos", "version", "flexible")
+    __slots__ = ("buf", "at", "end", "base", "version", "flexible")
 
-    def __init__(self, pos: int, version: int) -> None:
-        self.pos = pos
+    def __init__(self, buf: bytes | memoryview, at: int, version: int) -> None:
+        self.buf = buf
+        self.at = at
+        self.end = len(buf)
+        self.base = 0
         self.version = version
         self.flexible = version >= FIRST_FLEXIBLE_PRODUCE_VERSION
 
+    @property
+    def offset(self) -> int:
+        return self.base + self.at
+
     def fail(self, reason: str, offset: int | None = None) -> ProtocolError:
         return ProtocolError(reason, api_key=Api.PRODUCE, api_version=self.version,
-                             offset=self.pos if offset is None else offset)
+                             offset=self.offset if offset is None else offset)
 
 
-_Walk = Generator[tuple[int, str], memoryview, _T]
-"""A walk over a Produce request's body. It yields ``(size, what)``: for ``size`` >= 0 the next ``size`` bytes
-are sent back; for ``size`` < 0, ``-size`` bytes of record data follow that the walk does not read (None is
-sent back). It returns what it read."""
+_Walk = Generator[tuple[int, str], None, _T]
+"""A walk over a Produce request's body, reading ``cursor.buf``. It yields ``(size, what)``: for ``size`` > 0
+when fewer than ``size`` bytes are at hand (more are added to the cursor); for ``size`` < 0 when ``-size``
+bytes of record data follow that it does not read (the cursor is moved past them). It returns what it read."""
 
 
-def _take(cursor: _Cursor, size: int, what: str) -> _Walk[memoryview]:
-    data = yield size, what
-    cursor.pos += size
-    return data
+def _take(cursor: _Cursor, size: int, what: str) -> _Walk[int]:
+    """``size`` bytes at hand: where they start in ``cursor.buf``. Read ``cursor.buf`` only once this has
+    returned: waiting for bytes may give the cursor another buffer."""
+    while cursor.end - cursor.at < size:
+        yield size, what
+    start = cursor.at
+    cursor.at = start + size
+    return start
 
 
 def _uvarint(cursor: _Cursor, what: str) -> _Walk[int]:
     result = shift = 0
     while True:
-        byte = (yield 1, what)[0]
-        cursor.pos += 1
+        at = yield from _take(cursor, 1, what)
+        byte = cursor.buf[at]
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return result
@@ -148,10 +161,13 @@ def _uvarint(cursor: _Cursor, what: str) -> _Walk[int]:
 def _length(cursor: _Cursor, what: str, classic: Struct) -> _Walk[int]:
     """A string/bytes/array length: -1 for null (classic int16/int32, or compact uvarint - 1)."""
     if cursor.flexible:
+        at = cursor.at
+        if at < cursor.end and cursor.buf[at] < 0x80:  # one-byte varint: the common case
+            cursor.at = at + 1
+            return int(cursor.buf[at]) - 1
         return (yield from _uvarint(cursor, f"{what} length")) - 1
-    data = yield classic.size, what
-    cursor.pos += classic.size
-    return int(classic.unpack(data)[0])
+    at = yield from _take(cursor, classic.size, what)
+    return int(classic.unpack_from(cursor.buf, at)[0])
 
 
 def _string(cursor: _Cursor, what: str) -> _Walk[str | None]:
@@ -160,12 +176,11 @@ def _string(cursor: _Cursor, what: str) -> _Walk[str | None]:
         if size != -1:
             raise cursor.fail(f"{what} has negative length {size}")
         return None
-    start = cursor.pos
-    data = yield from _take(cursor, size, what)
+    start = yield from _take(cursor, size, what)
     try:
-        return str(data, "utf-8")
+        return bytes(cursor.buf[start:start + size]).decode("utf-8")
     except UnicodeDecodeError:
-        raise cursor.fail(f"{what} is not UTF-8", start) from None
+        raise cursor.fail(f"{what} is not UTF-8", cursor.base + start) from None
 
 
 def _array_count(cursor: _Cursor, what: str) -> _Walk[int]:
@@ -176,62 +191,82 @@ def _array_count(cursor: _Cursor, what: str) -> _Walk[int]:
 
 
 def _tagged_fields(cursor: _Cursor) -> _Walk[None]:
-    if cursor.flexible:
-        count = (yield 1, "tagged fields")[0]  # no tagged fields: the common case
-        cursor.pos += 1
-        if count & 0x80:
-            count = (count & 0x7F) | (yield from _uvarint(cursor, "tagged fields")) << 7
-        for _ in range(count):
-            yield from _uvarint(cursor, "tag")
-            yield from _take(cursor, (yield from _uvarint(cursor, "tagged field size")), "tagged field")
+    if not cursor.flexible:
+        return
+    at = cursor.at
+    if at < cursor.end and cursor.buf[at] == 0:  # no tagged fields: the common case
+        cursor.at = at + 1
+        return
+    for _ in range((yield from _uvarint(cursor, "tagged fields"))):
+        yield from _uvarint(cursor, "tag")
+        yield from _take(cursor, (yield from _uvarint(cursor, "tagged field size")), "tagged field")
 
 
 def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
     transactional_id = yield from _string(cursor, "transactional_id")
-    acks, timeout_ms = _ACKS_TIMEOUT.unpack((yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")))
+    at = yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(cursor.buf, at)
     topics = []
     for _ in range((yield from _array_count(cursor, "topic_data"))):
-        topics.append((yield from _walk_topic(cursor)))
+        name: str | None = None
+        topic_id: bytes | None = None
+        if cursor.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
+            start = yield from _take(cursor, 16, "topic_id")
+            topic_id = bytes(cursor.buf[start:start + 16])
+        else:
+            name = yield from _string(cursor, "topic name")
+        partitions = []
+        for _ in range((yield from _array_count(cursor, "partition_data"))):
+            partitions.append((yield from _walk_partition(cursor)))
+        yield from _tagged_fields(cursor)
+        topics.append(TopicData(name, topic_id, tuple(partitions)))
     yield from _tagged_fields(cursor)
     return ProduceScan(transactional_id, acks, timeout_ms, tuple(topics))
 
 
-def _walk_topic(cursor: _Cursor) -> _Walk[TopicData]:
-    name: str | None = None
-    topic_id: bytes | None = None
-    if cursor.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
-        topic_id = bytes((yield from _take(cursor, 16, "topic_id")))
-    else:
-        name = yield from _string(cursor, "topic name")
-    partitions = []
-    for _ in range((yield from _array_count(cursor, "partition_data"))):
-        partitions.append((yield from _walk_partition(cursor)))
-    yield from _tagged_fields(cursor)
-    return TopicData(name, topic_id, tuple(partitions))
-
-
 def _walk_partition(cursor: _Cursor) -> _Walk[PartitionData]:
-    data = yield 4, "partition index"
-    cursor.pos += 4
-    partition = int(_INT32.unpack(data)[0])
-    size = yield from _length(cursor, "records", _INT32)
+    # the fields of every partition are read in place when at hand (the common case), without a nested walk
+    at, buf = cursor.at, cursor.buf
+    if cursor.end - at >= 9:  # the index and the records' size at hand (up to 5 bytes of varint when compact)
+        if cursor.flexible:
+            partition = _INT32.unpack_from(buf, at)[0]
+            try:
+                size, cursor.at = read_uvarint(buf, at + 4)
+            except ProtocolError as error:
+                raise cursor.fail(f"records length: {error.reason}", cursor.base + at + 4) from None
+            size -= 1
+        else:
+            partition, size = _PARTITION_AND_SIZE.unpack_from(buf, at)
+            cursor.at = at + 8
+    else:
+        at = yield from _take(cursor, 4, "partition index")
+        partition = int(_INT32.unpack_from(cursor.buf, at)[0])
+        size = yield from _length(cursor, "records", _INT32)
     result = PartitionData(partition, None)
     if size >= 0:
-        start = cursor.pos
+        start = cursor.offset
         batch = None
         if size >= BATCH_HEADER_BYTES:
-            batch = _batch_header((yield BATCH_HEADER_BYTES, "records"), start, size)
-            cursor.pos = start + BATCH_HEADER_BYTES
+            at = cursor.at
+            if cursor.end - at >= BATCH_HEADER_BYTES:
+                cursor.at = at + BATCH_HEADER_BYTES
+            else:
+                at = yield from _take(cursor, BATCH_HEADER_BYTES, "records")
+            batch = _batch_header(cursor.buf, at, start, size)
             if size > BATCH_HEADER_BYTES:
                 yield BATCH_HEADER_BYTES - size, "records"
-                cursor.pos = start + size
         else:
             yield from _take(cursor, size, "records")
         problem = _batch_problem(batch, size, cursor.version)
         result = PartitionData(partition, batch) if problem is None else PartitionData(partition, None, *problem)
     elif size != -1:
         raise cursor.fail(f"records have negative length {size}")
-    yield from _tagged_fields(cursor)
+    if cursor.flexible:
+        at = cursor.at
+        if at < cursor.end and cursor.buf[at] == 0:  # no tagged fields
+            cursor.at = at + 1
+        else:
+            yield from _tagged_fields(cursor)
     return result
 
 
@@ -241,7 +276,7 @@ class StreamedProduceScan:
     need not be read at all (``skipped``). ``scan`` is the request's ``ProduceScan`` once the walk is done;
     a frame that does not hold a well-formed request raises ProtocolError as soon as that shows."""
 
-    __slots__ = ("header", "scan", "_cursor", "_walk", "_offset", "_end", "_wanted", "_field", "_records")
+    __slots__ = ("header", "scan", "_cursor", "_walk", "_fed", "_end", "_records")
 
     def __init__(self, header: RequestHeader, frame_bytes: int) -> None:
         """``frame_bytes``: the frame's size without its size prefix; the frame is fed from its first byte."""
@@ -251,15 +286,13 @@ class StreamedProduceScan:
                                 api_version=version, offset=0)
         self.header = header
         self.scan: ProduceScan | None = None
-        self._cursor = _Cursor(header.length, version)
+        self._cursor = _Cursor(b"", 0, version)
+        self._cursor.base = header.length  # the walk starts after the header, parsed already
         self._walk = _walk_request(self._cursor)
-        self._offset = 0
+        self._fed = 0
         """Offset in the frame of the next byte fed."""
         self._end = frame_bytes
-        self._field = bytearray()
         self._records = 0
-        self._wanted = 0
-        self._send(None)
 
     @property
     def records_ahead(self) -> int:
@@ -269,56 +302,61 @@ class StreamedProduceScan:
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """The frame's next bytes, in order."""
         view = memoryview(data)
-        at, size = 0, len(view)
-        while at < size:
-            if self._offset < self._cursor.pos:  # the request header, parsed already
-                taken = min(self._cursor.pos - self._offset, size - at)
-                self._offset += taken
-            elif self._records:
-                taken = min(self._records, size - at)
-                self.skipped(taken)
-            elif self.scan is not None:
-                raise self._cursor.fail(f"{self._end - self._offset} trailing bytes after the request")
-            elif not self._field and size - at >= self._wanted:  # the whole field is here: no copy
-                taken = self._wanted
-                self._offset += taken
-                at += taken
-                self._send(view[at - taken:at])
-                continue
-            else:
-                taken = min(self._wanted - len(self._field), size - at)
-                self._field += view[at:at + taken]
-                self._offset += taken
-                if len(self._field) == self._wanted:
-                    field, self._field = self._field, bytearray()
-                    self._send(memoryview(field))
+        cursor = self._cursor
+        at = max(0, min(len(view), cursor.base - self._fed))  # the request header's bytes, parsed already
+        self._fed += len(view)
+        if self._records:
+            taken = min(self._records, len(view) - at)
             at += taken
+            self._records -= taken
+            cursor.base += taken
+            if self._records:
+                return
+        elif at == len(view) and self._fed < self._end:
+            return
+        if self.scan is not None:
+            if at < len(view):
+                raise cursor.fail(f"{self._end - cursor.offset} trailing bytes after the request")
+            return
+        # the walk reads the new bytes where they lie; what it leaves (part of a field) is kept
+        cursor.buf = view[at:] if cursor.at == cursor.end else bytes(cursor.buf[cursor.at:]) + view[at:]
+        cursor.base += cursor.at
+        cursor.at, cursor.end = 0, len(cursor.buf)
+        self._resume()
+        if not isinstance(cursor.buf, bytes):
+            cursor.buf = bytes(cursor.buf[cursor.at:])
+            cursor.base += cursor.at
+            cursor.at, cursor.end = 0, len(cursor.buf)
 
     def skipped(self, size: int) -> None:
         """``size`` bytes of ``records_ahead`` went by unread."""
         assert 0 < size <= self._records
         self._records -= size
-        self._offset += size
+        self._fed += size
+        self._cursor.base += size
         if not self._records:
-            self._send(None)
+            self._resume()
 
-    def _send(self, data: memoryview | None) -> None:
-        """Give the walk what it wanted; take its next want (fields of no bytes are answered at once)."""
-        try:
-            size, what = self._walk.send(data)  # type: ignore[arg-type]
-        except StopIteration as done:
-            self.scan = done.value
-            if self._cursor.pos != self._end:
-                raise self._cursor.fail(f"{self._end - self._cursor.pos} trailing bytes after the request") from None
-            return
-        if self._cursor.pos + abs(size) > self._end:  # where the walk stands: the want starts there
-            raise self._cursor.fail(f"{what} runs past the end of the frame")
-        if size < 0:
-            self._records = -size
-        elif size:
-            self._wanted = size
-        else:
-            self._send(memoryview(b""))
+    def _resume(self) -> None:
+        """Walk on until the bytes at hand run out."""
+        cursor = self._cursor
+        while True:
+            try:
+                size, what = next(self._walk)
+            except StopIteration as done:
+                self.scan = done.value
+                if cursor.offset != self._end:
+                    raise cursor.fail(f"{self._end - cursor.offset} trailing bytes after the request") from None
+                return
+            if cursor.offset + abs(size) > self._end:
+                raise cursor.fail(f"{what} runs past the end of the frame")
+            if size > 0:
+                return
+            here = min(-size, cursor.end - cursor.at)  # record data passed over where it lies already
+            cursor.at += here
+            self._records = -size - here
+            if self._records:
+                return
 
 
 def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceScan:
@@ -329,9 +367,9 @@ def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceSca
     return streamed.scan
 
 
-def _batch_header(header: memoryview, start: int, size: int) -> RecordBatch:
+def _batch_header(buf: bytes | memoryview, at: int, start: int, size: int) -> RecordBatch:
     (_base_offset, batch_length, _leader_epoch, magic, _crc, attributes, _last_delta, _base_ts, _max_ts,
-     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack(header)
+     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack_from(buf, at)
     return RecordBatch(start, start + size, batch_length, magic, attributes, producer_id, producer_epoch,
                        base_sequence, records_count)
 
@@ -356,8 +394,8 @@ def _batch_problem(batch: RecordBatch | None, size: int, version: int) -> tuple[
 def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
     """``acks`` alone, reading only up to it (acks=0 requests get no response); ``frame`` may be a request's
     start."""
-    cursor = _Cursor(header.length, header.api_version)
-    pos = cursor.pos
+    cursor = _Cursor(frame, header.length, header.api_version)
+    pos = cursor.at
     try:
         if header.api_version >= MIN_SCANNED_PRODUCE_VERSION:  # after the transactional_id
             if cursor.flexible:
