@@ -134,9 +134,9 @@ class ConnectionState:
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
         self._cut_through_scan: StreamedProduceScan | None = None
+        """The producer-ID check's scan of the request being cut through, fed as its bytes go by."""
         self._batch_header_next = False
         """The client's next read is the structure after spliced records (``READ_AFTER_SPLICED_RECORDS_BYTES``)."""
-        """The producer-ID check's scan of the request being cut through, fed as its bytes go by."""
         self._splice: FrameSplice | None = None
         """Moves the rest of large request frames socket to socket (made for the first)."""
         self._response_splice: FrameSplice | None = None
