@@ -124,6 +124,11 @@ class _Cursor:
     def offset(self) -> int:
         return self.base + self.at
 
+    def rebase(self, buf: bytes | memoryview) -> None:
+        """``buf`` is now the bytes at hand, from where the walk stands on."""
+        self.base += self.at
+        self.buf, self.at, self.end = buf, 0, len(buf)
+
     def fail(self, reason: str, offset: int | None = None) -> ProtocolError:
         return ProtocolError(reason, api_key=Api.PRODUCE, api_version=self.version,
                              offset=self.offset if offset is None else offset)
@@ -319,14 +324,10 @@ class StreamedProduceScan:
                 raise cursor.fail(f"{self._end - cursor.offset} trailing bytes after the request")
             return
         # the walk reads the new bytes where they lie; what it leaves (part of a field) is kept
-        cursor.buf = view[at:] if cursor.at == cursor.end else bytes(cursor.buf[cursor.at:]) + view[at:]
-        cursor.base += cursor.at
-        cursor.at, cursor.end = 0, len(cursor.buf)
+        cursor.rebase(view[at:] if cursor.at == cursor.end else bytes(cursor.buf[cursor.at:]) + view[at:])
         self._resume()
-        if not isinstance(cursor.buf, bytes):
-            cursor.buf = bytes(cursor.buf[cursor.at:])
-            cursor.base += cursor.at
-            cursor.at, cursor.end = 0, len(cursor.buf)
+        if not isinstance(cursor.buf, bytes):  # the caller's buffer: keep a copy of what the walk left
+            cursor.rebase(bytes(cursor.buf[cursor.at:]))
 
     def skipped(self, size: int) -> None:
         """``size`` bytes of ``records_ahead`` went by unread."""
