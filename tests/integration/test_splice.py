@@ -157,6 +157,32 @@ def test_librdkafka_producer_through_the_spliced_path_delivers_every_record(own_
     assert metrics(proxy)[SPLICED] > 10 * MIB  # of the 20 MB, in batches of up to 1 MB
 
 
+def test_librdkafka_producers_under_a_producer_id_quota_splice_their_records_and_are_charged(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, topic: str, tmp_path: Path) -> None:
+    # a quota that never binds, so that what is asserted is what the proxy decided, not when librdkafka's producer
+    # IDs arrived (a throttle depends on that; the raw-frame test above throttles a spliced request)
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"producer.id.quota.mode" = "throttle"\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 100\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    create_topic(broker, topic, partitions=3)
+    producers = [Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True, "acks": "all",
+                           "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "none"}) for _ in range(3)]
+    sent = [values(f"p{partition}", 6_000) for partition in range(3)]
+    failures: list[object] = []
+    for pair in zip(*sent, strict=True):
+        for partition, (producer, value) in enumerate(zip(producers, pair, strict=True)):
+            producer.produce(topic, value, partition=partition,
+                             on_delivery=lambda error, _message: failures.append(error) if error else None)
+            producer.poll(0)
+    assert [producer.flush(60) for producer in producers] == [0, 0, 0] and not failures
+    for partition, expected in enumerate(sent):
+        assert read_back(broker, topic, len(expected), partition=partition) == expected
+    values_now = metrics(proxy)
+    assert values_now["kafka_quota_producer_ids_admitted_total"] == 3  # each producer's ID, read from a batch header
+    assert values_now[SPLICED] > 9 * MIB  # of the 18 MB, in batches of up to 1 MB: headers read, records spliced
+
+
 def test_large_fetch_responses_arrive_as_the_cluster_sent_them(own_proxy, broker: Cluster, topic: str) -> None:  # type: ignore[no-untyped-def]
     proxy = own_proxy()
     create_topic(broker, topic)
