@@ -170,8 +170,8 @@ def test_librdkafka_producers_under_a_producer_id_quota_splice_their_records_and
                            "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "none"}) for _ in range(3)]
     sent = [values(f"p{partition}", 6_000) for partition in range(3)]
     failures: list[object] = []
-    for pair in zip(*sent, strict=True):
-        for partition, (producer, value) in enumerate(zip(producers, pair, strict=True)):
+    for next_values in zip(*sent, strict=True):  # one record for each producer in turn
+        for partition, (producer, value) in enumerate(zip(producers, next_values, strict=True)):
             producer.produce(topic, value, partition=partition,
                              on_delivery=lambda error, _message: failures.append(error) if error else None)
             producer.poll(0)
