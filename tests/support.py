@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,15 @@ def new_producer_id(sock: socket.socket, timeout_s: float = 30.0) -> Any:
             return answer
         assert time.monotonic() < deadline, f"no producer ID after {timeout_s} s"
         time.sleep(0.005)
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Poll ``condition`` every 0.2 s until it holds, failing the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
 
 
 def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, window_num: int = 11,

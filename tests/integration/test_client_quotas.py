@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from protocol.apis import Api
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable
-from tests.support import Cluster, ProxyProcess, admin_config, call, encode_request, proxy_command, read_frame
+from tests.support import (
+    Cluster,
+    ProxyProcess,
+    admin_config,
+    call,
+    encode_request,
+    proxy_command,
+    read_frame,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 INVALID_REQUEST = 42
@@ -91,16 +99,16 @@ def test_invalid_and_foreign_quota_changes_get_per_entry_errors(own_proxy, broke
             codes = [entry.error_code for entry in response.entries]  # type: ignore[attr-defined]
             # negative rate; PID quota on a client id; a key the cluster owns (forwarded to it); valid
             assert codes == [INVALID_REQUEST, INVALID_REQUEST, 0, 0]
-            # the cluster describes its own quota once its metadata has it (a slow broker takes a moment)
-            deadline = time.monotonic() + 15
-            while True:
+            def described_user_quotas() -> set[tuple[str, str, float]]:
                 described = call(sock, Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
                                  components=[{"entity_type": "user", "match_type": 2, "match": None}])
-                entries = {(entry.entity[0].entity_name, value.key, value.value)  # type: ignore[attr-defined]
-                           for entry in described.entries for value in entry.values}  # type: ignore[attr-defined]
-                if (bob, "request_percentage", 1.0) in entries or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+                return {(entry.entity[0].entity_name, value.key, value.value)  # type: ignore[attr-defined]
+                        for entry in described.entries for value in entry.values}  # type: ignore[attr-defined]
+
+            # the cluster describes its own quota once its metadata has it (a slow broker takes a moment)
+            wait_until(lambda: (bob, "request_percentage", 1.0) in described_user_quotas(), 15,
+                       "the cluster to describe its own quota")
+            entries = described_user_quotas()
             assert {(carol, "producer_byte_rate", 1024.0), (carol, "consumer_byte_rate", 2048.0)} <= entries
             assert (bob, "request_percentage", 1.0) in entries  # the cluster's own, described by the cluster
             assert not any(name == "alice" for name, _, _ in entries)

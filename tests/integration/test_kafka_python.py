@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.support import Cluster, ProxyProcess
+from tests.support import Cluster, ProxyProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -20,14 +20,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
         admin.create_topics([NewTopic(name, partitions, 1)])
     finally:
         admin.close()
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_create_and_delete_topics(proxy: ProxyProcess) -> None:
