@@ -69,6 +69,12 @@ def read_back(broker: Cluster, topic: str, count: int, bootstrap: str | None = N
     return read
 
 
+def large_batch_producer(bootstrap: str) -> Producer:
+    """An idempotent librdkafka producer sending batches of up to 1 MB: its requests are spliced."""
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 50,
+                     "batch.size": 1_000_000, "compression.type": "none"})
+
+
 def produce_error_codes(frame: bytes) -> list[int]:
     answer = decode_response(0, 7, memoryview(frame)[response_header_length(frame, False):])
     return [p.error_code for t in answer.responses for p in t.partition_responses]  # type: ignore[attr-defined]
@@ -145,8 +151,7 @@ def test_librdkafka_producer_through_the_spliced_path_delivers_every_record(own_
     proxy = own_proxy()
     create_topic(broker, topic)
     sent = values("r", 20_000)
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "none"})
+    producer = large_batch_producer(proxy.bootstrap)
     failures: list[object] = []
     for value in sent:
         producer.produce(topic, value, partition=0,
@@ -166,8 +171,7 @@ def test_librdkafka_producers_under_a_producer_id_quota_splice_their_records_and
                           '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 100\n')
     proxy = own_proxy("--quota-file", str(quota_file))
     create_topic(broker, topic, partitions=3)
-    producers = [Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True, "acks": "all",
-                           "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "none"}) for _ in range(3)]
+    producers = [large_batch_producer(proxy.bootstrap) for _ in range(3)]
     sent = [values(f"p{partition}", 6_000) for partition in range(3)]
     failures: list[object] = []
     for next_values in zip(*sent, strict=True):  # one record for each producer in turn
