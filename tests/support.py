@@ -123,14 +123,15 @@ class ProxyProcess:
     """The proxy CLI in a child process; ``bootstrap`` is where clients connect."""
 
     def __init__(self, upstream: str, log_path: Path, *extra_args: str,
-                 node_ids: tuple[int, ...]) -> None:
+                 node_ids: tuple[int, ...], command: list[str] | None = None) -> None:
+        """``command``: what runs the CLI, when not ``proxy_command()``."""
         self.port = free_port()
         self.bootstrap = f"{LOOPBACK}:{self.port}"
         self.broker_port_base = free_broker_port_base(node_ids)
         self.metrics_port = free_port()
         self.log_path = log_path
         self.state_dir = log_path.parent / f"{log_path.stem}-state"
-        self.args = [*proxy_command(), "--upstream", upstream, "--listen", self.bootstrap,
+        self.args = [*(command or proxy_command()), "--upstream", upstream, "--listen", self.bootstrap,
                      "--broker-port-base", str(self.broker_port_base), "--state-dir", str(self.state_dir),
                      "--metrics-listen", f"{LOOPBACK}:{self.metrics_port}", *extra_args]
         self.process: subprocess.Popen[bytes] | None = None

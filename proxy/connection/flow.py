@@ -15,6 +15,7 @@ class PauseReason(enum.Enum):
     AWAITING_CLUSTER = "a request waits for cluster metadata"
     LOGGING_IN = "before a login completes, a request waits for the answer to the one before"
     SPLICING = "the rest of a frame this side sent moves to the other side inside the kernel"
+    AWAITING_VERDICT = "the answer to a request forwarded as it arrived waits for the throttle it is to carry"
 
 
 class ReadGate:

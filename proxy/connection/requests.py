@@ -337,8 +337,18 @@ class RequestSide(ConnectionState):
             scan, Caller(self._user, now_ms(), self._upstream_broker))
         if isinstance(throttle, int):
             self._throttle_cut_through(correlation_id, throttle)
-        else:  # the ledger reads a PID from disk first: later requests wait for the verdict
-            self._hold_until(throttle, lambda throttle_ms: self._throttle_cut_through(correlation_id, throttle_ms))
+            return
+        # the ledger reads a PID from disk first: later requests wait for the verdict, and so does the cluster's
+        # answer, in the kernel: the request is upstream already, and its answer must carry the throttle
+        upstream_gate = self._upstream_gate
+        assert upstream_gate is not None
+        upstream_gate.pause(PauseReason.AWAITING_VERDICT)
+
+        def carry_out_verdict(throttle_ms: int) -> None:
+            self._throttle_cut_through(correlation_id, throttle_ms)
+            upstream_gate.resume(PauseReason.AWAITING_VERDICT)
+
+        self._hold_until(throttle, carry_out_verdict)
 
     def _throttle_cut_through(self, correlation_id: int, throttle_ms: int) -> None:
         if not throttle_ms:
@@ -353,13 +363,16 @@ class RequestSide(ConnectionState):
         """Close the connection when the cluster has sent nothing for the request at the head of the
         queue for ``request-timeout-seconds`` (as the client would, by its ``request.timeout.ms``): a
         lost request would otherwise hold its connection, and every request behind it, for ever. Time
-        the client spends not reading its responses, or still sending a request, is not the cluster's."""
+        the client spends not reading its responses, or still sending a request, is not the cluster's, nor
+        is the time its answers wait unread for a verdict."""
         self._request_timer = None
         if self._closed or not self._in_flight or self._in_flight[0].local_response is not None:
             return
         timeout_s = self._config.request_timeout_s
         waited_s = time.perf_counter() - max(self._in_flight[0].read_at, self._upstream_heard_at)
-        if waited_s >= timeout_s and not (self._client_backlogged or self._cut_through_remaining):
+        awaiting_verdict = self._upstream_gate is not None and self._upstream_gate.paused_for(
+            PauseReason.AWAITING_VERDICT)
+        if waited_s >= timeout_s and not (self._client_backlogged or self._cut_through_remaining or awaiting_verdict):
             self._metrics.upstream_request_timeouts += 1
             request = self._in_flight[0]
             self.close(f"the cluster sent nothing for request {request.correlation_id} (api {request.api_key}) "

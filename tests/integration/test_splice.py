@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import socket
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -67,6 +68,19 @@ def read_back(broker: Cluster, topic: str, count: int, bootstrap: str | None = N
             read.append(message.value())
     consumer.close()
     return read
+
+
+def wait_for_records(broker: Cluster, topic: str, counts: list[int]) -> None:
+    """Until each partition's log ends at its count: the cluster has written the records (and answered)."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"offsets-{topic}"})
+    try:
+        deadline = time.monotonic() + 60
+        while [consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+               for partition in range(len(counts))] != counts:
+            assert time.monotonic() < deadline, f"{topic} does not hold {counts} records after 60 s"
+            time.sleep(0.05)
+    finally:
+        consumer.close()
 
 
 def large_batch_producer(bootstrap: str) -> Producer:
@@ -144,6 +158,65 @@ def test_large_requests_under_a_producer_id_quota_splice_their_records_and_are_s
     assert values_now[SPLICED] > 3.6e6 - 3 * 256 * 1024 - 6 * 1024, values_now[SPLICED]
     for partition, expected in sent.items():
         assert read_back(broker, topic, len(expected), partition=partition) == expected
+
+
+PROXY_ON_A_SLOW_DISK = """
+import sys, time
+from pathlib import Path
+from allocator.ledger import PidLedger
+from proxy.cli.main import main
+
+gate, read = Path(sys.argv.pop(1)), PidLedger.read
+
+def read_when_the_disk_answers(ledger, pid):
+    while gate.exists():
+        time.sleep(0.01)
+    return read(ledger, pid)
+
+PidLedger.read = read_when_the_disk_answers
+sys.exit(main(sys.argv[1:]))
+"""
+"""The proxy's CLI with its PID ledger on a disk that answers no read while the file named first exists."""
+
+
+def test_the_answer_to_a_spliced_request_waits_for_its_producer_id_verdict(broker: Cluster, topic: str,
+                                                                            tmp_path: Path) -> None:
+    """A request forwarded as it arrives is checked once it is whole, and a new producer ID is looked up in the
+    ledger on disk first: the cluster can answer before the verdict. Its answer waits for the verdict (it lost
+    its throttle once, when a loaded machine's ledger thread was slower than the cluster)."""
+    quota_file = tmp_path / "quotas.toml"  # burst 2 windows x 5 s x 0.1/s = 1 new producer ID
+    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
+                          '"producer.id.quota.window.size.seconds" = 5\n"producer.id.quota.mode" = "throttle"\n'
+                          '[[quota]]\nuser = "ANONYMOUS"\nproducer_ids_rate = 0.1\n')
+    disk_busy = tmp_path / "disk-busy"
+    proxy = ProxyProcess(broker.bootstrap, tmp_path / "proxy.log", "--quota-file", str(quota_file),
+                         node_ids=broker.node_ids,
+                         command=[sys.executable, "-c", PROXY_ON_A_SLOW_DISK, str(disk_busy)]).start()
+    try:
+        create_topic(broker, topic, partitions=3)
+        with connect_to_leader(proxy, topic) as sock:
+            partitions = []
+            for partition in range(3):  # three new producer IDs, one per batch: the third finds the bucket at -1
+                pid = new_producer_id(sock)
+                partitions.append({"index": partition, "records": record_batch(
+                    values(f"{partition}", 600), pid.producer_id, pid.producer_epoch, 0)})
+            disk_busy.touch()
+            sock.sendall(encode_request(0, 7, correlation_id=7, transactional_id=None, acks=-1, timeout_ms=30_000,
+                                        topic_data=[{"name": topic, "partition_data": partitions}]))
+            wait_for_records(broker, topic, [600] * 3)  # written, hence answered by the cluster
+            sock.settimeout(3)
+            with pytest.raises(TimeoutError):
+                early = read_frame(sock)
+                pytest.fail(f"answered before the verdict, throttle {produce_throttle_ms(early)} ms")
+            disk_busy.unlink()
+            sock.settimeout(30)
+            answer = read_frame(sock)
+        assert int.from_bytes(answer[:4], "big") == 7 and produce_error_codes(answer) == [0, 0, 0]
+        # one check at one instant: the bucket, full at 1, goes to -2; -(-2) / 0.1 per second
+        assert produce_throttle_ms(answer) == 20_000
+        assert metrics(proxy)["kafka_quota_producer_ids_admitted_total"] == 3
+    finally:
+        proxy.stop()
 
 
 def test_librdkafka_producer_through_the_spliced_path_delivers_every_record(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
