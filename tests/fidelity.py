@@ -550,7 +550,9 @@ class SideBySide:
 
 
 def side_by_side(cluster: Cluster, case: Case, directory: Path) -> SideBySide:
-    """``case`` against Kafka's own quota, then through a proxy holding it (the broker holding none)."""
+    """``case`` against Kafka's own quota, then through a proxy holding it (the broker holding none). Both
+    halves rely on the cluster holding no client quota but the case's: a shared one is left so by every test
+    (``tests.cluster_state``)."""
     from tests.support import PASSWORDS, ProxyProcess
 
     topic = f"fidelity-{re.sub(r'[^A-Za-z0-9._-]+', '-', case.name)}-{int(time.time() * 1000) % 10**8}"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from proxy.dev.apache_kafka import KafkaCluster
+from tests.cluster_state import cluster_state, leave_as_found
 from tests.support import CLUSTER_USERS, Cluster, ProxyProcess
 
 
@@ -77,3 +78,16 @@ def own_proxy(broker: Cluster, tmp_path: Path) -> Iterator[object]:
 @pytest.fixture
 def topic() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def shared_clusters_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The session's clusters, as this test found them, for the next test (``tests.cluster_state``); torn
+    down after the test's own fixtures, its proxies among them."""
+    shared = {id(cluster): cluster for cluster in (request.getfixturevalue(name) for name in ("broker", "three_brokers")
+                                                     if name in request.fixturenames)}
+    found = [(cluster, cluster_state(cluster)) for cluster in shared.values()]
+    yield
+    left = [what for cluster, state in found for what in leave_as_found(cluster, state)]
+    if left:
+        pytest.fail("the test left the shared cluster changed (put back now): " + "; ".join(left))

@@ -110,6 +110,8 @@ def api_versions_too_new(topic: str) -> bytes:
 
 
 def metadata(topic: str) -> bytes:
+    """Metadata of every topic: its answers' size depends on the topics of the cluster, which holds only the
+    test's own when it is the session's (every test deletes what it made: ``tests.cluster_state``)."""
     return b"".join(encode_request(3, 1, correlation_id=i, topics=None) for i in range(1000))
 
 

@@ -163,6 +163,8 @@ def test_a_clients_api_versions_request_does_not_change_what_the_proxy_forwards(
         answer = call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
             {"entity": [{"entity_type": "user", "entity_name": user}],
              "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
-    assert [entry.error_code for entry in answer.entries] == [0]  # type: ignore[attr-defined]
-    assert cluster_quotas(broker, user) == {"request_percentage": 1.0}
-    remove_cluster_quota(broker, user, "request_percentage")
+    try:
+        assert [entry.error_code for entry in answer.entries] == [0]  # type: ignore[attr-defined]
+        assert cluster_quotas(broker, user) == {"request_percentage": 1.0}
+    finally:
+        remove_cluster_quota(broker, user, "request_percentage")  # leave the shared cluster as it was
