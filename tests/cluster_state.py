@@ -1,12 +1,14 @@
 """What a test may change on a cluster it shares with the other tests of the session, and putting it back.
 
-Every test that uses the session's cluster (``broker``, ``three_brokers``) starts on the cluster as the one
-before it found it: no topics but Kafka's internal ones, no client quotas, no ACLs (a cluster of
-``KAFKA_BOOTSTRAP`` may start with some: they are kept). The guard in ``tests/integration/conftest.py``
-deletes the topics a test made (a test makes them freely, with names of its own), and a test that leaves a
-client quota or an ACL behind fails: it must undo what it set (in a ``finally``), and its quota is put back
-so that the tests after it do not fail too. Without it the cluster grew with every test, and what a test saw
-(the size of an all-topics Metadata answer, a quota of the cluster's own) depended on what ran before it.
+Every test that uses a cluster the session started (``broker``, ``three_brokers``) finds it as the test
+before it did: no topics but Kafka's internal ones and no client quotas. The guard in
+``tests/integration/conftest.py`` deletes the topics a test made (tests make them freely, with names of
+their own); a test that leaves a client quota behind fails, as it must remove what it set (in a
+``finally``), and the quota is put back so that the tests after it do not fail too. ACLs need no guard: the
+clusters started here have no authorizer (DescribeAcls answers SECURITY_DISABLED), so no test can leave one.
+Before the guard the cluster grew with every test, and what a test saw (the size of an all-topics Metadata
+answer, the proxy's usage topic or producer-ID blocks topic left by an earlier test) depended on what ran
+before it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,7 @@ from typing import Any
 from protocol.apis import Api
 from tests.support import Cluster, call
 
-DESCRIBE_ACLS = 29
-SECURITY_DISABLED = 54
 UNKNOWN_TOPIC_OR_PARTITION = 3
-_ANY = 1
-"""ACL filters' ANY (resource type, pattern type, operation and permission alike)."""
 _SETTLE_S = 30.0
 
 QuotaEntity = tuple[tuple[str, str | None], ...]
@@ -35,7 +33,6 @@ class ClusterState:
     topics: frozenset[str]
     """Topic names, Kafka's internal topics aside."""
     quotas: frozenset[tuple[QuotaEntity, str, float]]
-    acls: frozenset[tuple[Any, ...]]
 
 
 def cluster_state(cluster: Cluster) -> ClusterState:
@@ -50,30 +47,17 @@ def _read_state(sock: socket.socket) -> ClusterState:
     assert described.error_code == 0, f"DescribeClientQuotas: error {described.error_code}"
     quotas = frozenset((tuple((part.entity_type, part.entity_name) for part in entry.entity), value.key, value.value)
                        for entry in described.entries or () for value in entry.values)
-    return ClusterState(topics, quotas, _acls(sock))
-
-
-def _acls(sock: socket.socket) -> frozenset[tuple[Any, ...]]:
-    """Every ACL binding; none where the cluster has no authorizer (as the one the tests start)."""
-    described: Any = call(sock, DESCRIBE_ACLS, 1, resource_type_filter=_ANY, resource_name_filter=None,
-                          pattern_type_filter=_ANY, principal_filter=None, host_filter=None, operation=_ANY,
-                          permission_type=_ANY)
-    if described.error_code == SECURITY_DISABLED:
-        return frozenset()
-    assert described.error_code == 0, f"DescribeAcls: error {described.error_code}"
-    return frozenset((resource.resource_type, resource.resource_name, resource.pattern_type, acl.principal, acl.host,
-                      acl.operation, acl.permission_type) for resource in described.resources for acl in resource.acls)
+    return ClusterState(topics, quotas)
 
 
 def leave_as_found(cluster: Cluster, before: ClusterState) -> list[str]:
-    """Delete the topics made since ``before`` and put its client quotas back; returns what was left of
-    quotas and ACLs (the test's to undo) once a removal under way has had time to show."""
+    """Delete the topics made since ``before`` and put its client quotas back; returns the quotas that were
+    left (the test's to undo) once a removal under way has had time to show."""
     with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:
-        after = _settled(sock, lambda state: state.quotas == before.quotas and state.acls == before.acls)
+        after = _settled(sock, lambda state: state.quotas == before.quotas)
         left = [f"client quota {key}={value} of {dict(entity)}" for entity, key, value in after.quotas - before.quotas]
         left += [f"client quota {key}={value} of {dict(entity)} removed" for entity, key, value
                  in before.quotas - after.quotas]
-        left += [f"ACL {binding}" for binding in after.acls ^ before.acls]
         made = after.topics - before.topics
         if made:
             answer: Any = call(sock, Api.DELETE_TOPICS, 4, topic_names=sorted(made), timeout_ms=30_000)

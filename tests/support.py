@@ -54,8 +54,10 @@ class Cluster:
     SCRAM-SHA-256, SCRAM-SHA-512 or (any name) unsecured OAUTHBEARER; None when the cluster has none.
     """
 
-    def __init__(self, bootstrap: str, sasl_bootstrap: str | None = None) -> None:
+    def __init__(self, bootstrap: str, sasl_bootstrap: str | None = None, started_here: bool = False) -> None:
+        """``started_here``: the session started it (its state is the tests' own, ``tests.cluster_state``)."""
         self.bootstrap = bootstrap
+        self.started_here = started_here
         self.sasl_bootstrap = sasl_bootstrap
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
