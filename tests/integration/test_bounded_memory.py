@@ -144,10 +144,11 @@ KINDS: dict[str, tuple[Callable[[str], bytes], bool]] = {
 }
 
 
-OVER_THE_TOTAL_WITH_100 = {"answered by the cluster"}
-"""Kinds that 100 connections still take past ``TOTAL`` (measured +55 to +92 MiB against 32): many small
-responses held as objects of their own. Not claimed until fixed (README). Fetch data went from there to
-+5-8 MiB once large Fetch responses were spliced."""
+OVER_THE_TOTAL_WITH_100 = {"answered by the cluster", "produce acks"}
+"""Kinds that 100 connections still take past ``TOTAL``: many small responses (measured +55 to +92 MiB against
+32 for Metadata); Produce acks +38.8 MiB in a clean-clone run and +46 MiB in CI, but +8-10 MiB alone: the growth
+in 8 s follows how fast a warmed broker answers (+22 to +34 MiB after other tests, 30 s floods included). Not
+claimed until fixed (README). Fetch data went from there to +5-8 MiB once large Fetch responses were spliced."""
 
 
 @pytest.mark.parametrize(("kind", "connections"), [(kind, 1) for kind in KINDS] + [
