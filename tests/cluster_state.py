@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +85,7 @@ def _put_quotas_back(sock: socket.socket, before: ClusterState, after: ClusterSt
     assert all(entry.error_code == 0 for entry in answer.entries), f"cannot put the cluster's quotas back: {answer}"
 
 
-def _settled(sock: socket.socket, settled: Any) -> ClusterState:
+def _settled(sock: socket.socket, settled: Callable[[ClusterState], bool]) -> ClusterState:
     """The cluster's state once ``settled`` holds of it, or after ``_SETTLE_S`` (a broker's metadata follows
     its controller's by a moment)."""
     deadline = time.monotonic() + _SETTLE_S
