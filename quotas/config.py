@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 import ipaddress
 import math
+import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -52,6 +53,15 @@ class PidQuotaMode(enum.StrEnum):
     """Forward the request, answer with throttle_time_ms and mute (KIP-936's text)."""
     REJECT = "reject"
     """Do not forward; answer THROTTLING_QUOTA_EXCEEDED (project rule, SPEC §5)."""
+
+
+class QuotaMode(enum.StrEnum):
+    """What a quota does to the traffic over it (``mode`` of an entry, ``quota.mode`` of the file)."""
+
+    ENFORCE = "enforce"
+    """Throttle, mute and refuse as a Kafka broker does."""
+    OBSERVE = "observe"
+    """Charge and compute the throttle or refusal enforcement would give, count it, and let the traffic through."""
 
 
 class QuotaConfigError(ValueError):
@@ -117,6 +127,16 @@ class ResolvedQuota(NamedTuple):
     limit: float
     entity: QuotaEntity
     """The configured entity that supplied the limit."""
+    observed: bool = False
+    """The entity's quotas are observed, not enforced (``QuotaMode.OBSERVE``)."""
+
+
+class IpQuota(NamedTuple):
+    """The ``connection_creation_rate`` applying to one IP."""
+
+    limit: float
+    entity: QuotaEntity
+    observed: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,6 +164,8 @@ class QuotaSettings:
     producer_id_false_positive_rate: float = 0.01
     """Target false-positive rate of each producer-ID Bloom filter (a known PID never misses)."""
     quota_scope: QuotaScope = QuotaScope.BROKER
+    quota_mode: QuotaMode = QuotaMode.ENFORCE
+    """The mode of every entry that does not set its own."""
 
     def window_for(self, quota_type: QuotaType) -> Window:
         return {
@@ -161,23 +183,30 @@ _RESOLUTION_CACHE_SIZE = 65_536
 class QuotaConfig:
     """An immutable snapshot of every quota; replaced whole when the configuration changes."""
 
-    __slots__ = ("settings", "entries", "_by_type", "_ip_rates", "_cached_resolve")
+    __slots__ = ("settings", "entries", "modes", "origins", "_by_type", "_ip_rates", "_cached_resolve")
 
     def __init__(self, settings: QuotaSettings | None = None,
-                 entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None) -> None:
+                 entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None,
+                 modes: Mapping[QuotaEntity, QuotaMode] | None = None,
+                 origins: Mapping[tuple[QuotaEntity, QuotaType], str] | None = None) -> None:
+        """``modes``: the entities whose entry sets its own mode (the others take ``settings.quota_mode``);
+        ``origins``: where each entity's limit of each type was set, as a person reads it (for ``explain``)."""
         self.settings = settings or QuotaSettings()
         self.entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] = dict(entries or {})
+        self.modes: Mapping[QuotaEntity, QuotaMode] = dict(modes or {})
+        self.origins: Mapping[tuple[QuotaEntity, QuotaType], str] = dict(origins or {})
         # keyed by (user, client_id) tuples: lookups build keys for names that are not valid entities
-        self._by_type: dict[QuotaType, dict[tuple[str | None, str | None], tuple[QuotaEntity, float]]] = {
+        self._by_type: dict[QuotaType, dict[tuple[str | None, str | None], tuple[QuotaEntity, float, bool]]] = {
             t: {} for t in QuotaType}
-        self._ip_rates: dict[str, float] = {}
+        self._ip_rates: dict[str, IpQuota] = {}
         for entity, quotas in self.entries.items():
+            observed = self.mode_of(entity) is QuotaMode.OBSERVE
             for quota_type, limit in quotas.items():
                 validate_quota(entity, quota_type, limit)
                 if entity.ip is not None:
-                    self._ip_rates[entity.ip] = float(limit)
+                    self._ip_rates[entity.ip] = IpQuota(float(limit), entity, observed)
                 else:
-                    self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit))
+                    self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit), observed)
         # Bounded: millions of distinct client ids must not grow memory without limit.
         self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
 
@@ -185,7 +214,10 @@ class QuotaConfig:
         """The quota applying to (user, client_id), or None when it is unlimited."""
         return self._cached_resolve(quota_type, user, client_id)
 
-    def connection_rate_for(self, ip: str) -> float | None:
+    def mode_of(self, entity: QuotaEntity) -> QuotaMode:
+        return self.modes.get(entity, self.settings.quota_mode)
+
+    def connection_rate_for(self, ip: str) -> IpQuota | None:
         """The IP's ``connection_creation_rate`` (its own, else the ``<default>`` IP's), or None."""
         rates = self._ip_rates
         return rates.get(ip, rates.get(DEFAULT)) if rates else None
@@ -211,7 +243,7 @@ class QuotaConfig:
         for entity_key, key in levels:
             found = quotas.get(entity_key)
             if found is not None:
-                return ResolvedQuota(key, found[1], found[0])
+                return ResolvedQuota(key, found[1], found[0], found[2])
         return None
 
 
@@ -242,7 +274,16 @@ _WINDOW_SETTINGS = {
 _MODE_SETTING = "producer.id.quota.mode"
 _FALSE_POSITIVE_SETTING = "producer.id.quota.false.positive.rate"
 _SCOPE_SETTING = "quota.scope"
+_QUOTA_MODE_SETTING = "quota.mode"
 _ENTITY_KEYS = {"user", "client-id", "ip"}
+_ENTRY_MODE_KEY = "mode"
+
+
+def parse_quota_mode(value: Any, where: str) -> QuotaMode:
+    try:
+        return QuotaMode(value)
+    except ValueError:
+        raise QuotaConfigError(f"{where}: one of {', '.join(m.value for m in QuotaMode)}, got {value!r}") from None
 
 
 def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
@@ -251,7 +292,11 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
     mode = defaults.producer_id_mode
     false_positive_rate = defaults.producer_id_false_positive_rate
     scope = defaults.quota_scope
+    quota_mode = defaults.quota_mode
     for key, value in raw.items():
+        if key == _QUOTA_MODE_SETTING:
+            quota_mode = parse_quota_mode(value, f"[settings] {key}")
+            continue
         if key == _SCOPE_SETTING:
             try:
                 scope = QuotaScope(value)
@@ -285,11 +330,21 @@ def parse_settings(raw: Mapping[str, Any]) -> QuotaSettings:
         given = windows.get(window_name, {})
         resolved[window_name] = Window(int(given.get("num", default.num)), float(given.get("size_s", default.size_s)))
     return QuotaSettings(producer_id_mode=mode, producer_id_false_positive_rate=false_positive_rate, quota_scope=scope,
-                         **resolved)
+                         quota_mode=quota_mode, **resolved)
 
 
-def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEntity, dict[QuotaType, float]]:
+class QuotaEntries(NamedTuple):
+    limits: dict[QuotaEntity, dict[QuotaType, float]]
+    modes: dict[QuotaEntity, QuotaMode]
+    """The entries that set their own ``mode``."""
+    numbers: dict[QuotaEntity, int]
+    """Each entity's entry: its place among the ``[[quota]]`` tables, from 1."""
+
+
+def parse_entries(raw_entries: Iterable[Any], where: str = "") -> QuotaEntries:
     entries: dict[QuotaEntity, dict[QuotaType, float]] = {}
+    modes: dict[QuotaEntity, QuotaMode] = {}
+    numbers: dict[QuotaEntity, int] = {}
     for number, raw in enumerate(raw_entries, start=1):
         label = f"{where}[[quota]] #{number}"
         if not isinstance(raw, dict):
@@ -302,6 +357,9 @@ def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEnti
         quotas: dict[QuotaType, float] = {}
         for key, value in raw.items():
             if key in _ENTITY_KEYS:
+                continue
+            if key == _ENTRY_MODE_KEY:
+                modes[entity] = parse_quota_mode(value, f"{label}: mode")
                 continue
             try:
                 quota_type = QuotaType(key)
@@ -318,10 +376,20 @@ def parse_entries(raw_entries: Iterable[Any], where: str = "") -> dict[QuotaEnti
         if entity in entries:
             raise QuotaConfigError(f"{label}: duplicate entity (already defined earlier in the file)")
         entries[entity] = quotas
-    return entries
+        numbers[entity] = number
+    return QuotaEntries(entries, modes, numbers)
 
 
-def parse_quota_document(document: Mapping[str, Any], source: str) -> QuotaConfig:
+_ENTRY_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*quota[ \t]*\]\]", re.MULTILINE)
+
+
+def entry_lines(text: str) -> list[int]:
+    """The line (from 1) of each ``[[quota]]`` table header, in file order."""
+    return [text.count("\n", 0, match.start()) + 1 for match in _ENTRY_HEADER.finditer(text)]
+
+
+def parse_quota_document(document: Mapping[str, Any], source: str, lines: Sequence[int] = ()) -> QuotaConfig:
+    """``lines``: each entry's line in ``source`` (``entry_lines``), for the origins ``explain`` shows."""
     unknown = set(document) - {"settings", "quota"}
     if unknown:
         raise QuotaConfigError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))}")
@@ -330,17 +398,26 @@ def parse_quota_document(document: Mapping[str, Any], source: str) -> QuotaConfi
         raw_entries = document.get("quota", [])
         if not isinstance(raw_entries, list):
             raise QuotaConfigError("'quota' must be an array of tables ([[quota]])")
-        return QuotaConfig(settings, parse_entries(raw_entries))
+        entries = parse_entries(raw_entries)
     except QuotaConfigError as error:
         raise QuotaConfigError(f"{source}: {error}") from None
+    known_lines = len(lines) == len(raw_entries)
+    origins = {}
+    for entity, number in entries.numbers.items():
+        where = f"{source} line {lines[number - 1]}" if known_lines else f"{source} [[quota]] #{number}"
+        for quota_type in entries.limits[entity]:
+            origins[(entity, quota_type)] = where
+    return QuotaConfig(settings, entries.limits, entries.modes, origins)
 
 
 def load_quota_file(path: Path) -> QuotaConfig:
     try:
-        with path.open("rb") as file:
-            document = tomllib.load(file)
+        text = path.read_text(encoding="utf-8")
+        document = tomllib.loads(text)
     except OSError as error:
         raise QuotaConfigError(f"{path}: cannot read: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise QuotaConfigError(f"{path}: not UTF-8 text: {error}") from error
     except tomllib.TOMLDecodeError as error:
         raise QuotaConfigError(f"{path}: not valid TOML: {error}") from error
-    return parse_quota_document(document, str(path))
+    return parse_quota_document(document, str(path), entry_lines(text))

@@ -10,6 +10,10 @@ For each accepted socket, in Kafka's order:
    time (Kafka's delayed close), never served. Then the IP's count: an IP that already has
    ``max-connections-per-ip`` (or its override) connections has the new one closed at once.
 
+An IP whose ``connection_creation_rate`` is observed has every connection accepted; a shadow of its rate
+follows enforcement (a connection it would have closed is taken back from the shadow, as Kafka takes it
+back from the real rate) and says which ones would have been closed, and after what delay.
+
 Time comes from the caller; nothing here waits or touches a socket.
 """
 
@@ -21,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from quotas.config import Window
+from quotas.config import IpQuota, Window
 from quotas.managers import IDLE_EXPIRY_MS, EntityState, EntityTable
 from quotas.rate import SampledRate, rate_throttle_ms
 
@@ -48,14 +52,18 @@ class Verdict(enum.Enum):
 class Admission(NamedTuple):
     verdict: Verdict
     delay_ms: int = 0
+    observed_delay_ms: int = 0
+    """Accepted under an observed creation rate that would have closed it after this delay."""
 
 
 class _IpRate(EntityState):
-    __slots__ = ("rate",)
+    __slots__ = ("rate", "shadow_rate")
 
     def __init__(self) -> None:
         super().__init__()
         self.rate = SampledRate()
+        self.shadow_rate: SampledRate | None = None
+        """Observe mode: the rate as enforcement would have kept it."""
 
 
 class ConnectionQuotas:
@@ -67,6 +75,10 @@ class ConnectionQuotas:
         self.total = 0
         self._listener_rate = SampledRate()
         self._ip_rates: EntityTable[str, _IpRate] = EntityTable(idle_expiry_ms)
+        self.observed_throttled = 0
+        """Connections accepted under an observed creation rate that enforcement would have closed."""
+        self.observed_delay_ms = 0
+        """The delays after which enforcement would have closed them, summed."""
 
     def _bounded_throttle_ms(self, rate: SampledRate, limit: float, now_ms: int) -> int:
         """``QuotaUtils.boundedThrottleTime``: the rate's throttle, at most one window (Kafka's cap)."""
@@ -85,13 +97,15 @@ class ConnectionQuotas:
         limit = self.limits.max_connections
         return limit is None or self.total < limit
 
-    def admit(self, ip: str, ip_rate_limit: float | None, now_ms: int) -> Admission:
+    def admit(self, ip: str, ip_quota: IpQuota | None, now_ms: int) -> Admission:
         """The connection's fate once the acceptor took it; an accepted one counts until ``release``."""
-        if ip_rate_limit is not None:
+        observed_delay_ms = 0
+        if ip_quota is not None:
             state = self._ip_rates.get_or_create(ip, now_ms, _IpRate)
             state.rate.record(1, now_ms, self.window)
-            delay_ms = self._bounded_throttle_ms(state.rate, ip_rate_limit, now_ms)
-            if delay_ms:
+            if ip_quota.observed:
+                observed_delay_ms = self._observe(state, ip_quota.limit, now_ms)
+            elif delay_ms := self._bounded_throttle_ms(state.rate, ip_quota.limit, now_ms):
                 # not accepted: it must not count against the IP or the listener
                 state.rate.record(-1, now_ms, self.window)
                 self._listener_rate.record(-1, now_ms, self.window)
@@ -103,7 +117,19 @@ class ConnectionQuotas:
             return Admission(Verdict.TOO_MANY)
         self._counts[ip] = count + 1
         self.total += 1
-        return Admission(Verdict.ACCEPT)
+        return Admission(Verdict.ACCEPT, observed_delay_ms=observed_delay_ms)
+
+    def _observe(self, state: _IpRate, limit: float, now_ms: int) -> int:
+        shadow = state.shadow_rate
+        if shadow is None:
+            shadow = state.shadow_rate = SampledRate()
+        shadow.record(1, now_ms, self.window)
+        delay_ms = self._bounded_throttle_ms(shadow, limit, now_ms)
+        if delay_ms:
+            shadow.record(-1, now_ms, self.window)
+            self.observed_throttled += 1
+            self.observed_delay_ms += delay_ms
+        return delay_ms
 
     def release(self, ip: str) -> None:
         """An accepted connection closed."""

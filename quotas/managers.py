@@ -30,12 +30,61 @@ IDLE_EXPIRY_MS = 3_600_000
 """Kafka drops quota sensors after an hour without activity."""
 
 class EntityState:
-    """Base of per-entity state: when the entity was last charged."""
+    """Base of per-entity state: when the entity was last charged, and what observe mode saw."""
 
-    __slots__ = ("last_used_ms",)
+    __slots__ = ("last_used_ms", "observed_throttled", "observed_throttle_ms")
 
     def __init__(self) -> None:
         self.last_used_ms = 0
+        self.observed_throttled = 0
+        """Requests an observed quota let through that enforcement would have throttled or refused."""
+        self.observed_throttle_ms = 0
+        """The throttle times enforcement would have given them, summed."""
+
+    def observed(self, throttle_ms: int, refused: bool = False) -> int:
+        if throttle_ms > 0 or refused:
+            self.observed_throttled += 1
+            self.observed_throttle_ms += throttle_ms
+        return throttle_ms
+
+
+class ShadowTime:
+    """Observe mode's timeline of one entity: when its requests would have been served had it been enforced.
+
+    Enforcement mutes the connection for each throttle, so the requests behind a throttled one wait, and are
+    charged when it ends. An observed quota charges a shadow of its rate (or bucket) at that later time, so
+    the throttles it computes add up to the delay enforcement would have caused, not to the same excess
+    counted again by every request sent meanwhile. It assumes the entity's requests wait one after another,
+    as one connection's do.
+    """
+
+    __slots__ = ("free_at_ms",)
+
+    def __init__(self, now_ms: int) -> None:
+        self.free_at_ms = now_ms
+
+    def arrival(self, now_ms: int) -> int:
+        """When a request arriving now would have been served: at once, or when the last throttle ends."""
+        return max(now_ms, self.free_at_ms)
+
+    def throttled(self, served_ms: int, throttle_ms: int) -> None:
+        self.free_at_ms = served_ms + throttle_ms
+
+
+class RateShadow(ShadowTime):
+    __slots__ = ("rate",)
+
+    def __init__(self, now_ms: int) -> None:
+        super().__init__(now_ms)
+        self.rate = SampledRate()
+
+
+class BucketShadow(ShadowTime):
+    __slots__ = ("bucket",)
+
+    def __init__(self, limit: float, window: Window, now_ms: int) -> None:
+        super().__init__(now_ms)
+        self.bucket = TokenBucket(limit, window, now_ms)
 
 
 State = TypeVar("State", bound=EntityState)
@@ -86,6 +135,8 @@ class Decision(NamedTuple):
     throttle_ms: int
     key: QuotaKey | None = None
     """The bucket charged, or None when no quota applies."""
+    observed_ms: int = 0
+    """An observed quota: the throttle enforcement would have given (``throttle_ms`` is 0)."""
 
 
 class MutationDecision(NamedTuple):
@@ -95,6 +146,10 @@ class MutationDecision(NamedTuple):
     key: QuotaKey | None
     topics_admitted: tuple[bool, ...]
     """One per topic of the request, in request order."""
+    observed_ms: int = 0
+    """An observed quota: the throttle enforcement would have given."""
+    observed_refusals: int = 0
+    """An observed quota: the topics enforcement would have refused (all were admitted)."""
 
 
 class PidDecision(NamedTuple):
@@ -106,6 +161,10 @@ class PidDecision(NamedTuple):
     """Producer IDs seen for the first time in this window and charged (remembered from now)."""
     over_quota_pids: tuple[int, ...] = ()
     """Unseen producer IDs that found the bucket below zero (not charged, not remembered)."""
+    observed_ms: int = 0
+    """An observed quota: the throttle (or, in reject mode, the refusal's) enforcement would have given."""
+    observed_refused: bool = False
+    """An observed quota in reject mode: enforcement would have refused the request."""
 
 
 UNLIMITED = Decision(True, 0)
@@ -132,12 +191,16 @@ class _Counters:
 # ---- produce and fetch bytes (KIP-13) ---------------------------------------------------------
 
 class ByteRateState(EntityState):
-    __slots__ = ("rate", "last_throttle_ms")
+    __slots__ = ("rate", "last_throttle_ms", "limit", "shadow")
 
     def __init__(self) -> None:
         super().__init__()
         self.rate = SampledRate()
         self.last_throttle_ms = 0
+        self.limit = 0.0
+        """The quota in force at the entity's last request (for the usage ratio)."""
+        self.shadow: RateShadow | None = None
+        """Created when the entity's quota is first observed."""
 
 
 class ClientQuotaManager(_Counters):
@@ -174,7 +237,12 @@ class ClientQuotaManager(_Counters):
         window = settings.byte_rate_window
         key = quota.key._replace(broker=broker) if settings.quota_scope is QuotaScope.BROKER else quota.key
         state = self.entities.get_or_create(key, now_ms, ByteRateState)
+        state.limit = quota.limit
         state.rate.record(size_bytes, now_ms, window)
+        if quota.observed:
+            self._shared(key, size_bytes, quota.limit)
+            return Decision(True, 0, key, self._observe(state, quota.limit, size_bytes, now_ms, window,
+                                                        taken_back_when_throttled))
         rate, window_ms = state.rate.measure_with_window(now_ms, window)
         throttle_ms = rate_throttle_ms(rate, quota.limit, window_ms) if rate > quota.limit else 0
         if throttle_ms:
@@ -186,10 +254,31 @@ class ClientQuotaManager(_Counters):
         self._shared(key, size_bytes, quota.limit)
         return Decision(True, throttle_ms, key)
 
+    @staticmethod
+    def _observe(state: ByteRateState, limit: float, size_bytes: int, now_ms: int, window: Window,
+                 taken_back_when_throttled: bool) -> int:
+        """The throttle enforcement would have given, on the entity's shadow timeline (``ShadowTime``)."""
+        shadow = state.shadow
+        if shadow is None:
+            shadow = state.shadow = RateShadow(now_ms)
+        served_ms = shadow.arrival(now_ms)
+        shadow.rate.record(size_bytes, served_ms, window)
+        rate, window_ms = shadow.rate.measure_with_window(served_ms, window)
+        throttle_ms = rate_throttle_ms(rate, limit, window_ms) if rate > limit else 0
+        if throttle_ms and taken_back_when_throttled:
+            # enforced, the fetch would have been answered empty and its records fetched again after the throttle
+            shadow.rate.record(-size_bytes, served_ms, window)
+            shadow.rate.record(size_bytes, served_ms + throttle_ms, window)
+        shadow.throttled(served_ms, throttle_ms)
+        return state.observed(throttle_ms)
+
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:
-        """Another fleet member's bytes: they count in this proxy's rate from now on."""
+        """Another fleet member's bytes: they count in this proxy's rate (and observed shadow) from now on."""
         state = self.entities.get_or_create(usage.key, now_ms, ByteRateState)
-        state.rate.record(usage.amount, now_ms, self.config.settings.byte_rate_window)
+        window = self.config.settings.byte_rate_window
+        state.rate.record(usage.amount, now_ms, window)
+        if state.shadow is not None:
+            state.shadow.rate.record(usage.amount, state.shadow.arrival(now_ms), window)
 
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """The most that can be recorded at once without a certain throttle, or None without a quota:
@@ -204,7 +293,7 @@ class ClientQuotaManager(_Counters):
 # ---- token-bucket quotas (KIP-599, KIP-936) ----------------------------------------------------
 
 class BucketState(EntityState):
-    __slots__ = ("bucket", "limit", "rate", "last_throttle_ms")
+    __slots__ = ("bucket", "limit", "rate", "last_throttle_ms", "shadow")
 
     def __init__(self, bucket: TokenBucket, limit: float) -> None:
         super().__init__()
@@ -213,6 +302,13 @@ class BucketState(EntityState):
         """The quota in force at the entity's last request (for the tokens metric)."""
         self.rate = SampledRate()
         self.last_throttle_ms = 0
+        self.shadow: BucketShadow | None = None
+        """Created when the entity's quota is first observed."""
+
+    def shadow_bucket(self, window: Window, now_ms: int) -> BucketShadow:
+        if self.shadow is None:
+            self.shadow = BucketShadow(self.limit, window, now_ms)
+        return self.shadow
 
 
 class _BucketManager(_Counters):
@@ -240,9 +336,12 @@ class _BucketManager(_Counters):
         return state
 
     def _charge_shared(self, state: BucketState, permits: float, now_ms: int) -> None:
-        state.bucket.record(permits, state.limit, self.window, now_ms)
+        window = self.window
+        state.bucket.record(permits, state.limit, window, now_ms)
         if permits > 0:
-            state.rate.record(permits, now_ms, self.window)
+            state.rate.record(permits, now_ms, window)
+        if state.shadow is not None:
+            state.shadow.bucket.record(permits, state.limit, window, state.shadow.arrival(now_ms))
 
 
 class ControllerMutationQuotaManager(_BucketManager):
@@ -264,6 +363,8 @@ class ControllerMutationQuotaManager(_BucketManager):
         quota = self.config.resolve(self.quota_type, user, client_id)
         window = self.config.settings.mutation_window
         state = None if quota is None else self._state(quota, now_ms)
+        if quota is not None and state is not None and quota.observed:
+            return self._observe(quota, state, mutations, strict, now_ms)
         strategy: BucketQuota
         if quota is None or state is None:
             strategy = UnboundedQuota()
@@ -286,6 +387,36 @@ class ControllerMutationQuotaManager(_BucketManager):
             if not all(admitted):
                 self.rejected += 1
         return MutationDecision(all(admitted), throttle_ms, None if quota is None else quota.key, admitted)
+
+    def _observe(self, quota: ResolvedQuota, state: BucketState, mutations: Sequence[float], strict: bool,
+                 now_ms: int) -> MutationDecision:
+        """Every topic admitted and charged; enforcement's decisions taken on the shadow timeline, where the
+        topics it would have refused are sent again when the throttle ends, until all are admitted (Kafka's
+        admin client retries THROTTLING_QUOTA_EXCEEDED so), the throttles of every round adding up."""
+        window = self.window
+        total = sum(mutations)
+        state.bucket.record(total, quota.limit, window, now_ms)
+        state.rate.record(total, now_ms, window)
+        self._shared(quota.key, total, quota.limit)
+        shadow = state.shadow_bucket(window, now_ms)
+        served_ms = first_served_ms = shadow.arrival(now_ms)
+        pending = list(mutations)
+        refused_first = -1
+        while pending:
+            strategy = (StrictQuota if strict else PermissiveQuota)(shadow.bucket, quota.limit, window)
+            refused = [count for count in pending if not strategy.record(count, served_ms)]
+            throttle_ms = strategy.throttle_ms(served_ms)
+            if refused_first < 0:
+                refused_first = len(refused)
+            served_ms += throttle_ms
+            if refused and not throttle_ms:  # a bucket a rounding below zero: the retry gets in
+                shadow.bucket.record(sum(refused), quota.limit, window, served_ms)
+                break
+            pending = refused
+        throttle_ms = served_ms - first_served_ms
+        shadow.throttled(first_served_ms, throttle_ms)
+        state.observed(throttle_ms, refused_first > 0)
+        return MutationDecision(True, 0, quota.key, (True,) * len(mutations), throttle_ms, refused_first)
 
 
     def correct(self, user: str, client_id: str, permits: float, now_ms: int) -> None:
@@ -378,7 +509,7 @@ class ProducerIdQuotaManager(_BucketManager):
         Charges nothing and creates no state: an InitProducerId asks this before its PID is used.
         """
         quota = self.config.resolve(self.quota_type, user, "")
-        if quota is None:
+        if quota is None or quota.observed:
             return 0
         state = self.entities.get(quota.key)
         if state is None:
@@ -407,6 +538,8 @@ class ProducerIdQuotaManager(_BucketManager):
                 seen.add(user, pid_probe, now_ms, capacity)
                 continue
             unseen[pid] = pid_probe
+        if quota.observed:
+            return self._observe(user, unseen, quota, capacity, now_ms) if unseen else PidDecision(True, 0, quota.key)
         reject_mode = self.config.settings.producer_id_mode is PidQuotaMode.REJECT
         if not unseen:
             if reject_mode and self._jumps_ahead(user, batches):
@@ -452,6 +585,39 @@ class ProducerIdQuotaManager(_BucketManager):
         self._shared_producer_ids(quota, tuple(unseen))
         self._admitted(user, batches)
         return PidDecision(True, 0, quota.key, tuple(unseen), ())
+
+    def _observe(self, user: str, unseen: dict[int, Probe], quota: ResolvedQuota, capacity: int,
+                 now_ms: int) -> PidDecision:
+        """The request goes through, so every new PID is charged and remembered; enforcement's decision is
+        taken on the shadow timeline, where a request reject mode would have refused is charged when its
+        throttle ends (the producer's retry)."""
+        window = self.window
+        state = self._state(quota, now_ms)
+        for pid_probe in unseen.values():
+            state.bucket.record(1, quota.limit, window, now_ms)
+            state.rate.record(1, now_ms, window)
+            self.seen.add(user, pid_probe, now_ms, capacity)
+        self.admitted_pids += len(unseen)
+        self._shared_producer_ids(quota, tuple(unseen))
+        shadow = state.shadow_bucket(window, now_ms)
+        served_ms = shadow.arrival(now_ms)
+        bucket = shadow.bucket
+        refused = False
+        if self.config.settings.producer_id_mode is PidQuotaMode.REJECT:
+            missing = (len(unseen) - 1) - bucket.measure(quota.limit, window, served_ms)
+            refused = missing > 0
+            throttle_ms = java_round(missing / quota.limit * 1000) if refused else 0
+            bucket.record(len(unseen), quota.limit, window, served_ms + throttle_ms)
+        else:
+            over_quota = False
+            for _ in unseen:
+                over_quota = over_quota or bucket.measure(quota.limit, window, served_ms) < 0
+                bucket.record(1, quota.limit, window, served_ms)
+            throttle_ms = bucket_throttle_ms(bucket.measure(quota.limit, window, served_ms), quota.limit) \
+                if over_quota else 0
+        shadow.throttled(served_ms, throttle_ms)
+        state.observed(throttle_ms, refused)
+        return PidDecision(True, 0, quota.key, tuple(unseen), (), throttle_ms, refused)
 
     def _shared_producer_ids(self, quota: ResolvedQuota, producer_ids: tuple[int, ...]) -> None:
         if self.share is not None and self.config.settings.quota_scope is QuotaScope.CLUSTER:

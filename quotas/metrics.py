@@ -17,9 +17,17 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from quotas.config import QuotaType
+from quotas.connection_quotas import ConnectionQuotas
+from quotas.managers import (
+    ClientQuotaManager,
+    ControllerMutationQuotaManager,
+    EntityTable,
+    ProducerIdQuotaManager,
+)
 
 _ENTITY_LABELS = ["user", "client_id"]
+_TYPED_ENTITY_LABELS = ["quota_type", *_ENTITY_LABELS]
 _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
 MAX_ENTITY_SERIES = 1000
 OTHERS = "<others>"
@@ -39,14 +47,26 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
     return kept, [(state, value) for _, state, value in measured if id(state) not in kept_keys]
 
 
+class _EntityUsage:
+    """One (user, client id)'s figures across the buckets of one quota type (a byte rate's brokers)."""
+
+    __slots__ = ("ratio", "observed_throttled", "observed_throttle_ms")
+
+    def __init__(self) -> None:
+        self.ratio = 0.0
+        self.observed_throttled = 0
+        self.observed_throttle_ms = 0
+
+
 class QuotaMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, produce: ClientQuotaManager, fetch: ClientQuotaManager,
                  mutations: ControllerMutationQuotaManager, producer_ids: ProducerIdQuotaManager,
-                 clock_ms: Callable[[], int]) -> None:
+                 clock_ms: Callable[[], int], connections: ConnectionQuotas | None = None) -> None:
         self._produce = produce
         self._fetch = fetch
         self._mutations = mutations
         self._producer_ids = producer_ids
+        self._connections = connections
         self._clock_ms = clock_ms
         registry.register(self)
 
@@ -70,6 +90,43 @@ class QuotaMetrics(Collector):
         yield rejected
         yield CounterMetricFamily("kafka_quota_producer_ids_admitted", "New producer IDs charged to a quota",
                                   value=self._producer_ids.admitted_pids)
+        yield from self._usage_metrics(now_ms)
+
+    def _usage_metrics(self, now_ms: int) -> Iterator[Metric]:
+        """Headroom (rate over limit) and what observed quotas would have done, per quota type and entity."""
+        ratio = GaugeMetricFamily("kafka_quota_usage_ratio",
+                                  "Current rate over the quota, per entity: above 1 is over it (the highest of a "
+                                  "byte rate's brokers in broker scope)", labels=_TYPED_ENTITY_LABELS)
+        observed = CounterMetricFamily("kafka_quota_observed_throttled_requests",
+                                       "Requests an observed quota let through that enforcement would have "
+                                       "throttled or refused", labels=_TYPED_ENTITY_LABELS)
+        observed_ms = CounterMetricFamily("kafka_quota_observed_throttle_time_ms",
+                                          "The throttle times enforcement would have given the requests an observed "
+                                          "quota let through, summed", labels=_TYPED_ENTITY_LABELS)
+        for manager in (self._produce, self._fetch, self._mutations, self._producer_ids):
+            quota_type = manager.quota_type.value
+            kept, others = busiest(_entity_usage(manager, now_ms).items(), lambda usage: usage.ratio)
+            if others:
+                summed = _EntityUsage()
+                summed.ratio = max(usage.ratio for usage, _ in others)
+                summed.observed_throttled = sum(usage.observed_throttled for usage, _ in others)
+                summed.observed_throttle_ms = sum(usage.observed_throttle_ms for usage, _ in others)
+                kept.append(((OTHERS, OTHERS), summed, summed.ratio))
+            for (user, client_id), usage, _ in kept:
+                labels = [quota_type, user, client_id]
+                ratio.add_metric(labels, usage.ratio)
+                if usage.observed_throttled:
+                    observed.add_metric(labels, usage.observed_throttled)
+                    observed_ms.add_metric(labels, usage.observed_throttle_ms)
+        connections = self._connections
+        if connections is not None and connections.observed_throttled:
+            # before a login there is no user or client id: the IPs are in the proxy's debug log
+            labels = [QuotaType.CONNECTION_CREATION_RATE.value, "", ""]
+            observed.add_metric(labels, connections.observed_throttled)
+            observed_ms.add_metric(labels, connections.observed_delay_ms)
+        yield ratio
+        yield observed
+        yield observed_ms
 
     @staticmethod
     def _byte_rate_metrics(prefix: str, what: str, manager: ClientQuotaManager, now_ms: int) -> Iterator[Metric]:
@@ -112,3 +169,20 @@ class QuotaMetrics(Collector):
         yield rate
         yield tokens
         yield throttle
+
+
+def _entity_usage(manager: ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager,
+                  now_ms: int) -> dict[tuple[str, str], _EntityUsage]:
+    window = manager.config.settings.window_for(manager.quota_type)
+    entities: EntityTable[Any, Any] = manager.entities
+    usages: dict[tuple[str, str], _EntityUsage] = {}
+    for key, state in entities.items():
+        usage = usages.get((key.user, key.client_id))
+        if usage is None:
+            usage = usages[(key.user, key.client_id)] = _EntityUsage()
+        limit = state.limit
+        if limit > 0:
+            usage.ratio = max(usage.ratio, state.rate.measure(now_ms, window) / limit)
+        usage.observed_throttled += state.observed_throttled
+        usage.observed_throttle_ms += state.observed_throttle_ms
+    return usages

@@ -9,8 +9,11 @@ written before it existed read it as 0.
 import calendar
 import time
 
-USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections", "fetch_bytes")
-"""``bytes``: Produce request bytes; ``fetch_bytes``: Fetch response bytes charged to a consumer."""
+USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_ms", "rejections", "fetch_bytes",
+                "observed_throttled", "observed_throttle_ms")
+"""``bytes``: Produce request bytes; ``fetch_bytes``: Fetch response bytes charged to a consumer;
+``observed_throttled``: requests an observed quota let through that enforcement would have throttled or
+refused, ``observed_throttle_ms`` the throttles it would have given them."""
 
 BLOCK_FIELDS = ("blocks", "block_ids")
 """Producer-ID blocks handed out (AllocateProducerIds) and the IDs in them. They are counted on lines of

@@ -53,6 +53,7 @@ class FetchHandler:
             size = fetch_response_size(response_start, response_bytes, flexible)
             decision = manager.record_unless_throttled(user, client_id, size, now_ms(), broker)
             usage.fetch(user, client_id, size if decision.admitted else 0, decision.throttle_ms)
+            usage.observed(user, client_id, decision.observed_ms)
             if decision.admitted:
                 return ChargedResponse(decision.throttle_ms)
             upstream = fetch_response_start(response_start[response_header_length(response_start, flexible):],

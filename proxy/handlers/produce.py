@@ -93,13 +93,16 @@ class ProduceHandler:
         user, now_ms, broker = caller
         client_id = header.client_id or ""
         acks = scan.acks if scan is not None else produce_acks(frame, header)
-        throttle_ms = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker).throttle_ms
+        charged = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker)
+        throttle_ms = charged.throttle_ms
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
+            self._usage.observed(user, client_id, charged.observed_ms)
             return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
         decision = self._check_producer_ids(batches, user, client_id, now_ms)
         throttle_ms = max(throttle_ms, decision.throttle_ms)
         self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
+        self._usage.observed(user, client_id, max(charged.observed_ms, decision.observed_ms), decision.observed_refused)
         if not decision.admitted:
             if acks == 0:
                 return CLOSE_ON_ACKS_0_ERROR
@@ -133,6 +136,7 @@ class ProduceHandler:
         client_id = header.client_id or ""
         decision = self._check_producer_ids(batches, caller.user, client_id, caller.now_ms)
         self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
+        self._usage.observed(caller.user, client_id, decision.observed_ms, decision.observed_refused)
         return decision.throttle_ms
 
 

@@ -238,6 +238,7 @@ class TopicMutationHandler:
         for index in throttled:
             del charges.counts[index]
         self._usage.mutations(user, client_id, sum(charges.counts.values()), decision.throttle_ms, len(throttled))
+        self._usage.observed(user, client_id, decision.observed_ms, decision.observed_refusals > 0)
         shown = [charges.display.get(index, entry) for index, entry in enumerate(entries)]
         throttle_ms = decision.throttle_ms
         if len(charges.refused) == len(entries):

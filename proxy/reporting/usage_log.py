@@ -26,7 +26,8 @@ from quotas.usage_record import BLOCK_FIELDS, USAGE_FIELDS, usage_file_hour, usa
 
 log = logging.getLogger(__name__)
 
-_BYTES, _PRODUCE_REQUESTS, _NEW_PIDS, _MUTATIONS, _THROTTLE_MS, _REJECTIONS, _FETCH_BYTES = range(len(USAGE_FIELDS))
+(_BYTES, _PRODUCE_REQUESTS, _NEW_PIDS, _MUTATIONS, _THROTTLE_MS, _REJECTIONS, _FETCH_BYTES, _OBSERVED_THROTTLED,
+ _OBSERVED_THROTTLE_MS) = range(len(USAGE_FIELDS))
 _MAX_QUEUED_SECONDS = 3600
 STORE = "usage-log"
 """The usage log's name in ``kafka_quota_proxy_state_write_errors_total``."""
@@ -89,6 +90,13 @@ class UsageLog:
         entry[_MUTATIONS] += count
         entry[_THROTTLE_MS] += throttle_ms
         entry[_REJECTIONS] += rejected_topics
+
+    def observed(self, user: str, client_id: str, throttle_ms: int, refused: bool = False) -> None:
+        """An observed quota let a request through that enforcement would have throttled or refused."""
+        if throttle_ms > 0 or refused:
+            entry = self._entry(user, client_id)
+            entry[_OBSERVED_THROTTLED] += 1
+            entry[_OBSERVED_THROTTLE_MS] += throttle_ms
 
     def blocks(self, user: str, client_id: str, broker_id: int, block_ids: int) -> None:
         """A producer-ID block of ``block_ids`` IDs handed out to broker ``broker_id``."""

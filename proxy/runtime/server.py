@@ -304,6 +304,9 @@ class ProxyServer:
                 loop.call_later(admission.delay_ms / 1000, client.close)
             else:
                 counts.accepted += 1
+                if admission.observed_delay_ms:
+                    log.debug("accepted a connection from %s on %s that its observed creation rate would have "
+                              "closed in %d ms", ip, name, admission.observed_delay_ms)
                 self._start_connection(client, ip, name, resolver)
 
     def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:

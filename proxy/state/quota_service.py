@@ -35,6 +35,9 @@ OVERRIDES_FILE = "client-quotas.json"
 STORE = "client-quotas"
 """The overrides' name in ``kafka_quota_proxy_state_write_errors_total``."""
 
+ALTERED_ORIGIN = "AlterClientQuotas"
+"""Where an override came from, as ``quotas explain`` says it."""
+
 Overrides = dict[QuotaEntity, dict[QuotaType, float | None]]
 """entity -> quota type -> limit, or None where the API removed the quota."""
 
@@ -60,7 +63,7 @@ class QuotaService:
         self.mutations = ControllerMutationQuotaManager(config)
         self.producer_ids = ProducerIdQuotaManager(config)
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
-        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms)
+        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms, self.connections)
 
     @property
     def config(self) -> QuotaConfig:
@@ -74,15 +77,23 @@ class QuotaService:
         return config
 
     def _effective(self, overrides: Overrides) -> QuotaConfig:
-        entries = {entity: dict(quotas) for entity, quotas in self._file_config.entries.items()}
+        """The file's entries overlaid by ``overrides``; an entity keeps the file's ``mode`` for both."""
+        file_config = self._file_config
+        entries = {entity: dict(quotas) for entity, quotas in file_config.entries.items()}
+        origins = dict(file_config.origins)
+        where = ALTERED_ORIGIN if self._overrides_path is None else f"{ALTERED_ORIGIN} ({self._overrides_path})"
         for entity, quotas in overrides.items():
             merged: dict[QuotaType, float | None] = {**entries.get(entity, {}), **quotas}
             kept = {quota_type: limit for quota_type, limit in merged.items() if limit is not None}
+            for quota_type in quotas:
+                origins.pop((entity, quota_type), None)
+                if quota_type in kept:
+                    origins[(entity, quota_type)] = where
             if kept:
                 entries[entity] = kept
             else:
                 entries.pop(entity, None)
-        return QuotaConfig(self._file_config.settings, entries)
+        return QuotaConfig(file_config.settings, entries, file_config.modes, origins)
 
     def apply(self, config: QuotaConfig) -> None:
         for manager in (self.produce, self.fetch, self.mutations, self.producer_ids):

@@ -2,12 +2,22 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.config import DEFAULT, QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, Window, parse_entries
+from quotas.config import (
+    DEFAULT,
+    IpQuota,
+    QuotaConfig,
+    QuotaConfigError,
+    QuotaEntity,
+    QuotaType,
+    Window,
+    parse_entries,
+)
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas, Verdict
 from tests.unit.quotas.clock import FakeClock
 
 WINDOW = Window(11, 1)
 RATE = QuotaType.CONNECTION_CREATION_RATE
+RATE_2 = IpQuota(2, QuotaEntity(ip=DEFAULT))
 
 
 def test_the_per_ip_maximum_refuses_the_next_connection_and_overrides_win() -> None:
@@ -50,23 +60,44 @@ def test_an_ip_over_its_creation_rate_is_throttled_and_not_counted() -> None:
     admitted = []
     for _ in range(25):
         quotas.creation_delay_ms(clock())
-        admitted.append(quotas.admit("10.0.0.1", 2, clock()))
+        admitted.append(quotas.admit("10.0.0.1", RATE_2, clock()))
     assert [a.verdict for a in admitted[:20]] == [Verdict.ACCEPT] * 20  # 20 in the 10 s minimum window
     assert all(a.verdict is Verdict.THROTTLED and 0 < a.delay_ms <= 1000 for a in admitted[20:])
     assert quotas.connections_of("10.0.0.1") == 20
-    assert quotas.admit("10.0.0.2", 2, clock()).verdict is Verdict.ACCEPT  # each IP its own rate
+    assert quotas.admit("10.0.0.2", RATE_2, clock()).verdict is Verdict.ACCEPT  # each IP its own rate
     clock.advance(11_000)
-    assert quotas.admit("10.0.0.1", 2, clock()).verdict is Verdict.ACCEPT  # throttled ones were un-recorded
+    assert quotas.admit("10.0.0.1", RATE_2, clock()).verdict is Verdict.ACCEPT  # throttled ones were un-recorded
+
+
+def test_an_observed_creation_rate_accepts_every_connection_and_counts_those_enforcement_would_close() -> None:
+    clock = FakeClock()
+    enforced = ConnectionQuotas(ConnectionLimits(), WINDOW)
+    observed = ConnectionQuotas(ConnectionLimits(), WINDOW)
+    observed_rate = RATE_2._replace(observed=True)
+    for _ in range(40):
+        clock.advance(100)
+        verdict = enforced.admit("10.0.0.1", RATE_2, clock())
+        seen = observed.admit("10.0.0.1", observed_rate, clock())
+        assert seen.verdict is Verdict.ACCEPT and seen.delay_ms == 0
+        # the shadow keeps enforcement's rate: each connection it would close is one the enforced quota closed
+        assert seen.observed_delay_ms == verdict.delay_ms
+    assert observed.connections_of("10.0.0.1") == 40
+    assert observed.observed_throttled == 40 - enforced.connections_of("10.0.0.1") > 0
 
 
 def test_ip_entities_in_the_quota_file() -> None:
     entries = parse_entries([{"ip": "10.0.0.7", "connection_creation_rate": 5},
                              {"ip": DEFAULT, "connection_creation_rate": 50},
                              {"ip": "::ffff:10.0.0.8", "connection_creation_rate": 1}])
-    config = QuotaConfig(entries=entries)
-    assert config.connection_rate_for("10.0.0.7") == 5
-    assert config.connection_rate_for("10.0.0.8") == 1  # IPv4-mapped addresses are IPv4
-    assert config.connection_rate_for("192.168.1.1") == 50
+    config = QuotaConfig(entries=entries.limits)
+
+    def limit_for(ip: str) -> float | None:
+        quota = config.connection_rate_for(ip)
+        return None if quota is None else quota.limit
+
+    assert limit_for("10.0.0.7") == 5
+    assert limit_for("10.0.0.8") == 1  # IPv4-mapped addresses are IPv4
+    assert limit_for("192.168.1.1") == 50
     assert QuotaConfig().connection_rate_for("10.0.0.7") is None
     for bad, message in (({"ip": "db.example", "connection_creation_rate": 5}, "IP address"),
                          ({"ip": "10.0.0.7", "user": "alice", "connection_creation_rate": 5}, "stands alone"),

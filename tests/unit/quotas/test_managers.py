@@ -19,6 +19,8 @@ from quotas.managers import (
     MIN_FILTER_PIDS,
     ClientQuotaManager,
     ControllerMutationQuotaManager,
+    Decision,
+    PidDecision,
     ProducerBatch,
     ProducerIdQuotaManager,
 )
@@ -96,18 +98,18 @@ def test_a_throttled_fetch_response_is_taken_back_and_not_shared() -> None:
     fetch = ClientQuotaManager(config({QuotaEntity("alice", None): {FETCH: MIB}}, byte_rate_window=Window(4, 1),
                                       quota_scope=QuotaScope.CLUSTER), FETCH)
     fetch.share = UsageShare()
-    assert fetch.record_unless_throttled("alice", "c", 3 * MIB, clock()) == (True, 0, QuotaKey("alice", ""))
+    assert fetch.record_unless_throttled("alice", "c", 3 * MIB, clock()) == Decision(True, 0, QuotaKey("alice", ""))
     withheld = fetch.record_unless_throttled("alice", "c", MIB, clock())
     assert (withheld.admitted, withheld.throttle_ms) == (False, 1000)  # (4/3 - 1) x 3 s, as if it were kept
     assert fetch.record_unless_throttled("alice", "c", MIB, clock()) == withheld  # the rate is still 3 MiB / 3 s
     assert fetch.throttled == 2
     # a few bytes more than the 3 MiB kept: kept too (throttle 0, where 4 MiB kept would give 1000 ms)
-    assert fetch.record_unless_throttled("alice", "c", 100, clock()) == (True, 0, QuotaKey("alice", ""))
+    assert fetch.record_unless_throttled("alice", "c", 100, clock()) == Decision(True, 0, QuotaKey("alice", ""))
     assert [usage.amount for usage in fetch.share.take("me", 0)[0].usage] == [3 * MIB + 100]
     # produce keeps what it recorded (Kafka answers a throttled Produce in full)
     produce = ClientQuotaManager(config({QuotaEntity("alice", None): {BYTES: MIB}}, byte_rate_window=Window(4, 1)))
     produce.record("alice", "c", 3 * MIB, clock())
-    assert produce.record("alice", "c", MIB, clock()) == (True, 1000, QuotaKey("alice", ""))
+    assert produce.record("alice", "c", MIB, clock()) == Decision(True, 1000, QuotaKey("alice", ""))
     assert produce.record("alice", "c", MIB, clock()).throttle_ms == 2000
 
 
@@ -201,7 +203,7 @@ def test_throttle_mode_forwards_charges_and_throttles_over_quota_ids() -> None:
     assert manager.check("alice", batches(range(11)), clock()).throttle_ms == 0  # 10 tokens; the 11th leaves -1
     over = manager.check("alice", batches([100]), clock())  # forwarded, so charged: -2 tokens at 1/s
     assert over.admitted and over.new_pids == over.over_quota_pids == (100,) and over.throttle_ms == 2000
-    assert manager.check("alice", batches([100]), clock()) == (True, 0, over.key, (), ())  # remembered
+    assert manager.check("alice", batches([100]), clock()) == PidDecision(True, 0, over.key)  # remembered
     assert manager.admitted_pids == 12
 
 

@@ -71,7 +71,8 @@ def test_overrides_persist_win_over_the_file_and_removals_hide_it(tmp_path: Path
     assert quotas.config.resolve(BYTES, "bob", "app") is not None
 
     asyncio.run(quotas.override({QuotaEntity(ip="10.0.0.7"): {RATE: 3}}))
-    assert quotas.config.connection_rate_for("10.0.0.7") == 3
+    ip_quota = quotas.config.connection_rate_for("10.0.0.7")
+    assert ip_quota is not None and ip_quota.limit == 3
     restarted = service(tmp_path, text)
     assert restarted.config.entries == quotas.config.entries
     asyncio.run(restarted.override({QuotaEntity(None, "app"): {BYTES: None}}))

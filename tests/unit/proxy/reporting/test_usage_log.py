@@ -25,6 +25,9 @@ def test_one_line_per_principal_and_second_in_hourly_files(tmp_path: Path) -> No
     usage.produce("alice", "app", 500, 0, 30, True)
     usage.mutations("bob", "", 12, 4000, 1)
     usage.fetch("bob", "", 70_000, 250)
+    usage.observed("bob", "", 1200)
+    usage.observed("bob", "", 0, refused=True)
+    usage.observed("bob", "", 0)  # enforcement would have let it through: not counted
     usage.end_second(START + HOUR - 1)
     usage.end_second(START + HOUR - 1)  # nothing recorded since: no line
     usage.producer_ids("alice", "app", 3, 10)
@@ -34,13 +37,16 @@ def test_one_line_per_principal_and_second_in_hourly_files(tmp_path: Path) -> No
     assert list(files) == [first, second]
     assert files[first] == [
         {"time": START + HOUR - 1, "user": "alice", "client_id": "app", "bytes": 1500, "produce_requests": 2,
-         "new_pids": 2, "mutations": 0, "throttle_ms": 30, "rejections": 1, "fetch_bytes": 0},
+         "new_pids": 2, "mutations": 0, "throttle_ms": 30, "rejections": 1, "fetch_bytes": 0,
+         "observed_throttled": 0, "observed_throttle_ms": 0},
         {"time": START + HOUR - 1, "user": "bob", "client_id": "", "bytes": 0, "produce_requests": 0,
-         "new_pids": 0, "mutations": 12, "throttle_ms": 4250, "rejections": 1, "fetch_bytes": 70_000},
+         "new_pids": 0, "mutations": 12, "throttle_ms": 4250, "rejections": 1, "fetch_bytes": 70_000,
+         "observed_throttled": 2, "observed_throttle_ms": 1200},
     ]
     assert files[second] == [{"time": START + HOUR, "user": "alice", "client_id": "app", "bytes": 0,
                               "produce_requests": 0, "new_pids": 3, "mutations": 0, "throttle_ms": 10,
-                              "rejections": 0, "fetch_bytes": 0}]
+                              "rejections": 0, "fetch_bytes": 0, "observed_throttled": 0,
+                              "observed_throttle_ms": 0}]
     assert usage.lines_written == 3
 
 
