@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 DEFAULT = "<default>"
 """Entity name matching every user (or client id) that has no entry of its own."""
+ANONYMOUS = "ANONYMOUS"
+"""The user of a connection without SASL (Kafka's ``KafkaPrincipal.ANONYMOUS``)."""
 
 
 class QuotaType(enum.StrEnum):
@@ -129,6 +131,8 @@ class ResolvedQuota(NamedTuple):
     """The configured entity that supplied the limit."""
     observed: bool = False
     """The entity's quotas are observed, not enforced (``QuotaMode.OBSERVE``)."""
+    level: int = 0
+    """Which of Kafka's eight levels matched, from 1 (user and client id) to 8 (the default client id)."""
 
 
 class IpQuota(NamedTuple):
@@ -240,10 +244,10 @@ class QuotaConfig:
             ((None, client_id), client_only),
             ((None, DEFAULT), client_only),
         )
-        for entity_key, key in levels:
+        for level, (entity_key, key) in enumerate(levels, start=1):
             found = quotas.get(entity_key)
             if found is not None:
-                return ResolvedQuota(key, found[1], found[0], found[2])
+                return ResolvedQuota(key, found[1], found[0], found[2], level)
         return None
 
 

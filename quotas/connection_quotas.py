@@ -142,6 +142,11 @@ class ConnectionQuotas:
             self._counts[ip] = count - 1
         self.total -= 1
 
+    def rate_of(self, ip: str, now_ms: int) -> float | None:
+        """The IP's connection creation rate (connections/s); None before a rate applied to it."""
+        state = self._ip_rates.get(ip)
+        return None if state is None else state.rate.measure(now_ms, self.window)
+
     def connections_of(self, ip: str) -> int:
         return self._counts.get(ip, 0)
 

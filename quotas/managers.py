@@ -280,6 +280,13 @@ class ClientQuotaManager(_Counters):
         if state.shadow is not None:
             state.shadow.rate.record(usage.amount, state.shadow.arrival(now_ms), window)
 
+    def rate_of(self, key: QuotaKey, now_ms: int) -> float | None:
+        """The bucket's rate (bytes/s), the highest of its brokers' in broker scope; None before it was charged."""
+        window = self.config.settings.byte_rate_window
+        rates = [state.rate.measure(now_ms, window) for charged, state in self.entities.items()
+                 if charged._replace(broker="") == key._replace(broker="")]
+        return max(rates, default=None)
+
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """The most that can be recorded at once without a certain throttle, or None without a quota:
         ``quota x (num - 1) x size`` (Kafka's ``getMaxValueInQuotaWindow``, which caps a Fetch's max_bytes)."""
@@ -334,6 +341,11 @@ class _BucketManager(_Counters):
         state = self.entities.get_or_create(key, now_ms, lambda: BucketState(TokenBucket(limit, window, now_ms), limit))
         state.limit = limit
         return state
+
+    def rate_of(self, key: QuotaKey, now_ms: int) -> float | None:
+        """The bucket's rate (permits/s); None before it was charged."""
+        state = self.entities.get(key)
+        return None if state is None else state.rate.measure(now_ms, self.window)
 
     def _charge_shared(self, state: BucketState, permits: float, now_ms: int) -> None:
         window = self.window

@@ -141,7 +141,7 @@ def raw_produce(topic: str, requests: int, batch_bytes: int, client_id: str, use
                 sock.sendall(produce_request(topic, batch, correlation_id, acks=1, client_id=client_id))
                 answer = read_frame(sock)
                 assert answer, "connection closed"
-                result.throttles_ms.append(_produce_throttle_ms(answer))
+                result.throttles_ms.append(produce_throttle_ms(answer))
                 result.delivered(len(batch))
         return result
 
@@ -157,7 +157,7 @@ def _log_in(sock: socket.socket, user: str) -> None:
     assert answer.error_code == 0, answer  # type: ignore[attr-defined]
 
 
-def _produce_throttle_ms(frame: bytes) -> int:
+def produce_throttle_ms(frame: bytes) -> int:
     from protocol.codecs import decode_response
     from protocol.header import response_header_length
 

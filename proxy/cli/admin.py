@@ -3,6 +3,8 @@
 ``users add`` writes a credential to the users file (the password is read from stdin when it is
 not a terminal, otherwise prompted twice). ``quotas alter``/``quotas describe`` mirror
 kafka-configs: they send AlterClientQuotas / DescribeClientQuotas to a proxy (or any broker).
+``quotas explain`` reads a quota file (and a state directory's overrides) and says which quota
+applies to a client, and why.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,9 @@ from proxy.security.users import (
     scram_credential,
 )
 from proxy.settings.config import ConfigError, HostPort, UpstreamSasl
+from proxy.state.quota_service import OVERRIDES_FILE, overlaid, read_overrides
+from quotas.config import ANONYMOUS, QuotaConfig, QuotaConfigError, load_quota_file
+from quotas.explain import explain, parse_client
 
 _ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP}
 _CLIENT_QUOTAS_VERSION = 1
@@ -74,8 +80,16 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("name")
     remove.add_argument("--users-file", required=True, type=Path)
 
-    quotas = commands.add_parser("quotas", help="alter or describe client quotas (like kafka-configs)")
+    quotas = commands.add_parser("quotas", help="alter, describe (like kafka-configs) or explain client quotas")
     actions = quotas.add_subparsers(dest="action", required=True)
+    explained = actions.add_parser("explain", help="which quota applies to a client, and why")
+    explained.add_argument("--quota-file", type=Path, help="the proxy's quota file")
+    explained.add_argument("--state-dir", type=Path, help="the proxy's state directory: its quotas set through "
+                           "AlterClientQuotas (kafka-configs) are in force too")
+    explained.add_argument("--user", default=ANONYMOUS, help=f"the principal (default {ANONYMOUS}: no SASL)")
+    explained.add_argument("--client-id", default="", help="the client id (default: none)")
+    explained.add_argument("--ip", help="the client's address (for the connection creation rate)")
+    explained.add_argument("--json", action="store_true", help="print JSON")
     for name in ("alter", "describe"):
         action = actions.add_parser(name)
         action.set_defaults(entities=[])
@@ -99,8 +113,10 @@ def main(argv: list[str]) -> int:
     try:
         if args.command == "users":
             return _users(args)
+        if args.action == "explain":
+            return _explain(args)
         return asyncio.run(_quotas(args))
-    except (ConfigError, SaslConfigError) as error:
+    except (ConfigError, SaslConfigError, QuotaConfigError) as error:
         print(f"kafka-quota-proxy: {error}", file=sys.stderr)
         return 2
     except UPSTREAM_ERRORS as error:
@@ -129,6 +145,27 @@ def _users(args: argparse.Namespace) -> int:
     store.users.setdefault(args.name, {})[args.mechanism] = credential
     save_users(path, store)
     print(f"stored {args.mechanism} credentials of user {args.name} in {path}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if args.quota_file is None and args.state_dir is None:
+        raise ConfigError("explain needs --quota-file, --state-dir or both: the quotas the proxy runs with")
+    who = parse_client(args.user, args.client_id, args.ip)
+    file_config = QuotaConfig() if args.quota_file is None else load_quota_file(args.quota_file)
+    overrides_path = None if args.state_dir is None else args.state_dir / OVERRIDES_FILE
+    if args.state_dir is not None and not args.state_dir.is_dir():
+        raise ConfigError(f"--state-dir {args.state_dir}: not a directory")
+    overrides = read_overrides(overrides_path) if overrides_path is not None and overrides_path.exists() else {}
+    explanations = explain(overlaid(file_config, overrides, overrides_path), who)
+    if args.json:
+        print(json.dumps({"user": who.user, "client_id": who.client_id, "ip": who.ip,
+                          "quotas": [explanation.as_json() for explanation in explanations]}, indent=1))
+        return 0
+    print(f"Quotas of user {who.user!r}, client id {who.client_id!r}" + ("" if who.ip is None else f", ip {who.ip}")
+          + ":")
+    for explanation in explanations:
+        print("  " + explanation.text())
     return 0
 
 

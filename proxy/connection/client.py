@@ -18,8 +18,9 @@ from proxy.connection.login import LoginSteps
 from proxy.connection.muting import Muting
 from proxy.connection.requests import RequestSide
 from proxy.connection.responses import ResponseSide
-from proxy.connection.state import ANONYMOUS, READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
+from proxy.connection.state import READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
 from proxy.security.tls import peer_principal_name
+from quotas.config import ANONYMOUS
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from proxy.connection.splice import FrameSplice
 from proxy.decision.outcome import ResponseCharge, ResponseFinisher
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
+from quotas.config import ANONYMOUS
 
-ANONYMOUS = "ANONYMOUS"
 """The principal of a connection with neither a login nor a client certificate."""
 
 _MIN_RESPONSE_FRAME_BYTES = 4  # correlation id

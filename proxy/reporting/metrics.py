@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import json
 import logging
 import ssl
+import urllib.parse
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import accumulate
@@ -23,6 +25,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from allocator.durable import WriteErrors
+from quotas.config import ANONYMOUS, QuotaConfigError
+from quotas.explain import Client, parse_client
 
 log = logging.getLogger(__name__)
 
@@ -216,11 +220,34 @@ def worker_labelled(registry: CollectorRegistry, worker: int) -> CollectorRegist
     return labelled
 
 
-async def serve_metrics(registry: CollectorRegistry, host: str, port: int, credentials: str | None = None,
-                        tls: ssl.SSLContext | None = None) -> asyncio.Server:
-    """A minimal HTTP/1.0 server for GET /metrics (scrapes are rare; one request per connection).
+Explainer = Callable[[Client], list[dict[str, object]]]
+"""The quotas that apply to a client, with their current rates (``QuotaService.explain``)."""
+_EXPLAIN_PARAMETERS = {"user", "client_id", "ip"}
 
-    ``credentials`` (``user:password``), when given, are required as HTTP basic authentication.
+
+def _explained(explainer: Explainer, query: str) -> tuple[str, bytes]:
+    """(status, JSON body) of ``GET /quotas/explain?user=U&client_id=C&ip=A``."""
+    try:
+        parameters = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query),
+                                           max_num_fields=len(_EXPLAIN_PARAMETERS))
+        unknown = set(parameters) - _EXPLAIN_PARAMETERS
+        repeated = [name for name, values in parameters.items() if len(values) > 1]
+        if unknown or repeated:
+            raise QuotaConfigError(f"unknown or repeated parameter(s) {', '.join(sorted({*unknown, *repeated}))}; "
+                                   f"known: {', '.join(sorted(_EXPLAIN_PARAMETERS))}")
+        given = {name: values[0] for name, values in parameters.items()}
+        who = parse_client(given.get("user", ANONYMOUS), given.get("client_id", ""), given.get("ip"))
+    except (QuotaConfigError, ValueError) as error:
+        return "400 Bad Request", json.dumps({"error": str(error)}).encode() + b"\n"
+    answer = {"user": who.user, "client_id": who.client_id, "ip": who.ip, "quotas": explainer(who)}
+    return "200 OK", json.dumps(answer, indent=1).encode() + b"\n"
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int, credentials: str | None = None,
+                        tls: ssl.SSLContext | None = None, explainer: Explainer | None = None) -> asyncio.Server:
+    """A minimal HTTP/1.0 server for GET /metrics and GET /quotas/explain (rare requests; one per connection).
+
+    ``credentials`` (``user:password``), when given, are required as HTTP basic authentication for both.
     """
     expected = None if credentials is None else "Basic " + base64.b64encode(credentials.encode()).decode()
 
@@ -237,13 +264,16 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int, crede
                     if name.strip().lower() == "authorization":
                         authorization = value.strip()
             parts = request_line.decode("latin-1").split()
+            path, _, query = parts[1].partition("?") if len(parts) >= 2 and parts[0] == "GET" else ("", "", "")
             headers = ""
             if expected is not None and not hmac.compare_digest(authorization.encode(), expected.encode()):
                 body, status, content_type = b"unauthorized\n", "401 Unauthorized", "text/plain"
                 headers = 'WWW-Authenticate: Basic realm="metrics"\r\n'
-            elif len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
+            elif path == "/metrics":
                 body = await asyncio.to_thread(generate_latest, _Collected(list(registry.collect())))  # type: ignore[arg-type]
                 status, content_type = "200 OK", CONTENT_TYPE_LATEST
+            elif path == "/quotas/explain" and explainer is not None:
+                (status, body), content_type = _explained(explainer, query), "application/json"
             else:
                 body, status, content_type = b"not found; try /metrics\n", "404 Not Found", "text/plain"
             writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\n{headers}"

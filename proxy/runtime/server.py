@@ -393,7 +393,7 @@ class ProxyServer:
                 self.metrics.registry, self.config.worker)
             self._servers.append(await serve_metrics(
                 registry, metrics.host, metrics.port, endpoint.credentials,
-                None if endpoint.tls is None else endpoint.tls.context()))
+                None if endpoint.tls is None else endpoint.tls.context(), self.quotas.explain))
             log.info("serving metrics on %s://%s/metrics%s", "http" if endpoint.tls is None else "https", metrics,
                      "" if endpoint.credentials is None else " (basic authentication)")
 

@@ -25,6 +25,7 @@ from allocator.durable import WriteErrors, write_durably
 from proxy.files.watched_file import WatchedFile
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
+from quotas.explain import Client, explain
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
 
@@ -45,6 +46,38 @@ Overrides = dict[QuotaEntity, dict[QuotaType, float | None]]
 def now_ms() -> int:
     """Quota time: monotonic, so wall-clock jumps never refill or drain a bucket."""
     return time.monotonic_ns() // 1_000_000
+
+
+def read_overrides(path: Path) -> Overrides:
+    """The overrides saved in ``path`` (``OVERRIDES_FILE`` of a state directory); raises QuotaConfigError."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        overrides: Overrides = {}
+        for raw in document["entries"]:
+            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
+            overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
+    return overrides
+
+
+def overlaid(file_config: QuotaConfig, overrides: Overrides, overrides_path: Path | None) -> QuotaConfig:
+    """The quota file's entries overlaid by ``overrides``; an entity keeps the file's ``mode`` for both."""
+    entries = {entity: dict(quotas) for entity, quotas in file_config.entries.items()}
+    origins = dict(file_config.origins)
+    where = ALTERED_ORIGIN if overrides_path is None else f"{ALTERED_ORIGIN} ({overrides_path})"
+    for entity, quotas in overrides.items():
+        merged: dict[QuotaType, float | None] = {**entries.get(entity, {}), **quotas}
+        kept = {quota_type: limit for quota_type, limit in merged.items() if limit is not None}
+        for quota_type in quotas:
+            origins.pop((entity, quota_type), None)
+            if quota_type in kept:
+                origins[(entity, quota_type)] = where
+        if kept:
+            entries[entity] = kept
+        else:
+            entries.pop(entity, None)
+    return QuotaConfig(file_config.settings, entries, file_config.modes, origins)
 
 
 class QuotaService:
@@ -77,23 +110,27 @@ class QuotaService:
         return config
 
     def _effective(self, overrides: Overrides) -> QuotaConfig:
-        """The file's entries overlaid by ``overrides``; an entity keeps the file's ``mode`` for both."""
-        file_config = self._file_config
-        entries = {entity: dict(quotas) for entity, quotas in file_config.entries.items()}
-        origins = dict(file_config.origins)
-        where = ALTERED_ORIGIN if self._overrides_path is None else f"{ALTERED_ORIGIN} ({self._overrides_path})"
-        for entity, quotas in overrides.items():
-            merged: dict[QuotaType, float | None] = {**entries.get(entity, {}), **quotas}
-            kept = {quota_type: limit for quota_type, limit in merged.items() if limit is not None}
-            for quota_type in quotas:
-                origins.pop((entity, quota_type), None)
-                if quota_type in kept:
-                    origins[(entity, quota_type)] = where
-            if kept:
-                entries[entity] = kept
-            else:
-                entries.pop(entity, None)
-        return QuotaConfig(file_config.settings, entries, file_config.modes, origins)
+        return overlaid(self._file_config, overrides, self._overrides_path)
+
+    def explain(self, who: Client) -> list[dict[str, object]]:
+        """``explain`` of the quotas in force, each with its bucket's current rate and usage ratio (None when
+        nothing was charged to it yet)."""
+        now = now_ms()
+        managers = {manager.quota_type: manager for manager in (self.produce, self.fetch, self.mutations,
+                                                                   self.producer_ids)}
+        answers = []
+        for explanation in explain(self.config, who):
+            answer = explanation.as_json()
+            if explanation.limit is not None:
+                manager = managers.get(explanation.quota_type)
+                if manager is not None and explanation.key is not None:
+                    rate = manager.rate_of(explanation.key, now)
+                else:
+                    rate = None if who.ip is None else self.connections.rate_of(who.ip, now)
+                answer["rate"] = rate
+                answer["usage_ratio"] = None if rate is None else rate / explanation.limit
+            answers.append(answer)
+        return answers
 
     def apply(self, config: QuotaConfig) -> None:
         for manager in (self.produce, self.fetch, self.mutations, self.producer_ids):
@@ -135,14 +172,7 @@ class QuotaService:
         path = self._overrides_path
         if path is None or not path.exists():
             return {}
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-            overrides: Overrides = {}
-            for raw in document["entries"]:
-                entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
-                overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
+        overrides = read_overrides(path)
         log.info("loaded %d client-quota overrides from %s", len(overrides), path)
         return overrides
 

@@ -1,0 +1,119 @@
+"""Which quota applies to a client, and why: the "resolve" KIP-546 proposed and Kafka never shipped.
+
+For each quota type: the configured entity that applies (by Kafka's eight-level order for user and
+client-id quotas, the IP's own entry or the default IP's for the connection creation rate), its
+limit, whether it is enforced or observed, and where it was set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from quotas.config import (
+    DEFAULT,
+    QuotaConfig,
+    QuotaConfigError,
+    QuotaEntity,
+    QuotaKey,
+    QuotaMode,
+    QuotaType,
+    normalized_ip,
+)
+
+LEVELS = (
+    "/config/users/<user>/clients/<client-id>",
+    "/config/users/<user>/clients/<default>",
+    "/config/users/<user>",
+    "/config/users/<default>/clients/<client-id>",
+    "/config/users/<default>/clients/<default>",
+    "/config/users/<default>",
+    "/config/clients/<client-id>",
+    "/config/clients/<default>",
+)
+"""Kafka's order (``DefaultQuotaCallback``), most specific first; a level's index + 1 is its number."""
+_UNRECORDED = "(not recorded)"
+
+
+class Explanation(NamedTuple):
+    quota_type: QuotaType
+    entity: QuotaEntity | None = None
+    """None: no quota applies."""
+    limit: float | None = None
+    mode: QuotaMode | None = None
+    origin: str | None = None
+    level: str | None = None
+    """Where the entity stands in Kafka's order, or why an IP quota applies."""
+    key: QuotaKey | None = None
+    """The bucket it is charged to (who shares it)."""
+
+    def as_json(self) -> dict[str, Any]:
+        if self.entity is None:
+            return {"quota_type": self.quota_type.value, "quota": None}
+        entity = {name: value for name, value in (("user", self.entity.user), ("client-id", self.entity.client_id),
+                                                  ("ip", self.entity.ip)) if value is not None}
+        return {"quota_type": self.quota_type.value, "quota": self.limit, "mode": str(self.mode),
+                "entity": entity, "level": self.level, "origin": self.origin}
+
+    def text(self) -> str:
+        if self.entity is None:
+            return f"{self.quota_type:<26} no quota"
+        limit = int(self.limit) if self.limit is not None and self.limit.is_integer() else self.limit
+        return (f"{self.quota_type:<26} {limit!s:>12}  {self.mode!s:<8} {self.entity.describe()} "
+                f"({self.level}), set in {self.origin}")
+
+
+class Client(NamedTuple):
+    """Who is asking: a connection's user (principal name), client id and address."""
+
+    user: str
+    client_id: str
+    ip: str | None = None
+
+
+def parse_client(user: str, client_id: str, ip: str | None = None) -> Client:
+    """A client as a connection presents it; raises QuotaConfigError for what no connection can be."""
+    if not user:
+        raise QuotaConfigError("user: a principal name is not empty (a connection without SASL is ANONYMOUS)")
+    for part, value in (("user", user), ("client-id", client_id)):
+        if value == DEFAULT:
+            raise QuotaConfigError(f"{part}: {DEFAULT} names the default entity, not a client; ask for a name")
+    return Client(user, client_id, None if ip is None else _client_ip(ip))
+
+
+def _client_ip(text: str) -> str:
+    address = normalized_ip(text)
+    if address == DEFAULT:
+        raise QuotaConfigError(f"ip: {DEFAULT} names the default entity, not a client; ask for an address")
+    return address
+
+
+def explain(config: QuotaConfig, who: Client) -> list[Explanation]:
+    """One explanation per quota type, in ``QuotaType`` order."""
+    explanations = []
+    for quota_type in QuotaType:
+        if quota_type is QuotaType.CONNECTION_CREATION_RATE:
+            explanations.append(_explain_ip(config, who.ip))
+            continue
+        client_id = "" if quota_type is QuotaType.PRODUCER_IDS_RATE else who.client_id  # a user's quota only
+        quota = config.resolve(quota_type, who.user, client_id)
+        if quota is None:
+            explanations.append(Explanation(quota_type))
+            continue
+        explanations.append(Explanation(quota_type, quota.entity, quota.limit, config.mode_of(quota.entity),
+                                        config.origins.get((quota.entity, quota_type), _UNRECORDED),
+                                        f"level {quota.level} of 8: {LEVELS[quota.level - 1]}", quota.key))
+    return explanations
+
+
+def _explain_ip(config: QuotaConfig, ip: str | None) -> Explanation:
+    quota_type = QuotaType.CONNECTION_CREATION_RATE
+    if ip is None:
+        quota = config.connection_rate_for(DEFAULT)
+        level = "the default IP's; give an ip for its own"
+    else:
+        quota = config.connection_rate_for(ip)
+        level = "the default IP's" if quota is not None and quota.entity.ip == DEFAULT else "the IP's own"
+    if quota is None:
+        return Explanation(quota_type)
+    return Explanation(quota_type, quota.entity, quota.limit, config.mode_of(quota.entity),
+                       config.origins.get((quota.entity, quota_type), _UNRECORDED), level)
