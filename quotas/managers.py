@@ -28,6 +28,9 @@ from quotas.token_bucket import (
 
 IDLE_EXPIRY_MS = 3_600_000
 """Kafka drops quota sensors after an hour without activity."""
+MAX_OBSERVED_REFETCHES = 100
+"""An observed Fetch's records asked again at most this often on the shadow timeline (one larger than the
+whole window would be throttled for ever)."""
 
 class EntityState:
     """Base of per-entity state: when the entity was last charged, and what observe mode saw."""
@@ -51,31 +54,34 @@ class EntityState:
 class ShadowTime:
     """Observe mode's timeline of one entity: when its requests would have been served had it been enforced.
 
-    Enforcement mutes the connection for each throttle, so the requests behind a throttled one wait, and are
-    charged when it ends. An observed quota charges a shadow of its rate (or bucket) at that later time, so
-    the throttles it computes add up to the delay enforcement would have caused, not to the same excess
-    counted again by every request sent meanwhile. It assumes the entity's requests wait one after another,
-    as one connection's do.
+    Enforcement mutes the connection for each throttle, and a client sends its next request when the
+    throttled one is answered: every later request comes that much later, the time between two requests
+    kept. An observed quota charges a shadow of its rate (or bucket) on that delayed timeline, so the
+    throttles it computes add up to the delay enforcement would have caused, not to the same excess counted
+    again by every request sent meanwhile. It assumes the entity's requests follow one another, as one
+    connection's do; and that a client held back stays as far behind, where one that idles would catch up
+    in its idle time.
     """
 
-    __slots__ = ("free_at_ms",)
+    __slots__ = ("lag_ms",)
 
-    def __init__(self, now_ms: int) -> None:
-        self.free_at_ms = now_ms
+    def __init__(self) -> None:
+        self.lag_ms = 0
+        """The throttles so far: how far behind real time enforcement would have put the entity."""
 
     def arrival(self, now_ms: int) -> int:
-        """When a request arriving now would have been served: at once, or when the last throttle ends."""
-        return max(now_ms, self.free_at_ms)
+        """When a request arriving now would have been served."""
+        return now_ms + self.lag_ms
 
-    def throttled(self, served_ms: int, throttle_ms: int) -> None:
-        self.free_at_ms = served_ms + throttle_ms
+    def throttled(self, throttle_ms: int) -> None:
+        self.lag_ms += throttle_ms
 
 
 class RateShadow(ShadowTime):
     __slots__ = ("rate",)
 
-    def __init__(self, now_ms: int) -> None:
-        super().__init__(now_ms)
+    def __init__(self) -> None:
+        super().__init__()
         self.rate = SampledRate()
 
 
@@ -83,7 +89,7 @@ class BucketShadow(ShadowTime):
     __slots__ = ("bucket",)
 
     def __init__(self, limit: float, window: Window, now_ms: int) -> None:
-        super().__init__(now_ms)
+        super().__init__()
         self.bucket = TokenBucket(limit, window, now_ms)
 
 
@@ -260,16 +266,24 @@ class ClientQuotaManager(_Counters):
         """The throttle enforcement would have given, on the entity's shadow timeline (``ShadowTime``)."""
         shadow = state.shadow
         if shadow is None:
-            shadow = state.shadow = RateShadow(now_ms)
-        served_ms = shadow.arrival(now_ms)
-        shadow.rate.record(size_bytes, served_ms, window)
-        rate, window_ms = shadow.rate.measure_with_window(served_ms, window)
-        throttle_ms = rate_throttle_ms(rate, limit, window_ms) if rate > limit else 0
-        if throttle_ms and taken_back_when_throttled:
-            # enforced, the fetch would have been answered empty and its records fetched again after the throttle
-            shadow.rate.record(-size_bytes, served_ms, window)
-            shadow.rate.record(size_bytes, served_ms + throttle_ms, window)
-        shadow.throttled(served_ms, throttle_ms)
+            shadow = state.shadow = RateShadow()
+        served_ms = first_served_ms = shadow.arrival(now_ms)
+        for refetch in range(MAX_OBSERVED_REFETCHES + 1):
+            shadow.rate.record(size_bytes, served_ms, window)
+            rate, window_ms = shadow.rate.measure_with_window(served_ms, window)
+            throttle_ms = rate_throttle_ms(rate, limit, window_ms) if rate > limit else 0
+            if not throttle_ms:
+                break
+            if taken_back_when_throttled and refetch < MAX_OBSERVED_REFETCHES:
+                # enforced, the fetch would have been answered empty and its records fetched again after the
+                # throttle, when samples that have expired meanwhile may leave the rate over the quota still
+                shadow.rate.record(-size_bytes, served_ms, window)
+                served_ms += throttle_ms
+                continue
+            served_ms += throttle_ms
+            break
+        throttle_ms = served_ms - first_served_ms
+        shadow.throttled(throttle_ms)
         return state.observed(throttle_ms)
 
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:
@@ -426,7 +440,7 @@ class ControllerMutationQuotaManager(_BucketManager):
                 break
             pending = refused
         throttle_ms = served_ms - first_served_ms
-        shadow.throttled(first_served_ms, throttle_ms)
+        shadow.throttled(throttle_ms)
         state.observed(throttle_ms, refused_first > 0)
         return MutationDecision(True, 0, quota.key, (True,) * len(mutations), throttle_ms, refused_first)
 
@@ -627,7 +641,7 @@ class ProducerIdQuotaManager(_BucketManager):
                 bucket.record(1, quota.limit, window, served_ms)
             throttle_ms = bucket_throttle_ms(bucket.measure(quota.limit, window, served_ms), quota.limit) \
                 if over_quota else 0
-        shadow.throttled(served_ms, throttle_ms)
+        shadow.throttled(throttle_ms)
         state.observed(throttle_ms, refused)
         return PidDecision(True, 0, quota.key, tuple(unseen), (), throttle_ms, refused)
 

@@ -33,6 +33,7 @@ from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import BlocksTopicChanged
 from proxy.producer_ids.settings import AllocatorSettings
 from proxy.producer_ids.sources import Allocator, ProducerIdSource
+from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import Window
@@ -147,16 +148,20 @@ class InitProducerIdHandler:
     it is back at zero, so the producer backs off before its new PID meets the quota.
     """
 
-    def __init__(self, quotas: QuotaService, source: ProducerIdSource | None, ledger: LedgerRecorder) -> None:
+    def __init__(self, quotas: QuotaService, source: ProducerIdSource | None, ledger: LedgerRecorder,
+                 usage: UsageLog) -> None:
         self._quotas = quotas
         self._source = source
         self._ledger = ledger
+        self._usage = usage
 
     def __call__(self, frame: memoryview, caller: Caller) -> Outcome:
         throttle_ms = self._quotas.producer_ids.pending_throttle_ms(caller.user, caller.now_ms)
+        header = read_request_header(frame)
+        if throttle_ms:
+            self._usage.producer_ids(caller.user, header.client_id or "", 0, throttle_ms)
         if self._source is None:
             return Outcome(throttle_ms=throttle_ms)
-        header = read_request_header(frame)
         request = decode_request(Api.INIT_PRODUCER_ID, header.api_version, frame[header.length:])
         if request.transactional_id is not None:
             return Outcome(throttle_ms=throttle_ms)  # transactions belong to the cluster's coordinator

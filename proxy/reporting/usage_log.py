@@ -75,7 +75,8 @@ class UsageLog:
         entry[_REJECTIONS] += rejected
 
     def producer_ids(self, user: str, client_id: str, new_pids: int, throttle_ms: int) -> None:
-        """Producer IDs of a request already counted by ``produce`` (checked once it was complete)."""
+        """Producer IDs of a request already counted by ``produce`` (checked once it was complete), or the
+        throttle of an InitProducerId (``new_pids`` 0)."""
         entry = self._entry(user, client_id)
         entry[_NEW_PIDS] += new_pids
         entry[_THROTTLE_MS] += throttle_ms
