@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-cluster unit integration lint bench soak clean
+.PHONY: run test test-cluster unit integration lint bench soak clean prometheus-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,20 +17,33 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/python -m proxy.dev.run
 
-test: $(STAMP)
+# Prometheus's server and promtool, for the dashboard and alerting-rule tests: Debian's package, installed
+# with apt-get where it is missing and this is root; otherwise the package to install is named.
+prometheus-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's prometheus package (server and promtool) for the tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends prometheus >/dev/null; }; \
+	  else \
+	    echo "the tests need Prometheus (prometheus and promtool): install Debian's 'prometheus' package" >&2; exit 2; \
+	  fi; }
+
+test: $(STAMP) prometheus-tools
 	$(BIN)/ruff check protocol quotas allocator proxy pipeline tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests
 
 # The integration tests against a running cluster: KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster
-test-cluster: $(STAMP)
+test-cluster: $(STAMP) prometheus-tools
 	@test -n "$(KAFKA_BOOTSTRAP)" || { echo "set KAFKA_BOOTSTRAP=host:port[,host:port...] (the cluster to test against)" >&2; exit 2; }
 	KAFKA_BOOTSTRAP="$(KAFKA_BOOTSTRAP)" $(BIN)/pytest -q tests/integration
 
-unit: $(STAMP)
+unit: $(STAMP) prometheus-tools
 	$(BIN)/pytest -q tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) prometheus-tools
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)

@@ -1,8 +1,9 @@
-"""Observe mode beside enforce mode (``python -m bench.observe``): each workload three times on one Kafka 4.3.1
-node: straight to the broker (no quota anywhere), through a proxy enforcing a quota, and through a proxy observing
-the same quota. Observe mode must finish in the direct time while the throttle it says enforcement would have given
-(``observed_throttle_ms`` of the usage log) is within 10% of the throttle enforce mode gave (its ``throttle_ms``).
-Writes ``bench/observe-results.json``; README "Observe mode" quotes it.
+"""Observe mode beside enforce mode (``python -m bench.observe``): each workload four times on one Kafka 4.3.1
+node: straight to the broker (no quota anywhere), through a proxy without the quota (what the proxy itself costs),
+through a proxy enforcing the quota, and through a proxy observing it. Observe mode must finish in the time the
+proxy takes without the quota while the throttle it says enforcement would have given (``observed_throttle_ms`` of
+the usage log) is within 10% of the throttle enforce mode gave (its ``throttle_ms``). Writes
+``bench/observe-results.json``; README "Rolling a quota out safely" quotes it.
 """
 
 from __future__ import annotations
@@ -90,9 +91,12 @@ def usage_totals(state_dir: Path) -> dict[str, int]:
     return totals
 
 
-def through_proxy(cluster: Cluster, case: Case, topic: str, mode: str, directory: Path) -> tuple[Run, dict[str, int]]:
+def through_proxy(cluster: Cluster, case: Case, topic: str, mode: str | None, directory: Path
+                  ) -> tuple[Run, dict[str, int]]:
+    """``mode`` None: the proxy holds no quota."""
     quota_file = directory / f"observe-{mode}.toml"
-    quota_file.write_text(f'[settings]\n"quota.mode" = "{mode}"\n{case.settings}\n{case.quota.toml()}')
+    quota = "" if mode is None else f'[settings]\n"quota.mode" = "{mode}"\n{case.settings}\n{case.quota.toml()}'
+    quota_file.write_text(quota)
     proxy = ProxyProcess(cluster.bootstrap, directory / f"proxy-{mode}-{int(time.time() * 1000)}.log",
                          "--quota-file", str(quota_file), node_ids=cluster.node_ids).start()
     try:
@@ -104,16 +108,18 @@ def through_proxy(cluster: Cluster, case: Case, topic: str, mode: str, directory
 
 def measure(cluster: Cluster, case: Case, directory: Path) -> dict[str, Any]:
     stamp = int(time.time() * 1000) % 10**8
-    topics = {side: f"observe-{side}-{stamp}" for side in ("direct", "enforce", "observe")}
+    topics = {side: f"observe-{side}-{stamp}" for side in ("direct", "unquoted", "enforce", "observe")}
     for topic in topics.values():
         case.prepare(cluster, topic)
     direct = case.workload(topics["direct"])(cluster.bootstrap)
+    unquoted, _ = through_proxy(cluster, case, topics["unquoted"], None, directory)
     enforced, enforced_usage = through_proxy(cluster, case, topics["enforce"], "enforce", directory)
     observed, observed_usage = through_proxy(cluster, case, topics["observe"], "observe", directory)
     given, would_give = enforced_usage.get("throttle_ms", 0), observed_usage.get("observed_throttle_ms", 0)
-    return {"direct_s": round(direct.elapsed_s, 2), "enforce_s": round(enforced.elapsed_s, 2),
-            "observe_s": round(observed.elapsed_s, 2),
+    return {"direct_s": round(direct.elapsed_s, 2), "proxy_without_quota_s": round(unquoted.elapsed_s, 2),
+            "enforce_s": round(enforced.elapsed_s, 2), "observe_s": round(observed.elapsed_s, 2),
             "observe_over_direct": round(observed.elapsed_s / direct.elapsed_s, 3),
+            "observe_over_proxy_without_quota": round(observed.elapsed_s / unquoted.elapsed_s, 3),
             "enforce_throttle_ms": given, "observed_throttle_ms": would_give,
             "observed_over_enforced": round(would_give / given, 3) if given else None,
             "observed_throttled_requests": observed_usage.get("observed_throttled", 0),

@@ -35,14 +35,21 @@ whole window would be throttled for ever)."""
 class EntityState:
     """Base of per-entity state: when the entity was last charged, and what observe mode saw."""
 
-    __slots__ = ("last_used_ms", "observed_throttled", "observed_throttle_ms")
+    __slots__ = ("last_used_ms", "last_throttle_ms", "throttle_time_ms", "observed_throttled", "observed_throttle_ms")
 
     def __init__(self) -> None:
         self.last_used_ms = 0
+        self.last_throttle_ms = 0
+        self.throttle_time_ms = 0
+        """The throttle times given (or, for a refused request, asked for), summed."""
         self.observed_throttled = 0
         """Requests an observed quota let through that enforcement would have throttled or refused."""
         self.observed_throttle_ms = 0
         """The throttle times enforcement would have given them, summed."""
+
+    def enforced(self, throttle_ms: int) -> None:
+        self.last_throttle_ms = throttle_ms
+        self.throttle_time_ms += throttle_ms
 
     def observed(self, throttle_ms: int, refused: bool = False) -> int:
         if throttle_ms > 0 or refused:
@@ -197,12 +204,11 @@ class _Counters:
 # ---- produce and fetch bytes (KIP-13) ---------------------------------------------------------
 
 class ByteRateState(EntityState):
-    __slots__ = ("rate", "last_throttle_ms", "limit", "shadow")
+    __slots__ = ("rate", "limit", "shadow")
 
     def __init__(self) -> None:
         super().__init__()
         self.rate = SampledRate()
-        self.last_throttle_ms = 0
         self.limit = 0.0
         """The quota in force at the entity's last request (for the usage ratio)."""
         self.shadow: RateShadow | None = None
@@ -252,7 +258,7 @@ class ClientQuotaManager(_Counters):
         rate, window_ms = state.rate.measure_with_window(now_ms, window)
         throttle_ms = rate_throttle_ms(rate, quota.limit, window_ms) if rate > quota.limit else 0
         if throttle_ms:
-            state.last_throttle_ms = throttle_ms
+            state.enforced(throttle_ms)
             self.throttled += 1
             if taken_back_when_throttled:
                 state.rate.record(-size_bytes, now_ms, window)
@@ -314,7 +320,7 @@ class ClientQuotaManager(_Counters):
 # ---- token-bucket quotas (KIP-599, KIP-936) ----------------------------------------------------
 
 class BucketState(EntityState):
-    __slots__ = ("bucket", "limit", "rate", "last_throttle_ms", "shadow")
+    __slots__ = ("bucket", "limit", "rate", "shadow")
 
     def __init__(self, bucket: TokenBucket, limit: float) -> None:
         super().__init__()
@@ -322,7 +328,6 @@ class BucketState(EntityState):
         self.limit = limit
         """The quota in force at the entity's last request (for the tokens metric)."""
         self.rate = SampledRate()
-        self.last_throttle_ms = 0
         self.shadow: BucketShadow | None = None
         """Created when the entity's quota is first observed."""
 
@@ -408,7 +413,7 @@ class ControllerMutationQuotaManager(_BucketManager):
                     charged += count
             self._shared(quota.key, charged, quota.limit)
             if throttle_ms:
-                state.last_throttle_ms = throttle_ms
+                state.enforced(throttle_ms)
                 self.throttled += 1
             if not all(admitted):
                 self.rejected += 1
@@ -591,7 +596,7 @@ class ProducerIdQuotaManager(_BucketManager):
         throttle_ms = 0
         if over_quota:
             throttle_ms = bucket_throttle_ms(bucket.measure(quota.limit, window, now_ms), quota.limit)
-            state.last_throttle_ms = throttle_ms
+            state.enforced(throttle_ms)
             self.throttled += 1
         return PidDecision(True, throttle_ms, quota.key, tuple(unseen), tuple(over_quota))
 
@@ -672,7 +677,7 @@ class ProducerIdQuotaManager(_BucketManager):
         tokens = state.bucket.measure(quota.limit, self.config.settings.producer_id_window, now_ms)
         missing = (needed - 1) - tokens
         throttle_ms = java_round(missing / quota.limit * 1000) if missing > 0 else 0
-        state.last_throttle_ms = throttle_ms
+        state.enforced(throttle_ms)
         self.rejected += 1
         refused = self._refused.setdefault(user, OrderedDict())
         for batch in batches:

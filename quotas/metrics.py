@@ -50,10 +50,11 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
 class _EntityUsage:
     """One (user, client id)'s figures across the buckets of one quota type (a byte rate's brokers)."""
 
-    __slots__ = ("ratio", "observed_throttled", "observed_throttle_ms")
+    __slots__ = ("ratio", "throttle_time_ms", "observed_throttled", "observed_throttle_ms")
 
     def __init__(self) -> None:
         self.ratio = 0.0
+        self.throttle_time_ms = 0
         self.observed_throttled = 0
         self.observed_throttle_ms = 0
 
@@ -93,7 +94,11 @@ class QuotaMetrics(Collector):
         yield from self._usage_metrics(now_ms)
 
     def _usage_metrics(self, now_ms: int) -> Iterator[Metric]:
-        """Headroom (rate over limit) and what observed quotas would have done, per quota type and entity."""
+        """Headroom (rate over limit), the throttles given and what observed quotas would have done, per quota
+        type and entity."""
+        throttled = CounterMetricFamily("kafka_quota_throttle_time_ms",
+                                        "The throttle times given (or asked of a refused request), summed",
+                                        labels=_TYPED_ENTITY_LABELS)
         ratio = GaugeMetricFamily("kafka_quota_usage_ratio",
                                   "Current rate over the quota, per entity: above 1 is over it (the highest of a "
                                   "byte rate's brokers in broker scope)", labels=_TYPED_ENTITY_LABELS)
@@ -109,12 +114,15 @@ class QuotaMetrics(Collector):
             if others:
                 summed = _EntityUsage()
                 summed.ratio = max(usage.ratio for usage, _ in others)
+                summed.throttle_time_ms = sum(usage.throttle_time_ms for usage, _ in others)
                 summed.observed_throttled = sum(usage.observed_throttled for usage, _ in others)
                 summed.observed_throttle_ms = sum(usage.observed_throttle_ms for usage, _ in others)
                 kept.append(((OTHERS, OTHERS), summed, summed.ratio))
             for (user, client_id), usage, _ in kept:
                 labels = [quota_type, user, client_id]
                 ratio.add_metric(labels, usage.ratio)
+                if usage.throttle_time_ms:
+                    throttled.add_metric(labels, usage.throttle_time_ms)
                 if usage.observed_throttled:
                     observed.add_metric(labels, usage.observed_throttled)
                     observed_ms.add_metric(labels, usage.observed_throttle_ms)
@@ -124,6 +132,7 @@ class QuotaMetrics(Collector):
             labels = [QuotaType.CONNECTION_CREATION_RATE.value, "", ""]
             observed.add_metric(labels, connections.observed_throttled)
             observed_ms.add_metric(labels, connections.observed_delay_ms)
+        yield throttled
         yield ratio
         yield observed
         yield observed_ms
@@ -183,6 +192,7 @@ def _entity_usage(manager: ClientQuotaManager | ControllerMutationQuotaManager |
         limit = state.limit
         if limit > 0:
             usage.ratio = max(usage.ratio, state.rate.measure(now_ms, window) / limit)
+        usage.throttle_time_ms += state.throttle_time_ms
         usage.observed_throttled += state.observed_throttled
         usage.observed_throttle_ms += state.observed_throttle_ms
     return usages

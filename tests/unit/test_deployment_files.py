@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -97,3 +101,33 @@ def test_the_two_compose_proxies_are_distinct_members_of_one_fleet_and_both_scra
     prometheus = yaml.safe_load((ROOT / "examples/prometheus.yml").read_text())
     targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
     assert targets == [f"proxy:{configs[0].metrics_listen.port}", f"proxy-2:{configs[1].metrics_listen.port}"]  # type: ignore[union-attr]
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    assert path, "promtool is missing: install Debian's prometheus package (make test does, as root)"
+    return path
+
+
+def test_the_alerting_rules_pass_promtool_and_their_own_tests() -> None:
+    for arguments in (["check", "rules", "prometheus-rules.yml"], ["test", "rules", "prometheus-rules-test.yml"]):
+        checked = subprocess.run([promtool(), *arguments], cwd=ROOT / "examples", capture_output=True, text=True,
+                                 timeout=60)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    prometheus = yaml.safe_load((ROOT / "examples/prometheus.yml").read_text())
+    assert prometheus["rule_files"] == ["prometheus-rules.yml"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert "./examples/prometheus-rules.yml:/etc/prometheus/prometheus-rules.yml:ro" in \
+        compose["services"]["prometheus"]["volumes"]
+
+
+def test_the_dashboard_queries_only_metrics_the_proxy_serves() -> None:
+    """Names only: tests/integration/test_rollout.py has a real Prometheus evaluate every expression."""
+    readme = (ROOT / "README.md").read_text()
+    dashboard = json.loads((ROOT / "examples/grafana/kafka-quota-proxy.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", ())]
+    assert len(expressions) >= 20
+    for expression in expressions:
+        for name in re.findall(r"\b(kafka_[a-z_]+)", expression):
+            documented = re.sub(r"(_total|_bucket)$", "", name)
+            assert f"`{documented}" in readme, f"{name} (in the dashboard) is not in README's metrics tables"

@@ -316,6 +316,8 @@ def test_metrics_follow_live_entities() -> None:
     assert 'kafka_quota_consume_byte_rate{broker="b:1",client_id="c",user=""} 2000.0' in text
     assert 'kafka_quota_consume_throttle_time_ms{broker="b:1",client_id="c",user=""} 190000.0' in text
     assert 'kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
+    # (1000 B/s - 100) / 100 x 10 s, summed per entity for "throttled most of the time" alerts
+    assert 'kafka_quota_throttle_time_ms_total{client_id="c",quota_type="producer_byte_rate",user=""} 90000.0' in text
     assert 'kafka_quota_throttled_requests_total{quota_type="consumer_byte_rate"} 1.0' in text
     clock.advance(60_000)
     produce.entities.expire(clock())
