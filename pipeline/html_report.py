@@ -80,7 +80,8 @@ def write_report(out_dir: Path, usage: DataFrame, summary: list[dict[str, Any]],
                         f'{html.escape(client_id)} over time">')
     columns = ["user", "client_id", "seconds", "byte_rate_p50", "byte_rate_p95", "byte_rate_p99", "byte_rate_max",
                "fetch_byte_rate_p99", "fetch_byte_rate_max", "new_pid_rate_p99", "new_pid_rate_max",
-               "mutation_rate_p99", "mutation_rate_max", "throttled_share", "rejections"]
+               "mutation_rate_p99", "mutation_rate_max", "throttled_share", "rejections",
+               "byte_rate_quota_over_1pct", "byte_rate_quota_over_10pct", "fetch_byte_rate_quota_over_10pct"]
     table = _table(columns, summary)
     churn_table = _table(["user", "max_new_pids_per_hour", "total_new_pids", "max_ledger_new_pids_per_hour"],
                          churners)

@@ -6,7 +6,9 @@ by default, ``--master`` to choose) or ``spark-submit pipeline/job.py --usage DI
 Every usage line is one second with traffic of one (user, client id) (``proxy.reporting.usage_log``), so a
 line's counters are that second's rates. Per principal the job computes Spark's exact
 ``percentile`` (p50/p95/p99) and the max of the byte rate, new-PID rate and mutation rate over
-its seconds with traffic, the share of those seconds that were throttled, and the rejections;
+its seconds with traffic, the share of those seconds that were throttled, and the rejections; the
+headroom view of ``kafka_quota_usage_ratio``: for each rate, the quota that would have throttled the
+principal N% of the time (``THROTTLED_SHARES``);
 per user the new PIDs per hour (top churners, from the usage log and, when given, the PID
 ledger's first-seen times); and a quota file recommending p99 x headroom, rounded up.
 """
@@ -47,6 +49,11 @@ USAGE_SCHEMA = StructType([
 RATES = {"bytes": "byte_rate", "fetch_bytes": "fetch_byte_rate", "new_pids": "new_pid_rate",
          "mutations": "mutation_rate"}
 PERCENTILES = (0.5, 0.95, 0.99)
+THROTTLED_SHARES = (0.01, 0.05, 0.1)
+"""For each, per principal and rate (``{rate}_quota_over_{N}pct``): the lowest quota its rate was over in no more
+than this share of its time (its seconds from first to last, idle ones at rate 0): any lower quota would have
+throttled it longer. Empty when no positive quota throttles it that long. A second over the quota stands for a
+throttled second (Kafka's rate spans eleven: close for a steady principal, generous for a bursty one)."""
 LEDGER_SCHEMA = StructType([
     StructField("pid", LongType()),
     StructField("user", StringType()),
@@ -133,6 +140,7 @@ def summarize(usage: DataFrame) -> DataFrame:
     for column, rate in RATES.items():
         aggregates.append(F.percentile(F.col(column), list(PERCENTILES)).alias(f"{rate}_percentiles"))
         aggregates.append(F.max(column).alias(f"{rate}_max"))
+        aggregates.append(F.sort_array(F.collect_list(column), asc=False).alias(f"{rate}_descending"))
     aggregates += [
         F.avg(F.when(F.col("throttle_ms") > 0, 1.0).otherwise(0.0)).alias("throttled_share"),
         F.sum("throttle_ms").alias("throttle_ms"),
@@ -143,11 +151,24 @@ def summarize(usage: DataFrame) -> DataFrame:
         F.sum("mutations").alias("total_mutations"),
     ]
     summary = usage.groupBy("user", "client_id").agg(*aggregates)
+    span = F.col("last_time") - F.col("first_time") + 1
     for rate in RATES.values():
         for index, fraction in enumerate(PERCENTILES):
             summary = summary.withColumn(f"{rate}_p{round(fraction * 100)}", F.col(f"{rate}_percentiles")[index])
-        summary = summary.drop(f"{rate}_percentiles")
+        descending = F.col(f"{rate}_descending")
+        for share in THROTTLED_SHARES:
+            # the k-th highest second: a quota at it leaves k - 1 = floor(share x span) seconds over it, any lower
+            # one at least k; none when that would be no positive quota
+            rank = F.floor(span * share).cast("int") + 1
+            quota = F.element_at(descending, rank)
+            summary = summary.withColumn(throttling_quota_column(rate, share),
+                                         F.when((rank <= F.size(descending)) & (quota > 0), quota))
+        summary = summary.drop(f"{rate}_percentiles", f"{rate}_descending")
     return summary.orderBy("user", "client_id")
+
+
+def throttling_quota_column(rate: str, share: float) -> str:
+    return f"{rate}_quota_over_{round(share * 100)}pct"
 
 
 def churners(usage: DataFrame, ledger: DataFrame | None) -> DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import math
@@ -14,7 +15,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from allocator.ledger import PidLedger, PidRecord
-from pipeline.job import PERCENTILES, RATES, recommended_quotas, run, spark_session
+from pipeline.job import (
+    PERCENTILES,
+    RATES,
+    THROTTLED_SHARES,
+    recommended_quotas,
+    run,
+    spark_session,
+    throttling_quota_column,
+)
 from pipeline.synthetic import MISBEHAVING, write_usage_log
 from proxy.state.pid_ledger import LedgerFilters
 from quotas.config import QuotaType, load_quota_file
@@ -49,18 +58,35 @@ def exact_percentile(values: list[int], fraction: float) -> float:
     return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
 
 
+def lowest_quota(values: list[int], allowed_over: int) -> int | None:
+    """The lowest quota (0 or a rate seen) with at most ``allowed_over`` of ``values`` over it; None for 0."""
+    ascending = sorted(values)
+    candidates = sorted({0, *values})
+
+    def few_enough_over(index: int) -> bool:
+        return len(ascending) - bisect.bisect_right(ascending, candidates[index]) <= allowed_over
+
+    # seconds over a quota fall as it rises: the first candidate with few enough is the lowest
+    first = bisect.bisect_left(range(len(candidates)), True, key=few_enough_over)
+    return candidates[first] or None
+
+
 def reference(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         grouped.setdefault((row["user"], row["client_id"]), []).append(row)
     expected = {}
     for key, seconds in grouped.items():
-        figures: dict[str, float] = {"seconds": len(seconds)}
+        figures: dict[str, float | None] = {"seconds": len(seconds)}
+        times = [second["time"] for second in seconds]
+        span = max(times) - min(times) + 1
         for column, rate in RATES.items():
             values = [second[column] for second in seconds]
             for fraction in PERCENTILES:
                 figures[f"{rate}_p{round(fraction * 100)}"] = exact_percentile(values, fraction)
             figures[f"{rate}_max"] = max(values)
+            for share in THROTTLED_SHARES:
+                figures[throttling_quota_column(rate, share)] = lowest_quota(values, math.floor(span * share))
         figures["throttled_share"] = sum(1 for s in seconds if s["throttle_ms"] > 0) / len(seconds)
         figures["rejections"] = sum(s["rejections"] for s in seconds)
         expected[key] = figures
@@ -73,8 +99,12 @@ def test_aggregates_equal_the_plain_python_reference(report: tuple[Any, list[dic
     assert {(row["user"], row["client_id"]) for row in result.summary} == set(expected)
     for row in result.summary:
         for name, value in expected[(row["user"], row["client_id"])].items():
-            assert row[name] == pytest.approx(value, rel=1e-12), (row["user"], row["client_id"], name)
+            assert row[name] == (None if value is None else pytest.approx(value, rel=1e-12)), \
+                (row["user"], row["client_id"], name)
     assert (result.lines, result.malformed_lines) == (ROWS + MALFORMED, MALFORMED)
+    quotas = [row[throttling_quota_column(rate, share)] for row in result.summary for rate in RATES.values()
+              for share in THROTTLED_SHARES]
+    assert any(quota is None for quota in quotas) and any(quota for quota in quotas)  # both cases are exercised
 
 
 def test_the_misbehaving_principal_tops_the_churners(report: tuple[Any, list[dict[str, Any]], Path]) -> None:
