@@ -257,3 +257,4 @@ def test_init_producer_id_carries_the_pending_producer_id_throttle(own_proxy, tm
         response = new_producer_id(sock)
     assert response.error_code == 0
     assert 5_000 < response.throttle_time_ms <= 10_000  # type: ignore[attr-defined]
+    assert usage_totals(proxy)["throttle_ms"] >= response.throttle_time_ms  # the usage log counts it too

@@ -25,6 +25,7 @@ from quotas.config import (
     parse_quota_document,
 )
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
+from quotas.fleet import SharedUsage
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerBatch, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
 from tests.unit.quotas.clock import FakeClock
@@ -187,6 +188,19 @@ def test_a_live_switch_to_enforce_throttles_from_the_next_request() -> None:
         assert manager.record("alice", "c", 10 * KIB, clock.advance(100)).throttle_ms == 0
     manager.update_config(config(QuotaMode.ENFORCE, {BYTES: KIB}))
     assert manager.record("alice", "c", 10 * KIB, clock.advance(100)).throttle_ms > 0  # the real rate was charged
+
+
+def test_a_fleet_members_usage_counts_in_the_observed_shadow_too() -> None:
+    clock = FakeClock()
+    observed = ClientQuotaManager(config(QuotaMode.OBSERVE, {BYTES: KIB}))
+    observed.record("alice", "c", KIB, clock())
+    key = observed.entities.items()[0][0]
+    observed.absorb(SharedUsage(BYTES, key, 100 * KIB, KIB), clock())
+    assert observed.record("alice", "c", KIB, clock.advance(10)).observed_ms > 0  # alone, 2 KiB would pass
+    mutations = ControllerMutationQuotaManager(config(QuotaMode.OBSERVE, {MUTATIONS: 1}))
+    mutations.admit_topics("alice", "c", [1], strict=True, now_ms=clock())
+    mutations.absorb(SharedUsage(MUTATIONS, mutations.entities.items()[0][0], 100, 1), clock())
+    assert mutations.admit_topics("alice", "c", [1], strict=True, now_ms=clock()).observed_refusals == 1
 
 
 # ---- metrics -----------------------------------------------------------------------------------
