@@ -6,15 +6,12 @@ table. Longer workloads than ``tests/integration/test_fidelity.py``, whose short
 
 from __future__ import annotations
 
-import argparse
-import platform
 import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from bench.report import write_results
+from bench.report import case_arguments, new_results, write_results
 from proxy.dev.apache_kafka import KafkaCluster
 from tests import fidelity
 from tests.fidelity import Case, Quota, side_by_side
@@ -90,12 +87,8 @@ def entity_cases() -> list[Case]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="bench/fidelity-results.json")
-    parser.add_argument("--only", nargs="*", help="case names (all when not given)")
-    args = parser.parse_args()
-    results: dict[str, Any] = {"machine": {"python": platform.python_version(), "platform": platform.platform()},
-                               "cases": {}}
+    args = case_arguments(__doc__, "bench/fidelity-results.json")
+    results = new_results()
     with tempfile.TemporaryDirectory(prefix="kqp-fidelity-") as scratch, \
             KafkaCluster(users=CLUSTER_USERS, log_directory=Path(scratch) / "kafka") as kafka:
         cluster = Cluster(kafka.bootstrap, kafka.sasl_bootstrap).wait_until_ready()

@@ -8,9 +8,7 @@ the usage log) is within 10% of the throttle enforce mode gave (its ``throttle_m
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import socket
 import tempfile
 import time
@@ -18,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench.report import write_results
+from bench.report import case_arguments, new_results, write_results
 from proxy.dev.apache_kafka import KafkaCluster
 from tests import fidelity
 from tests.fidelity import Quota, Run, Workload
@@ -127,12 +125,8 @@ def measure(cluster: Cluster, case: Case, directory: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="bench/observe-results.json")
-    parser.add_argument("--only", nargs="*", help="case names (all when not given)")
-    args = parser.parse_args()
-    results: dict[str, Any] = {"machine": {"python": platform.python_version(), "platform": platform.platform()},
-                               "cases": {}}
+    args = case_arguments(__doc__, "bench/observe-results.json")
+    results = new_results()
     with tempfile.TemporaryDirectory(prefix="kqp-observe-") as scratch, \
             KafkaCluster(log_directory=Path(scratch) / "kafka") as kafka:
         cluster = Cluster(kafka.bootstrap).wait_until_ready()

@@ -29,11 +29,8 @@ from quotas.fleet import SharedUsage
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerBatch, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
 from tests.unit.quotas.clock import FakeClock
+from tests.unit.quotas.test_managers import BYTES, FETCH, MUTATIONS, PIDS
 
-BYTES = QuotaType.PRODUCER_BYTE_RATE
-FETCH = QuotaType.CONSUMER_BYTE_RATE
-MUTATIONS = QuotaType.CONTROLLER_MUTATION_RATE
-PIDS = QuotaType.PRODUCER_IDS_RATE
 KIB = 1024
 ALICE = QuotaEntity("alice")
 
