@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import ssl
 import time
 import urllib.error
@@ -70,3 +71,7 @@ def test_basic_authentication_and_tls(own_proxy, tmp_path: Path) -> None:  # typ
             scrape(url, context, authorization)
     with pytest.raises(OSError):  # plain HTTP to the TLS endpoint
         scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics", authorization=good)
+    explain = f"https://127.0.0.1:{proxy.metrics_port}/quotas/explain?user=alice"  # protected as /metrics is
+    assert json.loads(scrape(explain, context, good))["user"] == "alice"
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        scrape(explain, context, None)
