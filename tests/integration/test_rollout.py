@@ -29,6 +29,7 @@ from kafka import KafkaConsumer
 
 from protocol.apis import Api
 from proxy.dev.apache_kafka import LOOPBACK, free_port
+from tests.cluster_state import cluster_state, leave_as_found
 from tests.fidelity import produce_throttle_ms
 from tests.integration.test_produce_quotas import metrics, usage_totals
 from tests.support import (
@@ -156,6 +157,8 @@ def librdkafka_produce(bootstrap: str, topic: str, client_id: str, records: int,
 
 @pytest.fixture(scope="module")
 def traffic(broker: Cluster, tmp_path_factory: pytest.TempPathFactory, prometheus_for: Any) -> Iterator[Traffic]:
+    # the shared broker as the tests before found it: its per-test guard sees this module's topics as already there
+    found = cluster_state(broker)
     directory = tmp_path_factory.mktemp("rollout")
     quota_file = directory / "quotas.toml"
     quota_file.write_text(QUOTAS.format(mode="observe"))
@@ -205,6 +208,7 @@ def traffic(broker: Cluster, tmp_path_factory: pytest.TempPathFactory, prometheu
                       prometheus)
     finally:
         proxy.stop()
+        assert not leave_as_found(broker, found)  # deletes the topics made here, the fleet's usage topic among them
 
 
 def entity_labels(quota_type: str, user: str = "", client_id: str = OBSERVED) -> str:
