@@ -23,6 +23,7 @@ from tests.support import (
     ProxyProcess,
     connect_to_leader,
     kafka_produce_model_s,
+    kafka_quota_model,
     produce_request,
     read_frame,
     record_batch,
@@ -122,7 +123,14 @@ def test_a_user_quota_holds_every_client_to_kafkas_model(  # type: ignore[no-unt
     elapsed = client(proxy.bootstrap, topic, mebibytes)
     usage = usage_totals(proxy)
     requests, charged = usage["produce_requests"], usage["bytes"]
-    # the model with the client's own request sizes (their mean), one at a time
-    model_s = kafka_produce_model_s([charged // requests] * requests, MIB)
-    assert_within_model(elapsed, model_s, f"{mebibytes} MiB in {requests} requests at 1 MiB/s")
+    # the model with the client's own request sizes (their mean), one at a time: no client gets through faster,
+    # and the proxy gives no more throttle than Kafka would give one that comes back the moment it may. A
+    # wall-time upper bound would measure the client's own speed: kafka-python and librdkafka took 21% over the
+    # model on a machine 1.7x slower, on the code before observe mode as after it
+    model = kafka_quota_model([[charged // requests] * requests], MIB)
+    what = f"{mebibytes} MiB in {requests} requests at 1 MiB/s"
+    assert elapsed >= model.elapsed_s * (1 - MODEL_TOLERANCE), f"{what}: {elapsed:.1f} s, Kafka's model " \
+        f"{model.elapsed_s:.1f} s"
+    assert usage["throttle_ms"] <= model.throttle_ms * (1 + MODEL_TOLERANCE), \
+        f"{what}: throttled {usage['throttle_ms']} ms, Kafka's model at most {model.throttle_ms} ms"
     assert count_messages(proxy.bootstrap, topic) == mebibytes * 1024
