@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
 from protocol.apis import Api
@@ -90,6 +91,8 @@ class Traffic:
     """Each CreateTopics burst's error codes and throttle."""
     connections_answered: int
     records_read: int
+    records_read_by_librdkafka: int
+    topics_created_by_librdkafka: int
     enforced_s: float
     metrics: dict[str, float]
     prometheus: str
@@ -141,6 +144,20 @@ def pipelined_produce(sock: socket.socket, topic: str, batches: list[bytes], cli
     sock.sendall(b"".join(produce_request(topic, batch, 100 + n, acks=1, client_id=client_id)
                           for n, batch in enumerate(batches)))
     return [produce_throttle_ms(read_frame(sock)) for _ in batches]
+
+
+def librdkafka_consume(bootstrap: str, topic: str, records: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": OBSERVED, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 4 << 20})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    read, deadline = 0, time.monotonic() + 30
+    while read < records and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None:
+            assert message.error() is None, message.error()
+            read += 1
+    consumer.close()
+    return read
 
 
 def librdkafka_produce(bootstrap: str, topic: str, client_id: str, records: int, idempotent: bool) -> float:
@@ -202,10 +219,16 @@ def traffic(broker: Cluster, tmp_path_factory: pytest.TempPathFactory, prometheu
         expected = OBSERVED_RECORDS + PIPELINED_PRODUCERS * 100
         read = sum(1 for _ in zip(range(expected), consumer, strict=False))
         consumer.close()
+        # and librdkafka (pipelined fetches, throttle_time_ms ignored) reads them again
+        read_again = librdkafka_consume(proxy.bootstrap, topic, expected)
+        # librdkafka's AdminClient: two more strict CreateTopics of 8 partitions, both created
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap, "client.id": OBSERVED})
+        admin_created = [future.result(30) for future in admin.create_topics(
+            [NewTopic(f"{topic}-admin-{n}", 8, 1) for n in range(2)], operation_timeout=30).values()]
         # the enforced client: 300 kB against 200 kB of credit, held back by the proxy
         enforced_s = librdkafka_produce(proxy.bootstrap, topic, ENFORCED, 300, idempotent=False)
-        yield Traffic(proxy, quota_file, topic, pipelined, created, answered, read, enforced_s, metrics(proxy),
-                      prometheus)
+        yield Traffic(proxy, quota_file, topic, pipelined, created, answered, read, read_again, len(admin_created),
+                      enforced_s, metrics(proxy), prometheus)
     finally:
         proxy.stop()
         assert not leave_as_found(broker, found)  # deletes the topics made here, the fleet's usage topic among them
@@ -229,7 +252,8 @@ def test_observed_quotas_let_everything_through_and_count_what_enforcement_would
     assert traffic.pipelined_throttles_ms == [0] * PIPELINED_PRODUCERS
     assert traffic.created == [([0, 0, 0], 0)] * 3
     assert traffic.connections_answered == NEW_CONNECTIONS
-    assert traffic.records_read == OBSERVED_RECORDS + PIPELINED_PRODUCERS * 100
+    assert traffic.records_read == traffic.records_read_by_librdkafka == OBSERVED_RECORDS + PIPELINED_PRODUCERS * 100
+    assert traffic.topics_created_by_librdkafka == 2
     seen = traffic.metrics
     for quota_type in ("producer_byte_rate", "consumer_byte_rate", "controller_mutation_rate", "producer_ids_rate"):
         labels = entity_labels(quota_type, *(("ANONYMOUS", "") if quota_type == "producer_ids_rate" else ()))
