@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,12 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def free_broker_port_base(node_ids: tuple[int, ...]) -> int:
-    """A base such that base + every node id is a free port."""
+def free_port_base(offsets: Iterable[int]) -> int:
+    """A base such that base + every offset is a free port."""
+    offsets = tuple(offsets)
     while True:
-        base = free_port() - min(node_ids)
-        if base > 1024 and all(base + node_id < 65536 and _port_is_free(base + node_id) for node_id in node_ids):
+        base = free_port() - min(offsets)
+        if base > 1024 and all(base + offset < 65536 and _port_is_free(base + offset) for offset in offsets):
             return base
 
 
@@ -119,6 +120,8 @@ def _serves(host: str, port: int, topic: str, partition: int) -> bool:
 
 
 _READY = "ready: "
+_MAX_WORKERS = 2
+"""The most ``--workers`` a test runs."""
 
 
 class ProxyProcess:
@@ -129,8 +132,8 @@ class ProxyProcess:
         """``command``: what runs the CLI, when not ``proxy_command()``."""
         self.port = free_port()
         self.bootstrap = f"{LOOPBACK}:{self.port}"
-        self.broker_port_base = free_broker_port_base(node_ids)
-        self.metrics_port = free_port()
+        self.broker_port_base = free_port_base(node_ids)
+        self.metrics_port = free_port_base(range(_MAX_WORKERS))  # worker N serves metrics on metrics_port + N
         self.log_path = log_path
         self.state_dir = log_path.parent / f"{log_path.stem}-state"
         self.args = [*(command or proxy_command()), "--upstream", upstream, "--listen", self.bootstrap,

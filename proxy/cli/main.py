@@ -8,6 +8,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 from dataclasses import replace
@@ -17,7 +18,7 @@ import uvloop
 from allocator.durable import DirectoryLocked
 from allocator.ledger import LedgerCorrupt
 from proxy.cli import admin
-from proxy.runtime.server import ProxyServer
+from proxy.runtime.server import ProxyServer, metrics_socket
 from proxy.security.users import SaslConfigError
 from proxy.settings.config import ConfigError, HostPort, ProxyConfig
 from proxy.settings.loading import build_parser, load_config
@@ -27,12 +28,12 @@ from quotas.config import QuotaConfigError
 log = logging.getLogger("proxy.lifecycle")
 
 
-async def serve(config: ProxyConfig) -> None:
+async def serve(config: ProxyConfig, held_metrics_socket: socket.socket | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    server = ProxyServer(config)
+    server = ProxyServer(config, held_metrics_socket=held_metrics_socket)
     await server.start()
     log.info("ready: bootstrap %s, brokers on %s:%d+node_id", config.listen, config.advertised_host,
              config.broker_port_base)
@@ -85,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     return _run(config)
 
 
-def _run(config: ProxyConfig) -> int:
+def _run(config: ProxyConfig, held_metrics_socket: socket.socket | None = None) -> int:
     try:
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, held_metrics_socket))
     except (QuotaConfigError, SaslConfigError, ConfigError, LedgerCorrupt, DirectoryLocked) as error:
         log.error("cannot start: %s", error)
         return 2
@@ -110,16 +111,28 @@ def worker_config(config: ProxyConfig, worker: int) -> ProxyConfig:
 
 def _supervise(config: ProxyConfig) -> int:
     """Fork the workers (before any event loop or thread exists), pass SIGTERM/SIGINT on to them, start a
-    worker that died again; a worker that cannot start (exit 2: its configuration) stops them all."""
+    worker that died again; a worker that cannot start (exit 2: its configuration) stops them all.
+
+    Each worker's metrics socket is bound here, once, and handed to every start of that worker (see
+    ``metrics_socket``); the shared listeners need no holding: the other workers keep their ports bound."""
     children: dict[int, int] = {}
     stopping = False
+    try:
+        metrics_sockets = {worker: metrics_socket(listen.host, listen.port) for worker in range(config.workers)
+                           if (listen := worker_config(config, worker).metrics_listen) is not None}
+    except OSError as error:
+        log.error("cannot start: %s", error)
+        return 1
 
     def spawn(worker: int) -> None:
         pid = os.fork()
         if pid == 0:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
-            os._exit(_run(worker_config(config, worker)))
+            for other, sock in metrics_sockets.items():
+                if other != worker:
+                    sock.close()
+            os._exit(_run(worker_config(config, worker), metrics_sockets.get(worker)))
         children[pid] = worker
 
     def stop(signum: int, frame: object) -> None:

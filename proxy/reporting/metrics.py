@@ -12,6 +12,7 @@ import base64
 import hmac
 import json
 import logging
+import socket
 import ssl
 import urllib.parse
 from bisect import bisect_left
@@ -243,9 +244,10 @@ def _explained(explainer: Explainer, query: str) -> tuple[str, bytes]:
     return "200 OK", json.dumps(answer, indent=1).encode() + b"\n"
 
 
-async def serve_metrics(registry: CollectorRegistry, host: str, port: int, credentials: str | None = None,
+async def serve_metrics(registry: CollectorRegistry, sock: socket.socket, credentials: str | None = None,
                         tls: ssl.SSLContext | None = None, explainer: Explainer | None = None) -> asyncio.Server:
-    """A minimal HTTP/1.0 server for GET /metrics and GET /quotas/explain (rare requests; one per connection).
+    """A minimal HTTP/1.0 server on ``sock`` (from ``metrics_socket``) for GET /metrics and GET /quotas/explain
+    (rare requests; one per connection).
 
     ``credentials`` (``user:password``), when given, are required as HTTP basic authentication for both.
     """
@@ -284,4 +286,4 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int, crede
         finally:
             writer.close()
 
-    return await asyncio.start_server(handle, host, port, ssl=tls)
+    return await asyncio.start_server(handle, sock=sock, ssl=tls)

@@ -84,9 +84,23 @@ def peer_ip(address: object) -> str:
         return str(host)
 
 
+def metrics_socket(host: str, port: int) -> socket.socket:
+    """The metrics listener's socket, bound and listening.
+
+    With several workers the supervisor binds every worker's before forking and holds it across that worker's
+    restarts: while a worker is down its port stays taken (nothing else, not even an outgoing connection given
+    it as an ephemeral port, can take it from the worker coming back), and a scrape meanwhile waits in the
+    backlog instead of being refused."""
+    return socket.create_server((host, port))
+
+
 class ProxyServer:
-    def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None,
+                 held_metrics_socket: socket.socket | None = None) -> None:
+        """``held_metrics_socket``: the metrics listener's socket, bound by a supervisor that outlives this
+        worker (``metrics_socket``); None: bound here, from ``config.metrics_listen``."""
         self.config = config
+        self._metrics_socket = held_metrics_socket
         self._state_lock = lock_directory(config.state_dir)  # first: nothing of the directory is read before
         self.write_errors = WriteErrors((BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE, USAGE_LOG_STORE))
         upstream_tls = config.upstream_tls
@@ -391,8 +405,9 @@ class ProxyServer:
             endpoint = self.config.metrics_endpoint
             registry = self.metrics.registry if self.config.worker is None else worker_labelled(
                 self.metrics.registry, self.config.worker)
+            sock = self._metrics_socket or metrics_socket(metrics.host, metrics.port)
             self._servers.append(await serve_metrics(
-                registry, metrics.host, metrics.port, endpoint.credentials,
+                registry, sock, endpoint.credentials,
                 None if endpoint.tls is None else endpoint.tls.context(), self.quotas.explain))
             log.info("serving metrics on %s://%s/metrics%s", "http" if endpoint.tls is None else "https", metrics,
                      "" if endpoint.credentials is None else " (basic authentication)")

@@ -8,6 +8,7 @@ which is what every assertion on a total would catch.
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
 import threading
@@ -340,17 +341,27 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
     assert all(count > 0 for count in accepted) and sum(accepted) >= 40, accepted
 
     assert proxy.process is not None
-    victim = psutil.Process(proxy.process.pid).children()[0]
+    victim = next(child for child in psutil.Process(proxy.process.pid).children()
+                  if any(listening.laddr.port == proxy.metrics_port + 1 for listening in child.net_connections()))
     victim.kill()
     proxy.wait_for_log("exited with -9: starting it again", timeout_s=10)
+    # while worker 1 is down its metrics port stays taken (the supervisor holds it), so nothing (an outgoing
+    # connection's ephemeral port, say) can take it from the worker coming back; SO_REUSEADDR: a scrape's
+    # TIME_WAIT alone would not refuse this bind
+    with socket.socket() as intruder, pytest.raises(OSError) as refused:
+        intruder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        intruder.bind(("127.0.0.1", proxy.metrics_port + 1))
+    assert refused.value.errno == errno.EADDRINUSE
+    # and a scrape in the meantime waits for the worker coming back instead of being refused
+    assert metrics_of(proxy.metrics_port + 1, timeout_s=60)['process_cpu_seconds_total{worker="1"}'] > 0
     proxy.wait_for_log("ready: ", timeout_s=30, occurrence=3)
     assert proxy.stop() == 0
 
 
-def metrics_of(port: int) -> dict[str, float]:
+def metrics_of(port: int, timeout_s: float = 10) -> dict[str, float]:
     import urllib.request
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
         text = response.read().decode()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in text.splitlines() if line and not line.startswith("#")}
