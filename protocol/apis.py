@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import kafka.protocol.admin
 import kafka.protocol.consumer
@@ -15,6 +15,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
+from protocol.errors import ProtocolError
 
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
 
@@ -67,5 +68,28 @@ def response_class(api_key: int) -> Any:
     return _registry()[(api_key, "response")]
 
 
+class SchemalessApi(NamedTuple):
+    """What the proxy needs of a client api kafka-python has no schema for (its frames are forwarded opaque)."""
+
+    flexible_since: int
+    """Its first flexible version: header v2 on the request, v1 on the response."""
+    throttle_offset: int | None
+    """Where throttle_time_ms sits in every version's response body; None: after a part of variable size."""
+
+
+WITHOUT_SCHEMA: dict[int, SchemalessApi] = {
+    38: SchemalessApi(2, None), 41: SchemalessApi(2, None),  # Create/DescribeDelegationToken
+    39: SchemalessApi(2, 10), 40: SchemalessApi(2, 10),  # Renew/Expire...: error_code, expiry_timestamp_ms first
+    # consumer, share and streams groups, telemetry: added after KIP-482, flexible and throttle first throughout
+    **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 78, 79, 88, 89, 90, 91, 92)},
+}
+"""From Kafka 4.3's ``clients/src/main/resources/common/message/*.json``."""
+
+
 def is_flexible_request(api_key: int, api_version: int) -> bool:
+    """Header v2 on the request, v1 on the response (the tagged fields KIP-482 added)."""
+    if (api_key, "request") not in _registry():
+        if api_key not in WITHOUT_SCHEMA:
+            raise ProtocolError("no schema for this api", api_key=api_key, api_version=api_version)
+        return api_version >= WITHOUT_SCHEMA[api_key].flexible_since
     return bool(request_class(api_key).flexible_version_q(api_version))

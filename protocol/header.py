@@ -91,6 +91,12 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool) -> RequestHe
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
 
 
+def peek_client_id(frame: bytes | memoryview) -> str:
+    """A request's client id ("" when null), whatever its api: it comes before the tagged fields in every
+    header version, so no schema is needed."""
+    return parse_request_header(frame, flexible=False).client_id or ""
+
+
 def read_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Parse the header of a request whose api key and version have a known schema."""
     api_key, api_version, _ = peek_request(frame)

@@ -1,43 +1,81 @@
 """Raising ``throttle_time_ms`` in a response without re-encoding it.
 
-The field is the first of the body for Fetch (v1+), CreateTopics (v2+), DeleteTopics (v1+), CreatePartitions,
-InitProducerId and AllocateProducerIds; in Produce (v1+) it follows the ``responses`` array, which
-is walked (never decoded) to find it. SPEC §1.
+Where the field sits comes from each response's schema (kafka-python's copies of Kafka's message JSON):
+first in the body for most apis, after fixed-size fields for a few (OffsetDelete), after the ``responses``
+array in Produce (v1+), which is walked (never decoded) to find it. A response whose field sits after a
+variable-size part other than Produce's (ApiVersions, a few admin apis), or whose version has none, is not
+patched: the client is muted all the same, as Kafka mutes a client too old to read the field (KIP-219).
+SPEC §1.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from struct import Struct
 
-from protocol.apis import Api
+from protocol.apis import WITHOUT_SCHEMA, Api, is_flexible_request, response_class
 from protocol.errors import ProtocolError
-from protocol.header import read_uvarint, skip_tagged_fields
+from protocol.framing import SIZE_PREFIX_BYTES
+from protocol.header import read_uvarint, response_header_length, skip_tagged_fields
 
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
+_THROTTLE_FIELD = "ThrottleTimeMs"
+_FIXED_SIZES = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1, "uuid": 16, "float64": 8}
+_WALKED = -1
+"""Offset marker: the field follows a part that is walked (Produce's ``responses``)."""
 
-# api key -> first version whose response body starts with throttle_time_ms
-_LEADING_THROTTLE: dict[int, int] = {Api.FETCH: 1, Api.CREATE_TOPICS: 2, Api.DELETE_TOPICS: 1,
-                                     Api.CREATE_PARTITIONS: 0, Api.INIT_PRODUCER_ID: 0, Api.ALLOCATE_PRODUCER_IDS: 0}
-_FIRST_PRODUCE_THROTTLE_VERSION = 1
+@cache
+def _throttle_place(api_key: int) -> tuple[int, int] | None:
+    """(first version whose response has throttle_time_ms, its offset in the body or ``_WALKED``), or None."""
+    if api_key in WITHOUT_SCHEMA:
+        offset = WITHOUT_SCHEMA[api_key].throttle_offset
+        return None if offset is None else (0, offset)
+    try:
+        fields = response_class(api_key).json["fields"]
+    except KeyError:
+        return None
+    offset = 0
+    for field in fields:
+        if field["name"] == _THROTTLE_FIELD:
+            return int(field["versions"].rstrip("+").split("-")[0]), offset
+        size = _FIXED_SIZES.get(field["type"])
+        if api_key == Api.PRODUCE:
+            offset = _WALKED
+        elif size is None or "-" in field["versions"] or field.get("taggedVersions"):
+            return None  # after a part of variable size (or present in some versions only)
+        else:
+            offset += size
+    return None
+
+
+def carries_throttle(api_key: int, api_version: int) -> bool:
+    """That version's response has a throttle_time_ms the proxy can find."""
+    place = _throttle_place(api_key)
+    return place is not None and api_version >= place[0]
+
+
+def raise_throttle_in_frame(api_key: int, api_version: int, frame: bytes, throttle_ms: int) -> bytes:
+    """A whole response frame (size prefix included) with throttle_time_ms = max(current, ``throttle_ms``)."""
+    if not carries_throttle(api_key, api_version):
+        return frame
+    header_length = SIZE_PREFIX_BYTES + response_header_length(memoryview(frame)[SIZE_PREFIX_BYTES:],
+                                                                is_flexible_request(api_key, api_version))
+    body = raise_throttle(api_key, api_version, memoryview(frame)[header_length:], throttle_ms)
+    return frame if body is None else frame[:header_length] + body
 
 
 def throttle_offset(api_key: int, api_version: int, body: bytes | memoryview) -> int | None:
-    """Offset of throttle_time_ms in a response body, or None when that version has none."""
-    first = _LEADING_THROTTLE.get(api_key)
-    if first is not None:
-        if api_version < first:
-            return None
-        offset = 0
-    elif api_key == Api.PRODUCE:
-        if api_version < _FIRST_PRODUCE_THROTTLE_VERSION:
-            return None
+    """Offset of throttle_time_ms in a response body, or None when that response has none the proxy can find."""
+    place = _throttle_place(api_key)
+    if place is None or api_version < place[0]:
+        return None
+    offset = place[1]
+    if offset == _WALKED:
         try:
             offset = _ProduceResponseWalker(body, api_version).throttle_offset()
         except ProtocolError as error:
             raise ProtocolError(error.reason, api_key=api_key, api_version=api_version, offset=error.offset) from None
-    else:
-        raise ProtocolError("no throttle patching for this api", api_key=api_key, api_version=api_version)
     if offset + 4 > len(body):
         raise ProtocolError("response ends before throttle_time_ms", api_key=api_key, api_version=api_version,
                             offset=offset)

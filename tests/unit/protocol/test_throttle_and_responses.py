@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.apis import request_class, response_class
+from protocol.apis import KNOWN_API_KEYS, WITHOUT_SCHEMA, Api, request_class, response_class
 from protocol.codecs import decode_request, decode_response, encode_request
 from protocol.errors import ProtocolError
 from protocol.header import parse_request_header
 from protocol.produce import scan_produce
 from protocol.responses import produce_error_response
-from protocol.throttle import raise_throttle, throttle_offset
+from protocol.throttle import carries_throttle, raise_throttle, raise_throttle_in_frame, throttle_offset
 from protocol.topic_admin import (
     THROTTLED,
     TopicError,
@@ -154,3 +154,73 @@ def test_create_partitions_merge_and_missing_upstream_result() -> None:
                                  {0: TopicError(89, None)}, 10)
     merged = decode_response(37, 3, body)
     assert [(r.name, r.error_code) for r in merged.results] == [("p", 89), ("q", -1)]
+
+
+def _has_response_schema(api_key: int) -> bool:
+    try:
+        response_class(api_key)
+    except KeyError:
+        return False
+    return True
+
+
+_SCHEMA_APIS = sorted(api_key for api_key in KNOWN_API_KEYS if api_key not in WITHOUT_SCHEMA
+                      and _has_response_schema(api_key))
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), throttle_ms=st.integers(0, 2**31 - 1))
+def test_every_api_whose_throttle_is_found_gets_it_raised_and_nothing_else_changes(data: st.DataObject,
+                                                                                 throttle_ms: int) -> None:
+    # the request-rate quota throttles every api: where the schema puts throttle_time_ms, the proxy finds it
+    api_key = data.draw(st.sampled_from(_SCHEMA_APIS))
+    cls = response_class(api_key)
+    version = data.draw(st.integers(cls.min_version, cls.max_version))
+    message = data.draw(message_strategy(cls, version))
+    body = bytes(message.encode(version=version))
+    if not carries_throttle(api_key, version):
+        # not found only where that version has none, or where it follows a part of variable size
+        field = _throttle_field(api_key)
+        assert field is None or version < int(field[1]["versions"].rstrip("+")) or field[0] > 0, (api_key, version)
+        return
+    patched = raise_throttle(api_key, version, body, throttle_ms)
+    if patched is None:
+        assert message.throttle_time_ms >= throttle_ms
+        return
+    decoded = cls.decode(patched, version=version)
+    assert decoded.throttle_time_ms == max(message.throttle_time_ms, throttle_ms)
+    decoded.throttle_time_ms = message.throttle_time_ms
+    assert decoded == cls.decode(body, version=version)
+
+
+def _throttle_field(api_key: int) -> tuple[int, dict[str, str]] | None:
+    """(its place among the fields, its schema), or None when the api's responses have none."""
+    fields = response_class(api_key).json["fields"]
+    return next(((place, field) for place, field in enumerate(fields) if field["name"] == "ThrottleTimeMs"), None)
+
+
+def test_apis_without_a_schema_take_the_throttle_where_kafkas_message_json_puts_it() -> None:
+    # ConsumerGroupHeartbeat v0: throttle_time_ms, error_code, ... (flexible: response header v1)
+    body = (0).to_bytes(4, "big") + (0).to_bytes(2, "big") + b"\x00" * 12
+    assert throttle_offset(68, 0, body) == 0
+    frame = _framed(b"\x00\x00\x00\x07\x00" + body)
+    patched = raise_throttle_in_frame(68, 0, frame, 1234)
+    assert patched[:4 + 5] == frame[:4 + 5] and int.from_bytes(patched[9:13], "big") == 1234
+    assert patched[13:] == frame[13:]
+    # RenewDelegationToken: error_code, expiry_timestamp_ms, then throttle_time_ms
+    assert throttle_offset(39, 1, b"\x00" * 14) == 10
+    assert not carries_throttle(38, 3) and raise_throttle_in_frame(38, 3, b"x", 5) == b"x"
+    # an api nobody knows is forwarded, muted when throttled, never patched
+    assert not carries_throttle(4, 0)
+
+
+def test_a_local_answer_gets_the_throttle_raised_in_its_frame() -> None:
+    body = bytes(response_class(Api.CREATE_TOPICS)[5](throttle_time_ms=10, topics=[]).encode())
+    frame = _framed(b"\x00\x00\x00\x09\x00" + body)  # flexible: header v1
+    patched = raise_throttle_in_frame(Api.CREATE_TOPICS, 5, frame, 900)
+    assert decode_response(Api.CREATE_TOPICS, 5, patched[4 + 5:]).throttle_time_ms == 900
+    assert raise_throttle_in_frame(Api.CREATE_TOPICS, 5, frame, 3) == frame
+
+
+def _framed(header_and_body: bytes) -> bytes:
+    return len(header_and_body).to_bytes(4, "big") + header_and_body
