@@ -30,13 +30,18 @@ class QuotaType(enum.StrEnum):
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
     PRODUCER_IDS_RATE = "producer_ids_rate"
     CONNECTION_CREATION_RATE = "connection_creation_rate"
+    REQUEST_RATE = "request_rate"
+    """Requests per second of every api but ApiVersions and SASL's (the proxy's own; Kafka's closest is
+    ``request_percentage``, a share of the broker's threads' time, which stays the cluster's)."""
 
 
 # Kafka types the byte rates as LONGs (whole bytes/s) and the connection rate as an INT; the others are DOUBLEs.
 _INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE,
                              QuotaType.CONNECTION_CREATION_RATE})
-_USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE})
+_USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE, QuotaType.CONNECTION_CREATION_RATE})
+"""On a user entity (or the ``<default>`` user), never with a client id."""
 _IP_TYPES = frozenset({QuotaType.CONNECTION_CREATION_RATE})
+"""The only types an ip entity takes (Kafka's), which user entities may take too."""
 
 
 class QuotaScope(enum.StrEnum):
@@ -178,6 +183,7 @@ class QuotaSettings:
             QuotaType.CONTROLLER_MUTATION_RATE: self.mutation_window,
             QuotaType.PRODUCER_IDS_RATE: self.producer_id_window,
             QuotaType.CONNECTION_CREATION_RATE: self.byte_rate_window,  # Kafka's quota.window.* too
+            QuotaType.REQUEST_RATE: self.byte_rate_window,  # as Kafka's request quota
         }[quota_type]
 
 
@@ -218,6 +224,10 @@ class QuotaConfig:
         """The quota applying to (user, client_id), or None when it is unlimited."""
         return self._cached_resolve(quota_type, user, client_id)
 
+    def configures(self, quota_type: QuotaType) -> bool:
+        """Some user or client-id entity has a quota of ``quota_type``."""
+        return bool(self._by_type[quota_type])
+
     def mode_of(self, entity: QuotaEntity) -> QuotaMode:
         return self.modes.get(entity, self.settings.quota_mode)
 
@@ -252,10 +262,10 @@ class QuotaConfig:
 
 
 def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
-    if (entity.ip is not None) != (quota_type in _IP_TYPES):
+    if entity.ip is not None and quota_type not in _IP_TYPES:
         raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
-                               f"(an ip entity takes {', '.join(_IP_TYPES)} only, and only an ip entity does)")
-    if quota_type in _USER_ONLY_TYPES and (entity.user is None or entity.client_id is not None):
+                               f"(an ip entity takes {', '.join(_IP_TYPES)} only)")
+    if entity.ip is None and quota_type in _USER_ONLY_TYPES and (entity.user is None or entity.client_id is not None):
         raise QuotaConfigError(f"{quota_type} applies to users only, not to {entity.describe()}")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
         raise QuotaConfigError(f"{quota_type} must be a number, got {limit!r}")

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from quotas.config import IpQuota, Window
 from quotas.managers import IDLE_EXPIRY_MS, EntityState, EntityTable
-from quotas.rate import SampledRate, rate_throttle_ms
+from quotas.rate import SampledRate, bounded_throttle_ms
 
 
 @dataclass(frozen=True)
@@ -80,18 +80,11 @@ class ConnectionQuotas:
         self.observed_delay_ms = 0
         """The delays after which enforcement would have closed them, summed."""
 
-    def _bounded_throttle_ms(self, rate: SampledRate, limit: float, now_ms: int) -> int:
-        """``QuotaUtils.boundedThrottleTime``: the rate's throttle, at most one window (Kafka's cap)."""
-        measured, window_ms = rate.measure_with_window(now_ms, self.window)
-        if measured <= limit:
-            return 0
-        return min(rate_throttle_ms(measured, limit, window_ms), self.window.size_ms)
-
     def creation_delay_ms(self, now_ms: int) -> int:
         """Record one connection into the listener's creation rate; how long to wait before accepting it."""
         limit = self.limits.max_connection_creation_rate
         self._listener_rate.record(1, now_ms, self.window)
-        return 0 if limit is None else self._bounded_throttle_ms(self._listener_rate, limit, now_ms)
+        return 0 if limit is None else bounded_throttle_ms(self._listener_rate, limit, now_ms, self.window)
 
     def slot_available(self) -> bool:
         limit = self.limits.max_connections
@@ -105,7 +98,7 @@ class ConnectionQuotas:
             state.rate.record(1, now_ms, self.window)
             if ip_quota.observed:
                 observed_delay_ms = self._observe(state, ip_quota.limit, now_ms)
-            elif delay_ms := self._bounded_throttle_ms(state.rate, ip_quota.limit, now_ms):
+            elif delay_ms := bounded_throttle_ms(state.rate, ip_quota.limit, now_ms, self.window):
                 # not accepted: it must not count against the IP or the listener
                 state.rate.record(-1, now_ms, self.window)
                 self._listener_rate.record(-1, now_ms, self.window)
@@ -124,7 +117,7 @@ class ConnectionQuotas:
         if shadow is None:
             shadow = state.shadow_rate = SampledRate()
         shadow.record(1, now_ms, self.window)
-        delay_ms = self._bounded_throttle_ms(shadow, limit, now_ms)
+        delay_ms = bounded_throttle_ms(shadow, limit, now_ms, self.window)
         if delay_ms:
             shadow.record(-1, now_ms, self.window)
             self.observed_throttled += 1

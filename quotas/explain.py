@@ -93,16 +93,21 @@ def explain(config: QuotaConfig, who: Client) -> list[Explanation]:
     for quota_type in QuotaType:
         if quota_type is QuotaType.CONNECTION_CREATION_RATE:
             explanations.append(_explain_ip(config, who.ip))
+            if config.configures(quota_type):  # a user's too, once a login or certificate names the user
+                explanations.append(_explain_entity(config, quota_type, who.user, ""))
             continue
         client_id = "" if quota_type is QuotaType.PRODUCER_IDS_RATE else who.client_id  # a user's quota only
-        quota = config.resolve(quota_type, who.user, client_id)
-        if quota is None:
-            explanations.append(Explanation(quota_type))
-            continue
-        explanations.append(Explanation(quota_type, quota.entity, quota.limit, config.mode_of(quota.entity),
-                                        config.origins.get((quota.entity, quota_type), _UNRECORDED),
-                                        f"level {quota.level} of 8: {LEVELS[quota.level - 1]}", quota.key))
+        explanations.append(_explain_entity(config, quota_type, who.user, client_id))
     return explanations
+
+
+def _explain_entity(config: QuotaConfig, quota_type: QuotaType, user: str, client_id: str) -> Explanation:
+    quota = config.resolve(quota_type, user, client_id)
+    if quota is None:
+        return Explanation(quota_type)
+    return Explanation(quota_type, quota.entity, quota.limit, config.mode_of(quota.entity),
+                       config.origins.get((quota.entity, quota_type), _UNRECORDED),
+                       f"level {quota.level} of 8: {LEVELS[quota.level - 1]}", quota.key)
 
 
 def _explain_ip(config: QuotaConfig, ip: str | None) -> Explanation:

@@ -19,7 +19,8 @@ from typing import NamedTuple
 from quotas.config import QuotaKey, QuotaType
 
 FORMAT_VERSION = 1
-USAGE_TYPES = (QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.CONTROLLER_MUTATION_RATE)
+USAGE_TYPES = (QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.REQUEST_RATE,
+               QuotaType.CONTROLLER_MUTATION_RATE)
 """Shared as amounts; producer IDs are shared as the IDs themselves (a PID is charged once per window)."""
 MAX_ENTRIES_PER_RECORD = 2_000
 """Usage entries and producer IDs per record (a record stays far below a broker's 1 MB message limit)."""

@@ -16,7 +16,7 @@ from typing import Generic, NamedTuple, TypeVar
 from quotas.bloom import Probe, TimeControlledBloomFilter
 from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota, Window
 from quotas.fleet import SharedProducerIds, SharedUsage, UsageShare
-from quotas.rate import SampledRate, java_round, rate_throttle_ms
+from quotas.rate import SampledRate, bounded_throttle_ms, java_round, rate_throttle_ms
 from quotas.token_bucket import (
     BucketQuota,
     PermissiveQuota,
@@ -217,7 +217,8 @@ class ByteRateState(EntityState):
 
 class ClientQuotaManager(_Counters):
     """``producer_byte_rate`` or ``consumer_byte_rate``: record the bytes (a Produce request's size, a
-    Fetch response's), throttle when the rate is above the quota. Kafka runs one of these per type."""
+    Fetch response's), throttle when the rate is above the quota. Kafka runs one of these per type.
+    ``request_rate`` is one too, each request recorded as 1."""
 
     def __init__(self, config: QuotaConfig, quota_type: QuotaType = QuotaType.PRODUCER_BYTE_RATE,
                  idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
@@ -315,6 +316,56 @@ class ClientQuotaManager(_Counters):
             return None
         window = self.config.settings.byte_rate_window
         return quota.limit * (window.num - 1) * window.size_s
+
+
+# ---- connections per user ----------------------------------------------------------------------
+
+class UserConnectionRateManager(_Counters):
+    """``connection_creation_rate`` of users (and the ``<default>`` user): the connections a principal opens
+    per second, charged once a login or a client certificate has named it. Kafka's math for an IP's rate
+    (``ConnectionQuotas``), which Kafka cannot apply to a user: over the rate the connection is taken back
+    out of the rate and closed after the throttle, bounded by one window, never served."""
+
+    quota_type = QuotaType.CONNECTION_CREATION_RATE
+
+    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+        super().__init__()
+        self.config = config
+        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms)
+
+    def update_config(self, config: QuotaConfig) -> None:
+        self.config = config
+
+    def admit(self, user: str, now_ms: int) -> Decision:
+        """``admitted`` False: close the connection after ``throttle_ms``."""
+        quota = self.config.resolve(self.quota_type, user, "")
+        if quota is None:
+            return UNLIMITED
+        window = self.config.settings.byte_rate_window  # Kafka's connection rates use quota.window.* too
+        state = self.entities.get_or_create(quota.key, now_ms, ByteRateState)
+        state.limit = quota.limit
+        state.rate.record(1, now_ms, window)
+        if quota.observed:
+            shadow = state.shadow
+            if shadow is None:
+                shadow = state.shadow = RateShadow()
+            shadow.rate.record(1, now_ms, window)
+            delay_ms = bounded_throttle_ms(shadow.rate, quota.limit, now_ms, window)
+            if delay_ms:
+                shadow.rate.record(-1, now_ms, window)
+            return Decision(True, 0, quota.key, state.observed(delay_ms, refused=bool(delay_ms)))
+        delay_ms = bounded_throttle_ms(state.rate, quota.limit, now_ms, window)
+        if not delay_ms:
+            return Decision(True, 0, quota.key)
+        state.rate.record(-1, now_ms, window)  # not served: it must not count against the user
+        state.enforced(delay_ms)
+        self.rejected += 1
+        return Decision(False, delay_ms, quota.key)
+
+    def rate_of(self, key: QuotaKey, now_ms: int) -> float | None:
+        """The user's connection creation rate (connections/s); None before one was charged."""
+        state = self.entities.get(key)
+        return None if state is None else state.rate.measure(now_ms, self.config.settings.byte_rate_window)
 
 
 # ---- token-bucket quotas (KIP-599, KIP-936) ----------------------------------------------------

@@ -24,11 +24,13 @@ from quotas.managers import (
     ControllerMutationQuotaManager,
     EntityTable,
     ProducerIdQuotaManager,
+    UserConnectionRateManager,
 )
 
 _ENTITY_LABELS = ["user", "client_id"]
 _TYPED_ENTITY_LABELS = ["quota_type", *_ENTITY_LABELS]
 _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
+"""Of the rates kept per broker in ``broker`` scope: the byte rates and the request rate."""
 MAX_ENTITY_SERIES = 1000
 OTHERS = "<others>"
 """The label values of the series summing the entities beyond the busiest ``MAX_ENTITY_SERIES``."""
@@ -62,19 +64,27 @@ class _EntityUsage:
 class QuotaMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, produce: ClientQuotaManager, fetch: ClientQuotaManager,
                  mutations: ControllerMutationQuotaManager, producer_ids: ProducerIdQuotaManager,
-                 clock_ms: Callable[[], int], connections: ConnectionQuotas | None = None) -> None:
+                 clock_ms: Callable[[], int], connections: ConnectionQuotas | None = None,
+                 requests: ClientQuotaManager | None = None,
+                 user_connections: UserConnectionRateManager | None = None) -> None:
         self._produce = produce
         self._fetch = fetch
+        self._requests = requests
         self._mutations = mutations
         self._producer_ids = producer_ids
+        self._managers = [manager for manager in (produce, fetch, requests, mutations, producer_ids, user_connections)
+                          if manager is not None]
         self._connections = connections
         self._clock_ms = clock_ms
         registry.register(self)
 
     def collect(self) -> Iterator[Metric]:
         now_ms = self._clock_ms()
-        yield from self._byte_rate_metrics("produce", "Produce", self._produce, now_ms)
-        yield from self._byte_rate_metrics("consume", "Fetch response", self._fetch, now_ms)
+        yield from self._rate_metrics("produce_byte_rate", "Produce bytes/s", self._produce, now_ms)
+        yield from self._rate_metrics("consume_byte_rate", "Fetch response bytes/s", self._fetch, now_ms)
+        if self._requests is not None:
+            yield from self._rate_metrics("request_rate", "Requests/s (every api but ApiVersions and SASL's)",
+                                          self._requests, now_ms)
         yield from self._bucket_metrics("controller_mutation", "partition mutations", self._mutations, now_ms,
                                         _ENTITY_LABELS)
         yield from self._bucket_metrics("producer_id", "new producer IDs", self._producer_ids, now_ms, ["user"])
@@ -84,7 +94,7 @@ class QuotaMetrics(Collector):
         rejected = CounterMetricFamily("kafka_quota_rejected_requests",
                                        "Requests (or their topics) refused with THROTTLING_QUOTA_EXCEEDED",
                                        labels=["quota_type"])
-        for manager in (self._produce, self._fetch, self._mutations, self._producer_ids):
+        for manager in self._managers:
             throttled.add_metric([manager.quota_type.value], manager.throttled)
             rejected.add_metric([manager.quota_type.value], manager.rejected)
         yield throttled
@@ -108,7 +118,7 @@ class QuotaMetrics(Collector):
         observed_ms = CounterMetricFamily("kafka_quota_observed_throttle_time_ms",
                                           "The throttle times enforcement would have given the requests an observed "
                                           "quota let through, summed", labels=_TYPED_ENTITY_LABELS)
-        for manager in (self._produce, self._fetch, self._mutations, self._producer_ids):
+        for manager in self._managers:
             quota_type = manager.quota_type.value
             kept, others = busiest(_entity_usage(manager, now_ms).items(), lambda usage: usage.ratio)
             if others:
@@ -138,10 +148,12 @@ class QuotaMetrics(Collector):
         yield observed_ms
 
     @staticmethod
-    def _byte_rate_metrics(prefix: str, what: str, manager: ClientQuotaManager, now_ms: int) -> Iterator[Metric]:
-        rate = GaugeMetricFamily(f"kafka_quota_{prefix}_byte_rate",
-                                 f"{what} bytes/s (Kafka's byte-rate); broker is empty in proxy scope",
-                                 labels=_BYTE_RATE_LABELS)
+    def _rate_metrics(rate_name: str, what: str, manager: ClientQuotaManager, now_ms: int) -> Iterator[Metric]:
+        """``kafka_quota_{rate_name}`` and the throttle beside it: ``produce_byte_rate`` goes with
+        ``produce_throttle_time_ms``."""
+        prefix = rate_name.removesuffix("_rate").removesuffix("_byte")
+        rate = GaugeMetricFamily(f"kafka_quota_{rate_name}", f"{what} (Kafka's {prefix} rate); broker is empty "
+                                 "in proxy scope", labels=_BYTE_RATE_LABELS)
         throttle = GaugeMetricFamily(f"kafka_quota_{prefix}_throttle_time_ms",
                                      f"Last {prefix} throttle time given (Kafka's throttle-time)",
                                      labels=_BYTE_RATE_LABELS)
@@ -180,8 +192,8 @@ class QuotaMetrics(Collector):
         yield throttle
 
 
-def _entity_usage(manager: ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager,
-                  now_ms: int) -> dict[tuple[str, str], _EntityUsage]:
+def _entity_usage(manager: ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
+                  | UserConnectionRateManager, now_ms: int) -> dict[tuple[str, str], _EntityUsage]:
     window = manager.config.settings.window_for(manager.quota_type)
     entities: EntityTable[Any, Any] = manager.entities
     usages: dict[tuple[str, str], _EntityUsage] = {}

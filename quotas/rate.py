@@ -105,3 +105,11 @@ class SampledRate:
 def rate_throttle_ms(rate: float, limit: float, window_ms: int) -> int:
     """``QuotaUtils.throttleTime``: how long until the rate falls back to the limit."""
     return java_round((rate - limit) / limit * window_ms)
+
+
+def bounded_throttle_ms(rate: SampledRate, limit: float, now_ms: int, window: Window) -> int:
+    """``QuotaUtils.boundedThrottleTime`` of Kafka's connection rates: the rate's throttle, at most one window."""
+    measured, window_ms = rate.measure_with_window(now_ms, window)
+    if measured <= limit:
+        return 0
+    return min(rate_throttle_ms(measured, limit, window_ms), window.size_ms)

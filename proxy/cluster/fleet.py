@@ -31,8 +31,8 @@ from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.state.quota_service import QuotaService, now_ms
-from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
+from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class Fleet(Collector):
         self._quotas = quotas
         self._urgent = asyncio.Event()
         self.share = UsageShare(settings.publish_interval_ms / 1000, self._urgent.set)
-        for manager in (quotas.produce, quotas.fetch, quotas.mutations, quotas.producer_ids):
+        for manager in quotas.managers.values():
             manager.share = self.share
 
         def client() -> ClusterClient:
@@ -260,12 +260,9 @@ class Fleet(Collector):
         for usage in publication.usage:
             if age_s > settings.window_for(usage.quota_type).length_s:
                 continue  # it would have left the window already
-            if usage.quota_type is QuotaType.PRODUCER_BYTE_RATE:
-                quotas.produce.absorb(usage, now)
-            elif usage.quota_type is QuotaType.CONSUMER_BYTE_RATE:
-                quotas.fetch.absorb(usage, now)
-            elif usage.quota_type is QuotaType.CONTROLLER_MUTATION_RATE:
-                quotas.mutations.absorb(usage, now)
+            manager = quotas.managers[usage.quota_type]
+            if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager):
+                manager.absorb(usage, now)
         for shared in publication.producer_ids:
             quotas.producer_ids.absorb_producer_ids(shared, now)
 

@@ -84,6 +84,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         self._context.connection_opened(self)  # sets the buffer share
         self._loop = loop = asyncio.get_running_loop()
         ssl_object = transport.get_extra_info("ssl_object")
+        name = None
         if ssl_object is not None:
             name, subject = peer_principal_name(ssl_object, self._context.principal_mapper)
             if subject is not None and name is None:
@@ -96,6 +97,8 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
         loop.call_soon(self.gate.reassert)
         self._sasl = self._context.new_login(self._peer)
+        if self._sasl is None and name is not None and not self._admitted(name):
+            return  # a certificate named the user, and no login will
         if self._sasl is not None:
             settings = self._config.login
             self._requests.max_frame_bytes = min(self._config.max_frame_bytes, settings.max_receive_bytes)

@@ -37,6 +37,11 @@ class ProduceDecisions(Protocol):
         """The producer-ID throttle of a request forwarded while it arrived, now complete."""
 
 
+class RequestRateDecisions(Protocol):
+    def throttle_ms(self, frame: memoryview, caller: Caller) -> int:
+        """Charge one request (size prefix excluded) to the ``request_rate`` quota; its throttle."""
+
+
 class Connection(Protocol):
     """A client connection as the server that accepted it sees it: at shutdown, drained, then aborted."""
 
@@ -65,6 +70,13 @@ class ProxyContext(Protocol):
 
     @property
     def produce_handler(self) -> ProduceDecisions: ...
+
+    @property
+    def request_rate(self) -> RequestRateDecisions: ...
+
+    def admit_user(self, user: str) -> int:
+        """Charge a connection to the ``connection_creation_rate`` of the user a login or certificate named:
+        0, or the delay after which to close it unserved."""
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         """The connection's SASL login, or None when the proxy takes no logins (every client ANONYMOUS)."""

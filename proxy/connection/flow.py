@@ -16,6 +16,7 @@ class PauseReason(enum.Enum):
     LOGGING_IN = "before a login completes, a request waits for the answer to the one before"
     SPLICING = "the rest of a frame this side sent moves to the other side inside the kernel"
     AWAITING_VERDICT = "the answer to a request forwarded as it arrived waits for the throttle it is to carry"
+    USER_OVER_CONNECTION_RATE = "the user's connection creation rate closes it after the throttle"
 
 
 class ReadGate:

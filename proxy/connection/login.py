@@ -25,19 +25,35 @@ class LoginSteps(ConnectionState):
         if self._sasl.refused:
             self.close("its login was refused")
             return
-        if self._sasl.user is not None:
-            self._logged_in(self._sasl.user)
+        if self._sasl.user is not None and not self._logged_in(self._sasl.user):
+            return
         self.gate.resume(PauseReason.LOGGING_IN)
         self._loop.call_soon(self._release_held)  # not from here: a long pipeline would recurse
 
-    def _logged_in(self, user: str) -> None:
+    def _logged_in(self, user: str) -> bool:
+        """False: the connection is over its user's connection creation rate (``_admitted``)."""
         self._user = user
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
         self._requests.max_frame_bytes = self._config.max_frame_bytes
+        if not self._admitted(user):
+            return False
         if self._connect_task is None:
             self._start_upstream()
+        return True
+
+    def _admitted(self, user: str) -> bool:
+        """The user a login or a client certificate named is charged the connection; over its
+        ``connection_creation_rate`` the connection reads nothing more and is closed after the throttle, as
+        Kafka closes a connection over its IP's rate (its login was answered: the client learns nothing
+        else)."""
+        delay_ms = self._context.admit_user(user)
+        if not delay_ms:
+            return True
+        self.gate.pause(PauseReason.USER_OVER_CONNECTION_RATE)
+        self._loop.call_later(delay_ms / 1000, self.close, f"user {user} over its connection creation rate")
+        return False
 
     def _login_too_slow(self) -> None:
         self._login_timer = None

@@ -23,7 +23,7 @@ from protocol.header import peek_request
 from proxy.connection.flow import PauseReason
 from proxy.connection.splice import FrameSplice, can_splice
 from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, throttled_at_least
 from proxy.state.quota_service import now_ms
 
 log = logging.getLogger(__name__)
@@ -155,11 +155,12 @@ class RequestSide(ConnectionState):
         # that does not ask for a login must not open a way around the quotas
         caller = Caller(self._user, now_ms(), self._upstream_broker)
         if api_key == Api.PRODUCE:
-            return self._context.produce_handler.handle(frame, request_bytes, caller, whole)
-        handler = self._context.handlers.get(api_key)
-        if handler is None:
-            return FORWARD
-        return handler(frame, caller)
+            decided = self._context.produce_handler.handle(frame, request_bytes, caller, whole)
+        else:
+            handler = self._context.handlers.get(api_key)
+            decided = FORWARD if handler is None else handler(frame, caller)
+        # charged once the handler has judged the request: one it cannot judge yet (its start) costs nothing
+        return throttled_at_least(decided, self._context.request_rate.throttle_ms(frame, caller), api_key, api_version)
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""

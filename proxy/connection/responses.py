@@ -13,7 +13,7 @@ from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import response_correlation_id, response_header_length
-from protocol.throttle import raise_throttle
+from protocol.throttle import carries_throttle, raise_throttle
 from proxy.connection.flow import PauseReason
 from proxy.connection.splice import FrameSplice, can_splice
 from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
@@ -247,15 +247,16 @@ class ResponseSide(ConnectionState):
             body = self._context.adapt_api_versions(frame[header_length:], api_version)
         else:
             names_brokers = self._names_brokers(api_key, api_version)
-            if not request.throttle_ms and not names_brokers and request.finish is None:
+            throttle_ms = request.throttle_ms if carries_throttle(api_key, api_version) else 0  # else: muted only
+            if not throttle_ms and not names_brokers and request.finish is None:
                 return None
             header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
             body = request.answer_body
             if request.finish is not None:
                 body = request.finish(frame[header_length:])
-            if request.throttle_ms:
+            if throttle_ms:
                 body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),
-                                      request.throttle_ms) or body
+                                      throttle_ms) or body
             if names_brokers:
                 body = self._context.rewrite_addresses(api_key, api_version,
                                                        frame[header_length:] if body is None else body) or body

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from protocol.header import RequestHeader, response_header_for
+from protocol.throttle import raise_throttle_in_frame
 
 PRINCIPAL_PREFIX = "User:"
 
@@ -68,6 +69,31 @@ class Outcome(NamedTuple):
 FORWARD = Outcome()
 
 Decided = Outcome | Awaitable[Outcome]
+
+
+def throttled_at_least(decided: Decided, throttle_ms: int, api_key: int, api_version: int) -> Decided:
+    """``decided`` throttled for ``throttle_ms`` at least: another quota's throttle of the same request (the
+    largest is the one given, as Kafka answers with the largest of its quotas' throttles)."""
+    if not throttle_ms:
+        return decided
+    if isinstance(decided, Outcome):
+        return _throttled_at_least(decided, throttle_ms, api_key, api_version)
+    return _throttled_once_decided(decided, throttle_ms, api_key, api_version)
+
+
+async def _throttled_once_decided(decided: Awaitable[Outcome], throttle_ms: int, api_key: int,
+                                  api_version: int) -> Outcome:
+    return _throttled_at_least(await decided, throttle_ms, api_key, api_version)
+
+
+def _throttled_at_least(outcome: Outcome, throttle_ms: int, api_key: int, api_version: int) -> Outcome:
+    if throttle_ms <= outcome.throttle_ms:
+        return outcome
+    local = outcome.local_response
+    if local is not None:
+        local = raise_throttle_in_frame(api_key, api_version, local, throttle_ms)
+    # a throttle that shrinks with the time to the answer (``throttle_since_ms``) is no longer the largest
+    return outcome._replace(throttle_ms=throttle_ms, throttle_since_ms=None, local_response=local)
 
 
 def frame(header_and_body: bytes) -> bytes:

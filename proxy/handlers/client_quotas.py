@@ -1,7 +1,7 @@
 """AlterClientQuotas and DescribeClientQuotas for the quota types the proxy enforces.
 
-``producer_byte_rate``, ``consumer_byte_rate``, ``controller_mutation_rate`` and
-``producer_ids_rate`` on user and client-id entities, and ``connection_creation_rate`` on ip
+``producer_byte_rate``, ``consumer_byte_rate``, ``controller_mutation_rate``, ``request_rate`` and
+``producer_ids_rate`` on user and client-id entities, and ``connection_creation_rate`` on ip and user
 entities, are the proxy's: set in ``QuotaService`` (persisted, winning over the quota file) and
 described from the quotas in force. Every other key (e.g. ``request_percentage``) belongs to the
 cluster: those parts are forwarded upstream, and the answers are merged in request order. A cluster that lacks the API

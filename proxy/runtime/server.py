@@ -34,6 +34,7 @@ from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
+from proxy.handlers.request_rate import RequestRateHandler
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import ClusterBlockClaims
@@ -138,6 +139,7 @@ class ProxyServer:
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
         else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
+        self.request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
         self.api_versions = ApiVersionsAnswers(config, self.upstream_access, self.in_front_of_controllers)
         client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)
         allocations = BlockAllocations(self.metrics.registry, self.usage)
@@ -322,6 +324,17 @@ class ProxyServer:
                     log.debug("accepted a connection from %s on %s that its observed creation rate would have "
                               "closed in %d ms", ip, name, admission.observed_delay_ms)
                 self._start_connection(client, ip, name, resolver)
+
+    def admit_user(self, user: str) -> int:
+        decision = self.quotas.user_connections.admit(user, now_ms())
+        if not decision.admitted:
+            log.debug("closing a connection of user %s in %d ms: over its connection creation rate", user,
+                      decision.throttle_ms)
+            return decision.throttle_ms
+        if decision.observed_ms:
+            log.debug("serving a connection of user %s that its observed connection creation rate would have "
+                      "closed in %d ms", user, decision.observed_ms)
+        return 0
 
     def _start_connection(self, client: socket.socket, ip: str, name: str, resolver: UpstreamResolver) -> None:
         connection = ClientConnection(self, resolver, name)

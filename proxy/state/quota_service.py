@@ -26,7 +26,12 @@ from proxy.files.watched_file import WatchedFile
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
 from quotas.explain import Client, explain
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from quotas.managers import (
+    ClientQuotaManager,
+    ControllerMutationQuotaManager,
+    ProducerIdQuotaManager,
+    UserConnectionRateManager,
+)
 from quotas.metrics import QuotaMetrics
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,8 @@ STORE = "client-quotas"
 
 ALTERED_ORIGIN = "AlterClientQuotas"
 """Where an override came from, as ``quotas explain`` says it."""
+
+QuotaManager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
 
 Overrides = dict[QuotaEntity, dict[QuotaType, float | None]]
 """entity -> quota type -> limit, or None where the API removed the quota."""
@@ -93,10 +100,17 @@ class QuotaService:
         config = self._effective(self.overrides)
         self.produce = ClientQuotaManager(config)
         self.fetch = ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE)
+        self.requests = ClientQuotaManager(config, QuotaType.REQUEST_RATE)
         self.mutations = ControllerMutationQuotaManager(config)
         self.producer_ids = ProducerIdQuotaManager(config)
+        self.managers: dict[QuotaType, QuotaManager] = {manager.quota_type: manager for manager in (
+            self.produce, self.fetch, self.requests, self.mutations, self.producer_ids)}
+        """Each quota type's manager but the connection creation rate's (``connections``, ``user_connections``)."""
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
-        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms, self.connections)
+        """Kafka's: the listener's and each IP's."""
+        self.user_connections = UserConnectionRateManager(config)
+        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms, self.connections,
+                     self.requests, self.user_connections)
 
     @property
     def config(self) -> QuotaConfig:
@@ -116,24 +130,25 @@ class QuotaService:
         """``explain`` of the quotas in force, each with its bucket's current rate and usage ratio (None when
         nothing was charged to it yet)."""
         now = now_ms()
-        managers = {manager.quota_type: manager for manager in (self.produce, self.fetch, self.mutations,
-                                                                   self.producer_ids)}
+        managers = self.managers
         answers = []
         for explanation in explain(self.config, who):
             answer = explanation.as_json()
             if explanation.limit is not None:
                 manager = managers.get(explanation.quota_type)
-                if manager is not None and explanation.key is not None:
-                    rate = manager.rate_of(explanation.key, now)
-                else:
+                if explanation.key is None:  # an IP's
                     rate = None if who.ip is None else self.connections.rate_of(who.ip, now)
+                elif manager is None:
+                    rate = self.user_connections.rate_of(explanation.key, now)
+                else:
+                    rate = manager.rate_of(explanation.key, now)
                 answer["rate"] = rate
                 answer["usage_ratio"] = None if rate is None else rate / explanation.limit
             answers.append(answer)
         return answers
 
     def apply(self, config: QuotaConfig) -> None:
-        for manager in (self.produce, self.fetch, self.mutations, self.producer_ids):
+        for manager in (*self.managers.values(), self.user_connections):
             manager.update_config(config)
         self.connections.window = config.settings.byte_rate_window
 

@@ -102,7 +102,8 @@ def test_ip_entities_in_the_quota_file() -> None:
     for bad, message in (({"ip": "db.example", "connection_creation_rate": 5}, "IP address"),
                          ({"ip": "10.0.0.7", "user": "alice", "connection_creation_rate": 5}, "stands alone"),
                          ({"ip": "10.0.0.7", "producer_byte_rate": 5}, "does not apply"),
-                         ({"user": "alice", "connection_creation_rate": 5}, "does not apply"),
+                         ({"client-id": "app", "connection_creation_rate": 5}, "applies to users only"),
+                         ({"user": "alice", "client-id": "app", "connection_creation_rate": 5}, "users only"),
                          ({"ip": "10.0.0.7", "connection_creation_rate": 2.5}, "whole number")):
         with pytest.raises(QuotaConfigError, match=message):
             parse_entries([bad])

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
+from protocol.errors import INVALID_REQUEST
 from proxy.decision.outcome import Caller, Decided, Outcome
 from proxy.handlers.client_quotas import (
     MATCH_ANY,
@@ -164,3 +165,14 @@ def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_fo
     assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
     answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
     assert answer.error_code == 31 and not answer.entries
+
+
+def test_the_proxys_own_keys_request_rate_and_a_users_connection_rate_are_set_not_forwarded(tmp_path: Path) -> None:
+    quotas = service(tmp_path)
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
+    assert alter_codes(handlers, "ops", key="request_rate", value=200.0, remove=False) == [0]
+    assert alter_codes(handlers, "ops", key="connection_creation_rate", value=5.0, remove=False) == [0]
+    assert quotas.config.entries[QuotaEntity("alice")] == {QuotaType.REQUEST_RATE: 200.0, RATE: 5.0}
+    assert alter_codes(handlers, "ops", key="request_rate", value=-1.0, remove=False) == [INVALID_REQUEST]
+    with pytest.raises(QuotaConfigError, match="connection_creation_rate applies to users only"):
+        asyncio.run(quotas.override({QuotaEntity(None, "app"): {RATE: 5}}))

@@ -1,0 +1,40 @@
+"""The ``request_rate`` quota: every request a client sends counts one (ApiVersions and SASL's excepted,
+as they come before a client is known or are the proxy's own answers).
+
+Charged as the request is read, with the byte rates' Rate math, windows and scope; the throttle goes into
+the response beside any other quota's (the largest wins, as Kafka answers with the largest of its quotas'
+throttles) and the client is muted for it. Kafka's ``request_percentage`` measures the broker's thread
+time and stays the cluster's: it is forwarded, never replaced.
+"""
+
+from __future__ import annotations
+
+from protocol.apis import Api
+from protocol.header import peek_client_id, peek_request
+from proxy.decision.outcome import Caller
+from proxy.reporting.usage_log import UsageLog
+from proxy.state.quota_service import QuotaService
+from quotas.config import QuotaType
+
+_UNCHARGED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE})
+"""What a client needs to connect and log in, whatever its rate."""
+
+
+class RequestRateHandler:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, charges: bool = True) -> None:
+        """``charges`` False: nothing is charged (in front of the controller quorum, where brokers talk)."""
+        self._quotas = quotas
+        self._usage = usage
+        self._charges = charges
+
+    def throttle_ms(self, frame: memoryview, caller: Caller) -> int:
+        """Charge one request (size prefix excluded) to its entity's request rate; its throttle."""
+        manager = self._quotas.requests
+        if not (self._charges and manager.config.configures(QuotaType.REQUEST_RATE)):
+            return 0  # the common case: not even the client id is read
+        if peek_request(frame).api_key in _UNCHARGED_APIS:
+            return 0
+        client_id = peek_client_id(frame)
+        decision = manager.record(caller.user, client_id, 1, caller.now_ms, caller.broker)
+        self._usage.observed(caller.user, client_id, decision.observed_ms)
+        return decision.throttle_ms

@@ -1,0 +1,128 @@
+"""The ``request_rate`` quota against Apache Kafka: a client over its requests per second is held to it.
+
+Kafka has no such quota (its ``request_percentage`` is a share of thread time); the proxy follows its byte
+rates' math with every request counted as one, so a client is held as a byte-rate quota holds it: each
+throttled response is followed by a mute, and the requests behind it wait. Each case is compared with that
+model (``kafka_quota_model`` with requests of size 1) from the same run.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaProducer
+
+from protocol.apis import Api
+from tests.integration.test_produce_quotas import count_messages, create_topic, metrics
+from tests.support import LOOPBACK, ProxyProcess, encode_request, kafka_quota_model, read_frame
+
+pytestmark = pytest.mark.integration
+RATE = 5
+"""Requests per second: 11 one-second windows admit a burst of 50 before the first throttle."""
+BURST = 50
+WINDOW_S = 1.0
+MODEL_TOLERANCE = 0.2
+CHATTY = "chatty"
+
+
+def request_rate_proxy(own_proxy, tmp_path: Path) -> ProxyProcess:  # type: ignore[no-untyped-def]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f'[[quota]]\nclient-id = "{CHATTY}"\nrequest_rate = {RATE}\n')
+    proxy: ProxyProcess = own_proxy("--quota-file", str(quota_file))
+    return proxy
+
+
+def pipelined_metadata(proxy: ProxyProcess, client_id: str, count: int) -> list[tuple[int, int, float]]:
+    """``count`` Metadata v12 requests written at once on one connection: (correlation id, throttle_time_ms,
+    seconds from the first write to its answer) of each answer, in the order they came."""
+    frames = [encode_request(Api.METADATA, 12, correlation_id=i, client_id=client_id, topics=[],
+                             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+              for i in range(count)]
+    answered = []
+    with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
+        started = time.monotonic()
+        writer = threading.Thread(target=sock.sendall, args=(b"".join(frames),))
+        writer.start()
+        for _ in frames:
+            frame = read_frame(sock)
+            assert frame, "the proxy closed the connection"
+            correlation_id, = struct.unpack_from(">i", frame)
+            throttle_ms, = struct.unpack_from(">i", frame, 5)  # header v1: correlation id, no tagged fields
+            answered.append((correlation_id, throttle_ms, time.monotonic() - started))
+        writer.join()
+    return answered
+
+
+def test_pipelined_raw_requests_over_the_rate_are_held_to_it(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proxy = request_rate_proxy(own_proxy, tmp_path)
+    count = 60
+    calm: list[list[tuple[int, int, float]]] = []
+    neighbour = threading.Thread(target=lambda: calm.append(pipelined_metadata(proxy, "calm", count)))
+    neighbour.start()
+    answered = pipelined_metadata(proxy, CHATTY, count)
+    neighbour.join()
+    assert [correlation_id for correlation_id, _, _ in answered] == list(range(count))
+    throttles = [throttle_ms for _, throttle_ms, _ in answered]
+    schedule = [(throttle_ms, round(at, 2)) for _, throttle_ms, at in answered]
+    # the burst goes through; after it, never more than Kafka's rate allows by the time of each answer: the
+    # window a rate is measured over is at most num - 1 windows plus the time since the first request
+    assert throttles[:BURST] == [0] * BURST and any(throttles[BURST:]), schedule
+    for number, (_, _, at) in enumerate(answered, start=1):
+        assert number <= RATE * (BURST / RATE + at) + 1, schedule
+    # each throttled answer is followed by its throttle before the request behind it is answered
+    for (_, throttle_ms, at), (_, _, next_at) in zip(answered, answered[1:], strict=False):
+        assert next_at - at >= throttle_ms / 1000 - 0.05, schedule
+    # and held no longer than Kafka's schedule (the earliest any client could go) allows: a request decided a
+    # little later than the model's may cross the end of a window, where Kafka's rate jumps (one window more)
+    model = kafka_quota_model([[1] * count], RATE)
+    assert answered[-1][2] <= model.elapsed_s * (1 + MODEL_TOLERANCE) + WINDOW_S, (schedule, model)
+    # another client id on its own connection at the same time: no quota, never throttled
+    assert {throttle_ms for _, throttle_ms, _ in calm[0]} == {0}
+
+
+def librdkafka_one_by_one(bootstrap: str, topic: str, count: int) -> float:
+    """librdkafka pipelines and ignores throttle_time_ms; each record is flushed alone: one Produce each."""
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": CHATTY, "acks": "1", "linger.ms": 0})
+    started = time.monotonic()
+    for i in range(count):
+        producer.produce(topic, b"r%d" % i)
+        assert producer.flush(60) == 0, "a record left unsent"
+    return time.monotonic() - started
+
+
+def kafka_python_one_by_one(bootstrap: str, topic: str, count: int) -> float:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=CHATTY, acks=1, linger_ms=0)
+    started = time.monotonic()
+    for i in range(count):
+        producer.send(topic, b"r%d" % i).get(timeout=60)
+    elapsed = time.monotonic() - started
+    producer.close()
+    return elapsed
+
+
+@pytest.mark.parametrize("client", [librdkafka_one_by_one, kafka_python_one_by_one],
+                         ids=["confluent-kafka", "kafka-python"])
+def test_a_client_over_its_request_rate_is_held_to_it(own_proxy, tmp_path: Path, topic: str, client) -> None:  # type: ignore[no-untyped-def]
+    proxy = request_rate_proxy(own_proxy, tmp_path)
+    create_topic(proxy.bootstrap, topic)
+    count = 60
+    elapsed = client(proxy.bootstrap, topic, count)
+    # at least one Produce per record, besides the client's Metadata: no client gets through faster than the
+    # model of these Produce requests alone, and the proxy throttles no more than the model of all it charged
+    model = kafka_quota_model([[1] * count], RATE)
+    assert elapsed >= model.elapsed_s * (1 - MODEL_TOLERANCE), f"{count} requests at {RATE}/s: {elapsed:.1f} s, " \
+        f"Kafka's model {model.elapsed_s:.1f} s"
+    values = metrics(proxy)
+    assert any(key.startswith('kafka_quota_request_rate{broker="') and f'client_id="{CHATTY}",user=""' in key
+               and rate > 0 for key, rate in values.items())
+    throttled_ms = values[f'kafka_quota_throttle_time_ms_total{{client_id="{CHATTY}",quota_type="request_rate",'
+                          f'user=""}}']
+    ceiling = kafka_quota_model([[1] * (count + 20)], RATE).throttle_ms * (1 + MODEL_TOLERANCE)
+    assert 0 < throttled_ms <= ceiling, (throttled_ms, ceiling)
+    assert count_messages(proxy.bootstrap, topic) == count
