@@ -315,6 +315,30 @@ def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> 
         time.sleep(0.2)
 
 
+def read_to_end(bootstrap: str, topic: str, timeout_s: float = 60, **settings: Any) -> list[Any]:
+    """Every record of ``topic`` up to the end offsets it has when asked, read through ``bootstrap`` with
+    kafka-python (``settings``: its consumer's, for TLS or SASL), each partition in order. It stops at those
+    offsets: no idle ``consumer_timeout_ms`` at the end, which cost every such read its whole length."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                             **settings)
+    try:
+        wait_until(lambda: consumer.partitions_for_topic(topic), timeout_s, f"the partitions of {topic}")
+        partitions = [TopicPartition(topic, partition) for partition in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(partition) < ends[partition] for partition in partitions):
+            assert time.monotonic() < deadline, f"{topic} not read to its end offsets {ends} in {timeout_s} s"
+            for fetched in consumer.poll(timeout_ms=500).values():
+                records.extend(fetched)
+        return records
+    finally:
+        consumer.close()
+
+
 def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, window_num: int = 11,
                           window_size_s: float = 1.0) -> float:
     """When a Kafka broker would send the last response, reading one request at a time.

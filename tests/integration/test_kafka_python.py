@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.support import Cluster, ProxyProcess, wait_until
+from tests.support import Cluster, ProxyProcess, read_to_end, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -44,15 +44,10 @@ def test_idempotent_produce_10k_and_consume_every_message(proxy: ProxyProcess, t
     assert all(future.succeeded() for future in futures)
     producer.close()
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=10_000)
     received: dict[bytes, bytes] = {}
-    for record in consumer:
+    for record in read_to_end(proxy.bootstrap, topic):
         assert record.key not in received, f"duplicate {record.key!r}"
         received[record.key] = record.value
-        if len(received) == len(sent):
-            break
-    consumer.close()
     assert received == sent
 
 

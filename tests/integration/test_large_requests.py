@@ -6,10 +6,18 @@ import struct
 import time
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-from tests.support import ProxyProcess, connect_to_leader, encode_request, produce_request, read_frame, record_batch
+from tests.support import (
+    ProxyProcess,
+    connect_to_leader,
+    encode_request,
+    produce_request,
+    read_frame,
+    read_to_end,
+    record_batch,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +37,6 @@ def test_a_large_produce_sent_slowly_then_a_small_request_both_answered(proxy: P
         first, second = read_frame(sock), read_frame(sock)
     assert struct.unpack_from(">i", first)[0] == 1
     assert struct.unpack_from(">i", second)[0] == 2
-    consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5_000, fetch_max_bytes=8 << 20, max_partition_fetch_bytes=8 << 20)
-    received = [record.value for record in consumer]
-    consumer.close()
+    received = [record.value for record in read_to_end(proxy.bootstrap, topic, fetch_max_bytes=8 << 20,
+                                                       max_partition_fetch_bytes=8 << 20)]
     assert received == values

@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from tests.support import ProxyProcess, new_producer_id
+from tests.support import ProxyProcess, new_producer_id, read_to_end
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -82,11 +82,7 @@ def usage_totals(proxy: ProxyProcess) -> dict[str, int]:
 
 
 def count_messages(bootstrap: str, topic: str) -> int:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000, fetch_max_bytes=16 * MIB)
-    count = sum(1 for _ in consumer)
-    consumer.close()
-    return count
+    return len(read_to_end(bootstrap, topic, fetch_max_bytes=16 * MIB))
 
 
 def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
@@ -30,6 +29,7 @@ from tests.support import (
     new_producer_id,
     produce_request,
     read_frame,
+    read_to_end,
     record_batch,
 )
 
@@ -56,12 +56,9 @@ def partition_errors(frame: bytes) -> dict[int, int]:
 
 
 def read_all(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5_000)
     values: dict[int, list[bytes]] = {}
-    for record in consumer:
+    for record in read_to_end(bootstrap, topic):
         values.setdefault(record.partition, []).append(record.value)
-    consumer.close()
     return values
 
 

@@ -12,11 +12,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 
 from protocol.apis import Api
 from tests.integration.test_produce_quotas import create_topic, metrics
-from tests.support import Cluster, ProxyProcess, call, connect_to_leader, new_producer_id, record_batch
+from tests.support import Cluster, ProxyProcess, call, connect_to_leader, new_producer_id, read_to_end, record_batch
 
 pytestmark = pytest.mark.integration
 FIRST_ID = 1 << 48
@@ -136,10 +136,7 @@ def test_idempotent_producers_with_proxy_issued_ids_deliver_everything_exactly_o
             librdkafka.produce(topic, value, on_delivery=lambda error, _: error and failures.append(error))
             librdkafka.poll(0)
         assert librdkafka.flush(30) == 0 and failures == []
-    consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000)
-    received = [record.value for record in consumer]
-    consumer.close()
+    received = [record.value for record in read_to_end(proxy.bootstrap, topic)]
     assert received == values
     producer_ids = stored_producer_ids(broker, topic)
     assert len(producer_ids) == 1 and min(producer_ids) >= FIRST_ID, producer_ids  # the proxy's, not Kafka's
@@ -239,8 +236,5 @@ def test_idempotent_producer_survives_the_proxy_being_killed_mid_stream(own_prox
     producer.flush(timeout=120)
     assert all(future.succeeded() for future in futures)
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5_000)
-    values = [record.value.decode() for record in consumer]
-    consumer.close()
+    values = [record.value.decode() for record in read_to_end(proxy.bootstrap, topic)]
     assert sorted(values, key=int) == [str(i) for i in range(4_000)]

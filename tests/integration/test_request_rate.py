@@ -19,8 +19,10 @@ from confluent_kafka import Producer
 from kafka import KafkaProducer
 
 from protocol.apis import Api
+from proxy.security.sasl_messages import plain_token
 from tests.integration.test_produce_quotas import count_messages, create_topic, metrics
-from tests.support import LOOPBACK, ProxyProcess, encode_request, kafka_quota_model, read_frame
+from tests.integration.test_sasl import add_user
+from tests.support import LOOPBACK, PASSWORDS, ProxyProcess, encode_request, kafka_quota_model, read_frame
 
 pytestmark = pytest.mark.integration
 RATE = 5
@@ -38,17 +40,22 @@ def request_rate_proxy(own_proxy, tmp_path: Path) -> ProxyProcess:  # type: igno
     return proxy
 
 
-def pipelined_metadata(proxy: ProxyProcess, client_id: str, count: int) -> list[tuple[int, int, float]]:
-    """``count`` Metadata v12 requests written at once on one connection: (correlation id, throttle_time_ms,
-    seconds from the first write to its answer) of each answer, in the order they came."""
+def pipelined_metadata(proxy: ProxyProcess, client_id: str, count: int,
+                       login: list[bytes] | None = None) -> list[tuple[int, int, float]]:
+    """``count`` Metadata v12 requests written at once on one connection (behind the ``login`` frames, whose
+    answers are read first): (correlation id, throttle_time_ms, seconds from the first write to its
+    answer) of each answer, in the order they came."""
+    login = login or []
     frames = [encode_request(Api.METADATA, 12, correlation_id=i, client_id=client_id, topics=[],
                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
               for i in range(count)]
     answered = []
     with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
         started = time.monotonic()
-        writer = threading.Thread(target=sock.sendall, args=(b"".join(frames),))
+        writer = threading.Thread(target=sock.sendall, args=(b"".join([*login, *frames]),))
         writer.start()
+        for _ in login:
+            assert read_frame(sock), "the login was not answered"
         for _ in frames:
             frame = read_frame(sock)
             assert frame, "the proxy closed the connection"
@@ -84,6 +91,24 @@ def test_pipelined_raw_requests_over_the_rate_are_held_to_it(own_proxy, tmp_path
     assert answered[-1][2] <= model.elapsed_s * (1 + MODEL_TOLERANCE) + WINDOW_S, (schedule, model)
     # another client id on its own connection at the same time: no quota, never throttled
     assert {throttle_ms for _, throttle_ms, _ in calm[0]} == {0}
+
+
+def test_a_users_request_rate_counts_its_requests_after_the_login_not_the_login(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path) -> None:
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "alice", "PLAIN")
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f'[[quota]]\nuser = "alice"\nrequest_rate = {RATE}\n')
+    proxy = own_proxy("--sasl-users", str(users_file), "--quota-file", str(quota_file))
+    login = [encode_request(Api.API_VERSIONS, 3, correlation_id=-3, client_software_name="t",
+                            client_software_version="1"),
+             encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=-2, mechanism="PLAIN"),
+             encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=-1,
+                            auth_bytes=plain_token("alice", PASSWORDS["alice"]))]
+    answered = pipelined_metadata(proxy, "any-client", BURST + 5, login)
+    throttles = [throttle_ms for _, throttle_ms, _ in answered]
+    # ApiVersions and the login are not charged: alice's whole burst is left for her Metadata requests
+    assert throttles[:BURST] == [0] * BURST and any(throttles[BURST:]), throttles
 
 
 def librdkafka_one_by_one(bootstrap: str, topic: str, count: int) -> float:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from protocol.apis import Api
 from proxy.security.sasl_messages import ScramClient, plain_token
 from proxy.security.users import UserStore, plain_credential, save_users
 from tests.integration.test_produce_quotas import metrics
-from tests.support import PASSWORDS, ProxyProcess, call, encode_request, proxy_command, read_frame
+from tests.support import PASSWORDS, ProxyProcess, call, encode_request, proxy_command, read_frame, read_to_end
 
 pytestmark = pytest.mark.integration
 SASL_AUTHENTICATION_FAILED = 58
@@ -56,10 +56,7 @@ def test_login_then_produce_and_consume_as_that_user(sasl_proxy: ProxyProcess, t
     producer = KafkaProducer(bootstrap_servers=sasl_proxy.bootstrap, acks="all", client_id="app", **settings)
     producer.send(topic, b"hello").get(timeout=30)
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=sasl_proxy.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5_000, **settings)
-    assert [record.value for record in consumer] == [b"hello"]
-    consumer.close()
+    assert [record.value for record in read_to_end(sasl_proxy.bootstrap, topic, **settings)] == [b"hello"]
     # the <default> user quota gives each authenticated user a bucket of its own (Kafka's level 6)
     assert any(f'client_id="",user="{user}"}}' in key for key in metrics(sasl_proxy)
                if key.startswith("kafka_quota_produce_byte_rate{"))

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from protocol.apis import Api
 from tests.certificates import CertificateAuthority, Issued
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import add_user
-from tests.support import PASSWORDS, ProxyProcess, encode_request, proxy_command, read_frame
+from tests.support import PASSWORDS, ProxyProcess, encode_request, proxy_command, read_frame, read_to_end
 
 pytestmark = pytest.mark.integration
 MAPPING = "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT"
@@ -61,10 +61,7 @@ def round_trip_kafka_python(bootstrap: str, topic: str, settings: dict[str, obje
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **settings)
     producer.send(topic, b"over tls").get(timeout=30)
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000, **settings)
-    assert [record.value for record in consumer] == [b"over tls"]
-    consumer.close()
+    assert [record.value for record in read_to_end(bootstrap, topic, **settings)] == [b"over tls"]
 
 
 def round_trip_librdkafka(bootstrap: str, topic: str, settings: dict[str, object]) -> None:
