@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.dev.apache_kafka import LOOPBACK, SaslUsers, free_port
+from proxy.dev.apache_kafka import LOOPBACK, SaslUsers, free_port, free_ports
 
 FOREIGN_PRODUCER_ID = (1 << 48) + 4242
 """A producer ID no broker issued (the proxy's allocator starts at 2^48)."""
@@ -30,22 +30,10 @@ def proxy_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "proxy"]
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_base(offsets: Iterable[int]) -> int:
     """A base such that base + every offset is a free port."""
     offsets = tuple(offsets)
-    while True:
-        base = free_port() - min(offsets)
-        if base > 1024 and all(base + offset < 65536 and _port_is_free(base + offset) for offset in offsets):
-            return base
+    return free_ports(max(offsets) - min(offsets) + 1) - min(offsets)
 
 
 class Cluster:

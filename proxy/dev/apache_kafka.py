@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from types import TracebackType
 
@@ -53,10 +56,58 @@ logger.request.level = warn
 
 # ---- one node ------------------------------------------------------------------------------------------
 
-def free_port(host: str = LOOPBACK) -> int:
+_EPHEMERAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10_000
+
+
+class _PortPicker:
+    """Hands out runs of ports that are free now and outside the kernel's ephemeral range, each once per
+    process until the range wraps. A port handed out stays free for whoever binds it a moment later: the
+    kernel gives no outgoing connection a port outside that range (one was given a test proxy's port in
+    CI, between the pick and the bind), and no later pick of this process returns it meanwhile."""
+
+    def __init__(self) -> None:
+        low, high = 32768, 60999  # Linux's default
+        with contextlib.suppress(OSError, ValueError):
+            low, high = map(int, _EPHEMERAL_PORT_RANGE.read_text().split())
+        self._ports = [port for port in range(_LOWEST_PORT, 65536) if not low <= port <= high]
+        self._next = random.randrange(len(self._ports))
+
+    def run(self, host: str, count: int) -> int:
+        """The first of ``count`` consecutive ports, all free."""
+        ports = self._ports
+        for _ in range(len(ports)):
+            start = self._next
+            self._next = (start + count) % len(ports)
+            if start + count > len(ports) or ports[start + count - 1] != ports[start] + count - 1:
+                continue  # the run would wrap, or straddle the ephemeral range
+            if all(_bindable(host, port) for port in range(ports[start], ports[start] + count)):
+                return ports[start]
+        raise OSError(f"no {count} consecutive free ports outside the ephemeral range")
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as listeners bind: TIME_WAIT is no obstacle
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@cache
+def _port_picker() -> _PortPicker:
+    return _PortPicker()
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> int:
+    """The first of ``count`` consecutive ports free on ``host`` (``_PortPicker``)."""
+    return _port_picker().run(host, count)
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    return free_ports(1, host)
 
 
 def new_cluster_id() -> str:

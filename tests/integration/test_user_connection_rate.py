@@ -9,6 +9,7 @@ answer and is closed after the throttle (at most one window), as Kafka closes on
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from confluent_kafka import Producer
 
 from protocol.apis import Api
 from proxy.security.sasl_messages import plain_token
+from tests.certificates import CertificateAuthority, Issued
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import add_user
+from tests.integration.test_tls import tls_config
 from tests.support import LOOPBACK, PASSWORDS, ProxyProcess, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
@@ -93,3 +96,38 @@ def test_librdkafka_closed_after_its_login_comes_back_and_is_served(proxy: Proxy
     producer.produce(topic, b"after the burst", on_delivery=delivered)
     assert producer.flush(60) == 0 and not failures, failures
     assert metrics(proxy)['kafka_quota_rejected_requests_total{quota_type="connection_creation_rate"}'] >= 1
+
+
+def test_a_client_certificate_names_the_user_whose_rate_applies(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ca = CertificateAuthority(tmp_path / "pki")
+    # without SASL the certificate names the principal as the connection opens: over the rate it gets no answer
+    server = ca.issue("proxy", "proxy", server=True)
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "alice"\nconnection_creation_rate = 1\n')  # a burst of 10
+    proxy = own_proxy(*tls_config(tmp_path / "proxy.toml", server, ca, client_auth="required"),
+                      "--quota-file", str(quota_file))
+
+    def answered(client: Issued, count: int) -> list[bool]:
+        context = ssl.create_default_context(cafile=str(ca.cafile))
+        context.load_cert_chain(str(client.certfile), str(client.keyfile))
+        opened = []
+        for _ in range(count):
+            sock = context.wrap_socket(socket.create_connection((LOOPBACK, proxy.port), timeout=30),
+                                       server_hostname=LOOPBACK)
+            sock.sendall(encode_request(Api.METADATA, 12, topics=[], allow_auto_topic_creation=False,
+                                        include_topic_authorized_operations=False))
+            opened.append(sock)
+        outcomes = []
+        for sock in opened:
+            with sock:
+                try:
+                    outcomes.append(bool(read_frame(sock)))
+                except (ssl.SSLError, ConnectionError):
+                    outcomes.append(False)
+        return outcomes
+
+    alice = answered(ca.issue("alice", "Alice", unit="eng"), 15)  # CN=Alice,OU=eng,... -> alice
+    assert alice[:10] == [True] * 10 and alice.count(False) >= 3, alice
+    assert all(answered(ca.issue("service", "Batch", unit="ops"), 15))  # batch: no quota
+    assert metrics(proxy)['kafka_quota_rejected_requests_total{quota_type="connection_creation_rate"}'] == \
+        alice.count(False)
