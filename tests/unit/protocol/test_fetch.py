@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.apis import Api, request_class, response_class
 from protocol.codecs import decode_request, decode_response
+from protocol.errors import ProtocolError
 from protocol.fetch import (
     NO_SESSION_EPOCH,
     capped_fetch_request,
+    fetch_request_topics,
     fetch_response_size,
     fetch_response_start,
+    fetch_response_topic_bytes,
     fetch_session_epoch,
     throttled_fetch_response_body,
 )
@@ -84,3 +88,38 @@ def test_kafkas_throttled_answer_has_no_partitions_and_keeps_the_session(version
         assert (decoded.error_code, decoded.session_id) == (0, session_id)
     assert fetch_response_start(body, version) == (throttle_ms if version >= 1 else 0,
                                                     session_id if version >= 7 else 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), version=FETCH_VERSIONS)
+def test_each_topics_record_bytes_are_read_from_any_response(data: st.DataObject, version: int) -> None:
+    """Every version's response, tagged fields and aborted transactions included: the sum of the sizes of each
+    topic's partitions' records (a topic twice in one response summed), by name until v12, by id from v13."""
+    message = data.draw(message_strategy(response_class(Api.FETCH), version))
+    body = bytes(message.encode(version=version))
+    expected: dict[str | bytes, int] = {}
+    for topic in message.responses:
+        key = topic.topic_id.bytes if version >= 13 else topic.topic
+        expected[key] = expected.get(key, 0) + sum(len(p.records or b"") for p in topic.partitions)
+    assert fetch_response_topic_bytes(body, version) == expected
+    assert fetch_response_topic_bytes(memoryview(body), version) == expected
+
+
+@given(data=st.data(), version=FETCH_VERSIONS)
+@settings(max_examples=100, deadline=None)
+def test_a_response_cut_short_or_overlong_is_a_protocol_error(data: st.DataObject, version: int) -> None:
+    message = data.draw(message_strategy(response_class(Api.FETCH), version))
+    body = bytes(message.encode(version=version))
+    cut = data.draw(st.integers(0, len(body) - 1))
+    for bad in (body[:cut], body + b"\x00"):
+        with pytest.raises(ProtocolError):
+            fetch_response_topic_bytes(bad, version)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), version=st.integers(4, 18))
+def test_the_topics_a_request_asks_for_are_its_names_or_its_ids(data: st.DataObject, version: int) -> None:
+    message, frame = fetch_request(data, version)
+    header = parse_request_header(frame, version >= 12)
+    expected = [topic.topic_id.bytes if version >= 13 else topic.topic for topic in message.topics]
+    assert fetch_request_topics(frame, header) == expected
