@@ -10,7 +10,9 @@ its seconds with traffic, the share of those seconds that were throttled, and th
 headroom view of ``kafka_quota_usage_ratio``: for each rate, the quota that would have throttled the
 principal N% of the time (``THROTTLED_SHARES``);
 per user the new PIDs per hour (top churners, from the usage log and, when given, the PID
-ledger's first-seen times); and a quota file recommending p99 x headroom, rounded up.
+ledger's first-seen times); per topic (from its lines, written while a topic quota measured it) the same
+percentiles of the bytes all users wrote to it and read from it per second; and a quota file
+recommending p99 x headroom, rounded up, per principal and per topic.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import csv
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType  # n
 
 from allocator.ledger import read_ledger_file  # noqa: E402
 from pipeline.html_report import write_report  # noqa: E402
-from quotas.usage_record import BLOCK_FIELDS, USAGE_FIELDS  # noqa: E402
+from quotas.usage_record import BLOCK_FIELDS, TOPIC_FIELDS, USAGE_FIELDS  # noqa: E402
 
 COUNTERS = USAGE_FIELDS
 USAGE_SCHEMA = StructType([
@@ -43,11 +46,15 @@ USAGE_SCHEMA = StructType([
     *(StructField(counter, LongType()) for counter in COUNTERS),
     StructField("broker_id", LongType()),
     *(StructField(counter, LongType()) for counter in BLOCK_FIELDS),
+    StructField("topic", StringType()),
+    *(StructField(counter, LongType()) for counter in TOPIC_FIELDS),
     StructField("_corrupt", StringType()),
 ])
 """The usage log's columns, read without schema inference (a counter a line lacks reads as 0)."""
 RATES = {"bytes": "byte_rate", "fetch_bytes": "fetch_byte_rate", "new_pids": "new_pid_rate",
          "mutations": "mutation_rate"}
+TOPIC_RATES = {"topic_bytes": "byte_rate", "topic_fetch_bytes": "fetch_byte_rate"}
+"""A topic's columns in the usage log and its rates in the report."""
 PERCENTILES = (0.5, 0.95, 0.99)
 THROTTLED_SHARES = (0.01, 0.05, 0.1)
 """For each, per principal and rate (``{rate}_quota_over_{N}pct``): the lowest quota its rate was over in no more
@@ -73,6 +80,8 @@ class Report:
     block_hours: list[dict[str, Any]]
     """Producer-ID blocks per hour, all brokers together, with the change from the hour before."""
     broker_block_hours: list[dict[str, Any]]
+    topics: list[dict[str, Any]]
+    """Per topic under a topic quota: its rates' percentiles and max, all users together."""
 
 
 def spark_session(master: str | None, driver_memory: str | None = None) -> SparkSession:
@@ -88,24 +97,27 @@ def spark_session(master: str | None, driver_memory: str | None = None) -> Spark
 def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int]:
     """Valid usage rows, the number of malformed lines and of all lines.
 
-    A line is malformed when it is not JSON of the schema's types or lacks time, user or client_id;
-    it is counted and left out, never fatal.
+    A line is malformed when it is not JSON of the schema's types or lacks time, user, or client_id (or, on a
+    topic's line, topic); it is counted and left out, never fatal.
     """
     raw = (spark.read.schema(USAGE_SCHEMA).option("mode", "PERMISSIVE")
            .option("columnNameOfCorruptRecord", "_corrupt").json(f"{usage_dir.rstrip('/')}/usage-*.jsonl"))
     raw = raw.cache()
     valid_condition = (F.col("_corrupt").isNull() & F.col("time").isNotNull() & F.col("user").isNotNull()
-                       & F.col("client_id").isNotNull())
+                       & (F.col("client_id").isNotNull() | F.col("topic").isNotNull()))
     counts = raw.agg(F.count(F.lit(1)).alias("lines"),
                      F.sum(F.when(valid_condition, 0).otherwise(1)).alias("malformed")).first()
     assert counts is not None
-    valid = raw.where(valid_condition).drop("_corrupt").fillna(0, [*COUNTERS, *BLOCK_FIELDS])
+    valid = raw.where(valid_condition).drop("_corrupt").fillna(0, [*COUNTERS, *BLOCK_FIELDS, *TOPIC_FIELDS])
     return valid, int(counts["malformed"] or 0), int(counts["lines"])
 
 
-def split_block_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """The clients' lines and the producer-ID block lines (those with a ``broker_id``)."""
-    return usage.where(F.col("broker_id").isNull()), usage.where(F.col("broker_id").isNotNull())
+def split_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The clients' lines, the producer-ID block lines (those with a ``broker_id``) and the topics' (those with a
+    ``topic``)."""
+    topics = F.col("topic").isNotNull()
+    return (usage.where(F.col("broker_id").isNull() & ~topics), usage.where(F.col("broker_id").isNotNull()),
+            usage.where(topics))
 
 
 def _hour(column: str) -> Any:
@@ -167,6 +179,23 @@ def summarize(usage: DataFrame) -> DataFrame:
     return summary.orderBy("user", "client_id")
 
 
+def summarize_topics(topic_lines: DataFrame) -> DataFrame:
+    """Per topic: the bytes every user wrote to it and read from it, per second with traffic, as exact
+    percentiles and max (what a topic quota, shared by every user, would have to carry)."""
+    per_second = topic_lines.groupBy("topic", "time").agg(*(F.sum(column).alias(column) for column in TOPIC_RATES))
+    aggregates = [F.count(F.lit(1)).alias("seconds")]
+    for column, rate in TOPIC_RATES.items():
+        aggregates.append(F.percentile(F.col(column), list(PERCENTILES)).alias(f"{rate}_percentiles"))
+        aggregates.append(F.max(column).alias(f"{rate}_max"))
+        aggregates.append(F.sum(column).alias(f"total_{column}"))
+    summary = per_second.groupBy("topic").agg(*aggregates)
+    for rate in TOPIC_RATES.values():
+        for index, fraction in enumerate(PERCENTILES):
+            summary = summary.withColumn(f"{rate}_p{round(fraction * 100)}", F.col(f"{rate}_percentiles")[index])
+        summary = summary.drop(f"{rate}_percentiles")
+    return summary.orderBy("topic")
+
+
 def throttling_quota_column(rate: str, share: float) -> str:
     return f"{rate}_quota_over_{round(share * 100)}pct"
 
@@ -204,12 +233,15 @@ def read_ledger(spark: SparkSession, ledger_dir: str) -> DataFrame:
 
 # ---- recommended quotas -------------------------------------------------------------------------
 
-def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
+def recommended_quotas(summary: list[dict[str, Any]], headroom: float,
+                       topics: Sequence[dict[str, Any]] = ()) -> str:
     """The proxy's quota file: p99 x headroom rounded up, per (user, client id) for produced and
-    fetched bytes and mutations and per user (its busiest client's p99) for new producer IDs. A rate whose p99 is 0
-    gets no quota (a rate must be positive)."""
+    fetched bytes and mutations, per user (its busiest client's p99) for new producer IDs and per topic (all its
+    users together) for its bytes written and read. A rate whose p99 is 0 gets no quota (a rate must be
+    positive)."""
     lines = [f"# Recommended by `kafka-quota-proxy report`: p99 of each rate x {headroom:g}, rounded up.",
-             "# Per (user, client id) for bytes and mutations; per user for new producer IDs."]
+             "# Per (user, client id) for bytes and mutations; per user for new producer IDs; per topic (its one"
+             " budget, every user's bytes) for the topics a topic quota measured."]
     byte_rates = {"producer_byte_rate": "byte_rate_p99", "consumer_byte_rate": "fetch_byte_rate_p99",
                   "controller_mutation_rate": "mutation_rate_p99"}
     per_user_pids: dict[str, float] = {}
@@ -223,6 +255,11 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
     for user, p99 in sorted(per_user_pids.items()):
         if p99 > 0:
             lines += ["", "[[quota]]", f"user = {json.dumps(user)}", f"producer_ids_rate = {math.ceil(p99 * headroom)}"]
+    for row in topics:
+        values = {"producer_byte_rate": row["byte_rate_p99"], "consumer_byte_rate": row["fetch_byte_rate_p99"]}
+        body = [f"{key} = {math.ceil(value * headroom)}" for key, value in values.items() if value and value > 0]
+        if body:
+            lines += ["", "[[quota]]", f"topic = {json.dumps(row['topic'])}", *body]
     return "\n".join(lines) + "\n"
 
 
@@ -231,26 +268,29 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float) -> str:
 def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | None = None,
         headroom: float = 1.5, quota_file: Path | None = None) -> Report:
     all_lines, malformed, lines = read_usage(spark, usage_dir)
-    usage, blocks = split_block_lines(all_lines)
+    usage, blocks, topic_lines = split_lines(all_lines)
     ledger = read_ledger(spark, ledger_dir) if ledger_dir else None
     summary = [row.asDict() for row in summarize(usage).collect()]
     top = [row.asDict() for row in churners(usage, ledger).collect()]
     block_hours = [row.asDict() for row in cluster_block_hours(blocks).collect()]
     per_broker = [row.asDict() for row in broker_block_hours(blocks).collect()]
+    topics = [row.asDict() for row in summarize_topics(topic_lines).collect()]
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_csv(out_dir / "summary.csv", summary)  # from the rows collected: no second aggregation
     _write_csv(out_dir / "producer-id-blocks.csv", per_broker)
+    _write_csv(out_dir / "topics.csv", topics, ["topic"])
     (out_dir / "summary.json").write_text(json.dumps(
         {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top,
-         "producer_id_blocks_per_hour": block_hours, "producer_id_blocks_per_broker_hour": per_broker}, indent=1))
-    (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom))
+         "producer_id_blocks_per_hour": block_hours, "producer_id_blocks_per_broker_hour": per_broker,
+         "topics": topics}, indent=1))
+    (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom, topics))
     write_report(out_dir, usage, summary, top, malformed, lines, quota_file, block_hours, per_broker)
-    return Report(summary, top, malformed, lines, block_hours, per_broker)
+    return Report(summary, top, malformed, lines, block_hours, per_broker, topics)
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write_csv(path: Path, rows: list[dict[str, Any]], header: list[str] | None = None) -> None:
     with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else ["user", "client_id"])
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]) if rows else header or ["user", "client_id"])
         writer.writeheader()
         writer.writerows(rows)
 
@@ -275,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         report = run(spark, args.usage, args.out, args.ledger, args.headroom, args.quota_file)
     finally:
         spark.stop()
-    print(f"{report.lines} usage lines ({report.malformed_lines} malformed), {len(report.summary)} principals; "
-          f"report in {args.out / 'report.html'}")
+    print(f"{report.lines} usage lines ({report.malformed_lines} malformed), {len(report.summary)} principals, "
+          f"{len(report.topics)} topics; report in {args.out / 'report.html'}")
     return 0
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 DEFAULT = "<default>"
-"""Entity name matching every user (or client id) that has no entry of its own."""
+"""Entity name matching every user (or client id, or topic) that has no entry of its own."""
 ANONYMOUS = "ANONYMOUS"
 """The user of a connection without SASL (Kafka's ``KafkaPrincipal.ANONYMOUS``)."""
 
@@ -42,6 +42,10 @@ _USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE, QuotaType.CONNECTION_
 """On a user entity (or the ``<default>`` user), never with a client id."""
 _IP_TYPES = frozenset({QuotaType.CONNECTION_CREATION_RATE})
 """The only types an ip entity takes (Kafka's), which user entities may take too."""
+TOPIC_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE})
+"""The only types a topic entity takes: the bytes produced to and consumed from the topic."""
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+"""Kafka's legal topic names (``Topic.validate``)."""
 
 
 class QuotaScope(enum.StrEnum):
@@ -78,20 +82,28 @@ class QuotaConfigError(ValueError):
 @dataclass(frozen=True)
 class QuotaEntity:
     """``user``/``client_id``: a name, ``DEFAULT``, or None when that part is absent; or, alone, an
-    ``ip`` (an address, or ``DEFAULT``), the entity of Kafka's connection creation rate."""
+    ``ip`` (an address, or ``DEFAULT``), the entity of Kafka's connection creation rate; or a ``topic``
+    (a name or ``DEFAULT``), alone (one budget for the topic) or with a user (that user's bytes of it)."""
 
     user: str | None = None
     client_id: str | None = None
     ip: str | None = None
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         if self.ip is not None:
-            if self.user is not None or self.client_id is not None:
-                raise QuotaConfigError("an ip entity stands alone (no user or client-id)")
+            if self.user is not None or self.client_id is not None or self.topic is not None:
+                raise QuotaConfigError("an ip entity stands alone (no user, client-id or topic)")
             object.__setattr__(self, "ip", normalized_ip(self.ip))
             return
-        if self.user is None and self.client_id is None:
-            raise QuotaConfigError("an entity needs a user, a client-id or both, or an ip")
+        if self.topic is not None:
+            if self.client_id is not None:
+                raise QuotaConfigError("a topic entity takes a user or nothing else, not a client-id")
+            if not isinstance(self.topic, str) or not (self.topic == DEFAULT or _TOPIC_NAME.fullmatch(self.topic)):
+                raise QuotaConfigError(f"topic must be a Kafka topic name (letters, digits, '.', '_', '-'; at most "
+                                       f"249) or {DEFAULT}, got {self.topic!r}")
+        elif self.user is None and self.client_id is None:
+            raise QuotaConfigError("an entity needs a user, a client-id or both, an ip, or a topic")
         for part, value in (("user", self.user), ("client-id", self.client_id)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise QuotaConfigError(f"{part} must be a non-empty string, got {value!r}")
@@ -104,6 +116,8 @@ class QuotaEntity:
             parts.append(f"user={self.user}")
         if self.client_id is not None:
             parts.append(f"client-id={self.client_id}")
+        if self.topic is not None:
+            parts.append(f"topic={self.topic}")
         return ", ".join(parts)
 
 
@@ -127,6 +141,8 @@ class QuotaKey(NamedTuple):
     client_id: str
     broker: str = ""
     """The upstream broker, for byte-rate quotas in ``broker`` scope (Kafka's: one budget per broker)."""
+    topic: str = ""
+    """The topic of a topic quota's bucket; "" for every other quota."""
 
 
 class ResolvedQuota(NamedTuple):
@@ -137,7 +153,8 @@ class ResolvedQuota(NamedTuple):
     observed: bool = False
     """The entity's quotas are observed, not enforced (``QuotaMode.OBSERVE``)."""
     level: int = 0
-    """Which of Kafka's eight levels matched, from 1 (user and client id) to 8 (the default client id)."""
+    """Which of Kafka's eight levels matched, from 1 (user and client id) to 8 (the default client id); for a
+    topic quota, which of its six (``QuotaConfig.resolve_topic``)."""
 
 
 class IpQuota(NamedTuple):
@@ -193,7 +210,8 @@ _RESOLUTION_CACHE_SIZE = 65_536
 class QuotaConfig:
     """An immutable snapshot of every quota; replaced whole when the configuration changes."""
 
-    __slots__ = ("settings", "entries", "modes", "origins", "_by_type", "_ip_rates", "_cached_resolve")
+    __slots__ = ("settings", "entries", "modes", "origins", "_by_type", "_by_topic", "_ip_rates", "_cached_resolve",
+                 "_cached_resolve_topic")
 
     def __init__(self, settings: QuotaSettings | None = None,
                  entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None,
@@ -208,6 +226,8 @@ class QuotaConfig:
         # keyed by (user, client_id) tuples: lookups build keys for names that are not valid entities
         self._by_type: dict[QuotaType, dict[tuple[str | None, str | None], tuple[QuotaEntity, float, bool]]] = {
             t: {} for t in QuotaType}
+        self._by_topic: dict[QuotaType, dict[tuple[str | None, str], tuple[QuotaEntity, float, bool]]] = {
+            t: {} for t in TOPIC_TYPES}
         self._ip_rates: dict[str, IpQuota] = {}
         for entity, quotas in self.entries.items():
             observed = self.mode_of(entity) is QuotaMode.OBSERVE
@@ -215,10 +235,13 @@ class QuotaConfig:
                 validate_quota(entity, quota_type, limit)
                 if entity.ip is not None:
                     self._ip_rates[entity.ip] = IpQuota(float(limit), entity, observed)
+                elif entity.topic is not None:
+                    self._by_topic[quota_type][(entity.user, entity.topic)] = (entity, float(limit), observed)
                 else:
                     self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit), observed)
         # Bounded: millions of distinct client ids must not grow memory without limit.
         self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
+        self._cached_resolve_topic = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve_topic)
 
     def resolve(self, quota_type: QuotaType, user: str, client_id: str) -> ResolvedQuota | None:
         """The quota applying to (user, client_id), or None when it is unlimited."""
@@ -227,6 +250,19 @@ class QuotaConfig:
     def configures(self, quota_type: QuotaType) -> bool:
         """Some user or client-id entity has a quota of ``quota_type``."""
         return bool(self._by_type[quota_type])
+
+    def resolve_topic(self, quota_type: QuotaType, user: str, topic: str) -> ResolvedQuota | None:
+        """The topic quota applying to ``user``'s bytes of ``topic`` (``TOPIC_TYPES``), or None.
+
+        Kafka's precedence with the topic in the client id's place, the levels of a user alone left out:
+        (user, topic), (user, default topic), (default user, topic), (default user, default topic), then the
+        topic alone and the default topic alone. A quota with a user is a budget per user and topic; one
+        without, a budget per topic that every user shares (``QuotaKey.user`` empty)."""
+        return self._cached_resolve_topic(quota_type, user, topic)
+
+    def configures_topics(self, quota_type: QuotaType) -> bool:
+        """Some topic entity has a quota of ``quota_type``."""
+        return bool(self._by_topic.get(quota_type))
 
     def mode_of(self, entity: QuotaEntity) -> QuotaMode:
         return self.modes.get(entity, self.settings.quota_mode)
@@ -261,7 +297,24 @@ class QuotaConfig:
         return None
 
 
+    def _resolve_topic(self, quota_type: QuotaType, user: str, topic: str) -> ResolvedQuota | None:
+        quotas = self._by_topic.get(quota_type)
+        if not quotas:
+            return None
+        levels = ((user, topic), (user, DEFAULT), (DEFAULT, topic), (DEFAULT, DEFAULT), (None, topic), (None, DEFAULT))
+        for level, entity_key in enumerate(levels, start=1):
+            found = quotas.get(entity_key)
+            if found is not None:
+                # levels 1-4 name a user: a budget per user and topic; 5-6 a topic's, which every user shares
+                key = QuotaKey(user if level <= 4 else "", "", "", topic)
+                return ResolvedQuota(key, found[1], found[0], found[2], level)
+        return None
+
+
 def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
+    if entity.topic is not None and quota_type not in TOPIC_TYPES:
+        raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
+                               f"(a topic entity takes {', '.join(sorted(TOPIC_TYPES))} only)")
     if entity.ip is not None and quota_type not in _IP_TYPES:
         raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
                                f"(an ip entity takes {', '.join(_IP_TYPES)} only)")
@@ -289,7 +342,7 @@ _MODE_SETTING = "producer.id.quota.mode"
 _FALSE_POSITIVE_SETTING = "producer.id.quota.false.positive.rate"
 _SCOPE_SETTING = "quota.scope"
 _QUOTA_MODE_SETTING = "quota.mode"
-_ENTITY_KEYS = {"user", "client-id", "ip"}
+_ENTITY_KEYS = {"user", "client-id", "ip", "topic"}
 _ENTRY_MODE_KEY = "mode"
 
 
@@ -364,7 +417,7 @@ def parse_entries(raw_entries: Iterable[Any], where: str = "") -> QuotaEntries:
         if not isinstance(raw, dict):
             raise QuotaConfigError(f"{label}: must be a table")
         try:
-            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
+            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"))
         except QuotaConfigError as error:
             raise QuotaConfigError(f"{label}: {error}") from None
         label = f"{label} ({entity.describe()})"

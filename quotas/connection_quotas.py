@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from quotas.config import IpQuota, Window
 from quotas.managers import IDLE_EXPIRY_MS, EntityState, EntityTable
-from quotas.rate import SampledRate, bounded_throttle_ms
+from quotas.rate import SampledRate, bounded_throttle_ms, connection_delay_ms
 
 
 @dataclass(frozen=True)
@@ -95,12 +95,11 @@ class ConnectionQuotas:
         observed_delay_ms = 0
         if ip_quota is not None:
             state = self._ip_rates.get_or_create(ip, now_ms, _IpRate)
-            state.rate.record(1, now_ms, self.window)
             if ip_quota.observed:
+                state.rate.record(1, now_ms, self.window)
                 observed_delay_ms = self._observe(state, ip_quota.limit, now_ms)
-            elif delay_ms := bounded_throttle_ms(state.rate, ip_quota.limit, now_ms, self.window):
-                # not accepted: it must not count against the IP or the listener
-                state.rate.record(-1, now_ms, self.window)
+            elif delay_ms := connection_delay_ms(state.rate, ip_quota.limit, now_ms, self.window):
+                # not accepted: it must not count against the listener either
                 self._listener_rate.record(-1, now_ms, self.window)
                 return Admission(Verdict.THROTTLED, delay_ms)
         count = self._counts.get(ip, 0)
@@ -116,10 +115,8 @@ class ConnectionQuotas:
         shadow = state.shadow_rate
         if shadow is None:
             shadow = state.shadow_rate = SampledRate()
-        shadow.record(1, now_ms, self.window)
-        delay_ms = bounded_throttle_ms(shadow, limit, now_ms, self.window)
+        delay_ms = connection_delay_ms(shadow, limit, now_ms, self.window)
         if delay_ms:
-            shadow.record(-1, now_ms, self.window)
             self.observed_throttled += 1
             self.observed_delay_ms += delay_ms
         return delay_ms

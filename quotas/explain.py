@@ -2,7 +2,8 @@
 
 For each quota type: the configured entity that applies (by Kafka's eight-level order for user and
 client-id quotas, the IP's own entry or the default IP's for the connection creation rate), its
-limit, whether it is enforced or observed, and where it was set.
+limit, whether it is enforced or observed, and where it was set. Given a topic, the byte rates of the
+topic quota applying to the user's bytes of it too (by the six levels of ``TOPIC_LEVELS``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any, NamedTuple
 
 from quotas.config import (
     DEFAULT,
+    TOPIC_TYPES,
     QuotaConfig,
     QuotaConfigError,
     QuotaEntity,
@@ -31,6 +33,15 @@ LEVELS = (
     "/config/clients/<default>",
 )
 """Kafka's order (``DefaultQuotaCallback``), most specific first; a level's index + 1 is its number."""
+TOPIC_LEVELS = (
+    "user and topic",
+    "user and the default topic",
+    "the default user and topic",
+    "the default user and the default topic",
+    "the topic alone (shared by every user)",
+    "the default topic alone (each topic shared by every user)",
+)
+"""``QuotaConfig.resolve_topic``'s order: Kafka's with the topic in the client id's place."""
 _UNRECORDED = "(not recorded)"
 
 
@@ -45,39 +56,47 @@ class Explanation(NamedTuple):
     """Where the entity stands in Kafka's order, or why an IP quota applies."""
     key: QuotaKey | None = None
     """The bucket it is charged to (who shares it)."""
+    topic: str | None = None
+    """Set for a topic quota's explanation: the topic asked about."""
 
     def as_json(self) -> dict[str, Any]:
+        asked = {} if self.topic is None else {"topic": self.topic}
         if self.entity is None:
-            return {"quota_type": self.quota_type.value, "quota": None}
+            return {"quota_type": self.quota_type.value, **asked, "quota": None}
         entity = {name: value for name, value in (("user", self.entity.user), ("client-id", self.entity.client_id),
-                                                  ("ip", self.entity.ip)) if value is not None}
-        return {"quota_type": self.quota_type.value, "quota": self.limit, "mode": str(self.mode),
+                                                  ("ip", self.entity.ip), ("topic", self.entity.topic))
+                  if value is not None}
+        return {"quota_type": self.quota_type.value, **asked, "quota": self.limit, "mode": str(self.mode),
                 "entity": entity, "level": self.level, "origin": self.origin}
 
     def text(self) -> str:
         if self.entity is None:
-            return f"{self.quota_type:<26} no quota"
+            return f"{self.quota_type:<26} no quota" + ("" if self.topic is None else f" of topic {self.topic}")
         limit = int(self.limit) if self.limit is not None and self.limit.is_integer() else self.limit
         return (f"{self.quota_type:<26} {limit!s:>12}  {self.mode!s:<8} {self.entity.describe()} "
                 f"({self.level}), set in {self.origin}")
 
 
 class Client(NamedTuple):
-    """Who is asking: a connection's user (principal name), client id and address."""
+    """Who is asking: a connection's user (principal name), client id and address, and the topic it writes or
+    reads (for the topic quotas)."""
 
     user: str
     client_id: str
     ip: str | None = None
+    topic: str | None = None
 
 
-def parse_client(user: str, client_id: str, ip: str | None = None) -> Client:
+def parse_client(user: str, client_id: str, ip: str | None = None, topic: str | None = None) -> Client:
     """A client as a connection presents it; raises QuotaConfigError for what no connection can be."""
     if not user:
         raise QuotaConfigError("user: a principal name is not empty (a connection without SASL is ANONYMOUS)")
-    for part, value in (("user", user), ("client-id", client_id)):
+    for part, value in (("user", user), ("client-id", client_id), ("topic", topic)):
         if value == DEFAULT:
             raise QuotaConfigError(f"{part}: {DEFAULT} names the default entity, not a client; ask for a name")
-    return Client(user, client_id, None if ip is None else _client_ip(ip))
+    if topic is not None:
+        QuotaEntity(topic=topic)  # a Kafka topic name, or QuotaConfigError
+    return Client(user, client_id, None if ip is None else _client_ip(ip), topic)
 
 
 def _client_ip(text: str) -> str:
@@ -98,7 +117,19 @@ def explain(config: QuotaConfig, who: Client) -> list[Explanation]:
             continue
         client_id = "" if quota_type is QuotaType.PRODUCER_IDS_RATE else who.client_id  # a user's quota only
         explanations.append(_explain_entity(config, quota_type, who.user, client_id))
+    if who.topic is not None:
+        explanations.extend(_explain_topic(config, quota_type, who.user, who.topic) for quota_type in QuotaType
+                            if quota_type in TOPIC_TYPES)
     return explanations
+
+
+def _explain_topic(config: QuotaConfig, quota_type: QuotaType, user: str, topic: str) -> Explanation:
+    quota = config.resolve_topic(quota_type, user, topic)
+    if quota is None:
+        return Explanation(quota_type, topic=topic)
+    return Explanation(quota_type, quota.entity, quota.limit, config.mode_of(quota.entity),
+                       config.origins.get((quota.entity, quota_type), _UNRECORDED),
+                       f"topic level {quota.level} of 6: {TOPIC_LEVELS[quota.level - 1]}", quota.key, topic)
 
 
 def _explain_entity(config: QuotaConfig, quota_type: QuotaType, user: str, client_id: str) -> Explanation:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from quotas.config import QuotaKey, QuotaType
+from quotas.config import TOPIC_TYPES, QuotaKey, QuotaType
 
 FORMAT_VERSION = 1
 USAGE_TYPES = (QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.REQUEST_RATE,
@@ -62,7 +62,8 @@ class Publication:
     def encode(self) -> bytes:
         return json.dumps({
             "v": FORMAT_VERSION, "instance": self.instance, "oldest_ms": self.oldest_ms,
-            "usage": [[str(u.quota_type), u.key.user, u.key.client_id, u.amount, u.limit] for u in self.usage],
+            "usage": [[str(u.quota_type), u.key.user, u.key.client_id, u.amount, u.limit, *_topic_of(u.key)]
+                      for u in self.usage],
             "pids": [[p.user, p.limit, list(p.producer_ids)] for p in self.producer_ids],
         }, separators=(",", ":")).encode()
 
@@ -72,8 +73,9 @@ class Publication:
             document = json.loads(value)
             if document["v"] != FORMAT_VERSION:
                 raise FleetRecordError(f"format version {document['v']}, this proxy reads {FORMAT_VERSION}")
-            usage = tuple(SharedUsage(QuotaType(kind), QuotaKey(str(user), str(client)), float(amount), float(limit))
-                          for kind, user, client, amount, limit in document["usage"])
+            usage = tuple(SharedUsage(QuotaType(kind), QuotaKey(str(user), str(client), topic=str(_one(topic))),
+                                      float(amount), float(limit))
+                          for kind, user, client, amount, limit, *topic in document["usage"])
             pids = tuple(SharedProducerIds(str(user), float(limit), tuple(int(pid) for pid in ids))
                          for user, limit, ids in document["pids"])
             publication = cls(str(document["instance"]), int(document["oldest_ms"]), usage, pids)
@@ -90,6 +92,17 @@ class Publication:
         return publication
 
 
+def _topic_of(key: QuotaKey) -> list[str]:
+    """A topic quota's bucket names its topic as a sixth element; the other buckets have five."""
+    return [key.topic] if key.topic else []
+
+
+def _one(topic: list[object]) -> object:
+    if len(topic) > 1:
+        raise FleetRecordError(f"a usage entry has {5 + len(topic)} elements, not 5 or 6")
+    return topic[0] if topic else ""
+
+
 def _positive(number: float) -> bool:
     return math.isfinite(number) and number > 0
 
@@ -100,6 +113,8 @@ def _check_usage(entry: SharedUsage) -> None:
     Only a mutation bucket takes negative amounts: the tokens a member gave back for a failed creation."""
     if entry.quota_type not in USAGE_TYPES:
         raise FleetRecordError(f"usage of type {entry.quota_type} is not shared this way")
+    if entry.key.topic and entry.quota_type not in TOPIC_TYPES:
+        raise FleetRecordError(f"usage of {entry.key}: a topic's bucket of type {entry.quota_type}")
     if not _positive(entry.limit) or not math.isfinite(entry.amount):
         raise FleetRecordError(f"usage of {entry.key}: limit {entry.limit}, amount {entry.amount}")
     if entry.amount < 0 and entry.quota_type is not QuotaType.CONTROLLER_MUTATION_RATE:

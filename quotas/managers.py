@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from quotas.bloom import Probe, TimeControlledBloomFilter
 from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota, Window
 from quotas.fleet import SharedProducerIds, SharedUsage, UsageShare
-from quotas.rate import SampledRate, bounded_throttle_ms, java_round, rate_throttle_ms
+from quotas.rate import SampledRate, connection_delay_ms, java_round, rate_throttle_ms
 from quotas.token_bucket import (
     BucketQuota,
     PermissiveQuota,
@@ -246,9 +246,15 @@ class ClientQuotaManager(_Counters):
         quota = self.config.resolve(self.quota_type, user, client_id)
         if quota is None:
             return UNLIMITED
+        return self._charge(quota, size_bytes, now_ms, broker, taken_back_when_throttled)
+
+    def _charge(self, quota: ResolvedQuota, size_bytes: int, now_ms: int, broker: str,
+                taken_back_when_throttled: bool) -> Decision:
         settings = self.config.settings
         window = settings.byte_rate_window
-        key = quota.key._replace(broker=broker) if settings.quota_scope is QuotaScope.BROKER else quota.key
+        key = quota.key
+        if settings.quota_scope is QuotaScope.BROKER:
+            key = QuotaKey(key.user, key.client_id, broker, key.topic)  # faster than _replace, on every request
         state = self.entities.get_or_create(key, now_ms, ByteRateState)
         state.limit = quota.limit
         state.rate.record(size_bytes, now_ms, window)
@@ -293,6 +299,19 @@ class ClientQuotaManager(_Counters):
         shadow.throttled(throttle_ms)
         return state.observed(throttle_ms)
 
+    def take_back(self, decision: Decision, size_bytes: int, now_ms: int) -> None:
+        """Undo what ``decision`` recorded (``unrecordQuotaSensor``): a Fetch another quota throttles is answered
+        with no records, so the bytes this quota was charged for it never reached the consumer."""
+        if decision.key is None or not decision.admitted:
+            return
+        state = self.entities.get(decision.key)
+        if state is None:
+            return
+        window = self.config.settings.byte_rate_window
+        state.rate.record(-size_bytes, now_ms, window)
+        if state.shadow is not None:
+            state.shadow.rate.record(-size_bytes, state.shadow.arrival(now_ms), window)
+
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:
         """Another fleet member's bytes: they count in this proxy's rate (and observed shadow) from now on."""
         state = self.entities.get_or_create(usage.key, now_ms, ByteRateState)
@@ -318,7 +337,72 @@ class ClientQuotaManager(_Counters):
         return quota.limit * (window.num - 1) * window.size_s
 
 
+class TopicQuotaManager(ClientQuotaManager):
+    """``producer_byte_rate`` or ``consumer_byte_rate`` of topics: each topic of a request charged its own bytes
+    (its partitions' record batches) under the topic quota applying to the user and topic
+    (``QuotaConfig.resolve_topic``), with the byte rates' math; the request's throttle is the largest of the
+    topics' (Kafka gives the largest of the throttles of the quotas a request hits)."""
+
+    def record_topics(self, user: str, topic_bytes: Mapping[str, int], now_ms: int, broker: str = "") -> Decision:
+        """A Produce request's bytes per topic."""
+        decisions = self._charge_topics(user, topic_bytes, now_ms, broker, taken_back_when_throttled=False)
+        return _largest(list(decisions.values()))
+
+    def record_topics_unless_throttled(self, user: str, topic_bytes: Mapping[str, int], now_ms: int,
+                                       broker: str = "") -> Decision:
+        """A Fetch response's bytes per topic: when any topic's quota throttles, the answer has no records, so
+        every topic's bytes are taken back (``admitted`` False)."""
+        decisions = self._charge_topics(user, topic_bytes, now_ms, broker, taken_back_when_throttled=True)
+        largest = _largest(list(decisions.values()))
+        if not largest.admitted:
+            for topic, decision in decisions.items():
+                self.take_back(decision, topic_bytes[topic], now_ms)
+        return largest
+
+    def _charge_topics(self, user: str, topic_bytes: Mapping[str, int], now_ms: int, broker: str,
+                       taken_back_when_throttled: bool) -> dict[str, Decision]:
+        decisions = {}
+        for topic, size_bytes in topic_bytes.items():
+            quota = self.config.resolve_topic(self.quota_type, user, topic)
+            if quota is not None:
+                decisions[topic] = self._charge(quota, size_bytes, now_ms, broker, taken_back_when_throttled)
+        return decisions
+
+    def max_value_in_topics_window(self, user: str, topics: Iterable[str]) -> float | None:
+        """The smallest ``max_value_in_window`` of the topic quotas applying to ``topics``, or None."""
+        window = self.config.settings.byte_rate_window
+        limits = [quota.limit for topic in topics
+                  if (quota := self.config.resolve_topic(self.quota_type, user, topic)) is not None]
+        return min(limits) * (window.num - 1) * window.size_s if limits else None
+
+
+def _largest(decisions: Sequence[Decision]) -> Decision:
+    """One decision standing for several quotas' of one request: refused if any refused, the largest throttle
+    (and observed throttle), keyed by the quota that throttled most."""
+    if len(decisions) < 2:  # the common case: one topic under a quota, or none
+        return decisions[0] if decisions else UNLIMITED
+    largest = UNLIMITED
+    admitted = True
+    observed_ms = 0
+    for decision in decisions:
+        admitted = admitted and decision.admitted
+        observed_ms = max(observed_ms, decision.observed_ms)
+        if largest.key is None or decision.throttle_ms > largest.throttle_ms:
+            largest = decision
+    return largest._replace(admitted=admitted, observed_ms=observed_ms)
+
+
 # ---- connections per user ----------------------------------------------------------------------
+
+class UserConnectionState(EntityState):
+    __slots__ = ("rate", "limit", "shadow_rate")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rate = SampledRate()
+        self.limit = 0.0
+        self.shadow_rate: SampledRate | None = None
+        """Observe mode: the rate as enforcement would have kept it (without the connections it would have closed)."""
 
 class UserConnectionRateManager(_Counters):
     """``connection_creation_rate`` of users (and the ``<default>`` user): the connections a principal opens
@@ -331,7 +415,7 @@ class UserConnectionRateManager(_Counters):
     def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
         super().__init__()
         self.config = config
-        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms)
+        self.entities: EntityTable[QuotaKey, UserConnectionState] = EntityTable(idle_expiry_ms)
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
@@ -342,22 +426,17 @@ class UserConnectionRateManager(_Counters):
         if quota is None:
             return UNLIMITED
         window = self.config.settings.byte_rate_window  # Kafka's connection rates use quota.window.* too
-        state = self.entities.get_or_create(quota.key, now_ms, ByteRateState)
+        state = self.entities.get_or_create(quota.key, now_ms, UserConnectionState)
         state.limit = quota.limit
-        state.rate.record(1, now_ms, window)
         if quota.observed:
-            shadow = state.shadow
-            if shadow is None:
-                shadow = state.shadow = RateShadow()
-            shadow.rate.record(1, now_ms, window)
-            delay_ms = bounded_throttle_ms(shadow.rate, quota.limit, now_ms, window)
-            if delay_ms:
-                shadow.rate.record(-1, now_ms, window)
+            state.rate.record(1, now_ms, window)
+            if state.shadow_rate is None:
+                state.shadow_rate = SampledRate()
+            delay_ms = connection_delay_ms(state.shadow_rate, quota.limit, now_ms, window)
             return Decision(True, 0, quota.key, state.observed(delay_ms, refused=bool(delay_ms)))
-        delay_ms = bounded_throttle_ms(state.rate, quota.limit, now_ms, window)
+        delay_ms = connection_delay_ms(state.rate, quota.limit, now_ms, window)
         if not delay_ms:
             return Decision(True, 0, quota.key)
-        state.rate.record(-1, now_ms, window)  # not served: it must not count against the user
         state.enforced(delay_ms)
         self.rejected += 1
         return Decision(False, delay_ms, quota.key)

@@ -17,20 +17,23 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from quotas.config import QuotaType
+from quotas.config import QuotaKey, QuotaType
 from quotas.connection_quotas import ConnectionQuotas
 from quotas.managers import (
     ClientQuotaManager,
     ControllerMutationQuotaManager,
     EntityTable,
     ProducerIdQuotaManager,
+    TopicQuotaManager,
     UserConnectionRateManager,
 )
 
 _ENTITY_LABELS = ["user", "client_id"]
-_TYPED_ENTITY_LABELS = ["quota_type", *_ENTITY_LABELS]
 _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
 """Of the rates kept per broker in ``broker`` scope: the byte rates and the request rate."""
+_TOPIC_LABELS = ["user", "topic"]
+"""A topic quota's bucket: the user is empty for a topic's budget that every user shares."""
+_TOPIC_RATE_LABELS = [*_TOPIC_LABELS, "broker"]
 MAX_ENTITY_SERIES = 1000
 OTHERS = "<others>"
 """The label values of the series summing the entities beyond the busiest ``MAX_ENTITY_SERIES``."""
@@ -47,6 +50,18 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
     kept = heapq.nlargest(MAX_ENTITY_SERIES, measured, key=lambda entry: entry[2])
     kept_keys = {id(entry[1]) for entry in kept}
     return kept, [(state, value) for _, state, value in measured if id(state) not in kept_keys]
+
+
+Manager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager | UserConnectionRateManager
+EntityOf = Callable[[QuotaKey], tuple[str, str]]
+
+
+def _principal(key: QuotaKey) -> tuple[str, str]:
+    return key.user, key.client_id
+
+
+def _topic_entity(key: QuotaKey) -> tuple[str, str]:
+    return key.user, key.topic
 
 
 class _EntityUsage:
@@ -66,7 +81,8 @@ class QuotaMetrics(Collector):
                  mutations: ControllerMutationQuotaManager, producer_ids: ProducerIdQuotaManager,
                  clock_ms: Callable[[], int], connections: ConnectionQuotas | None = None,
                  requests: ClientQuotaManager | None = None,
-                 user_connections: UserConnectionRateManager | None = None) -> None:
+                 user_connections: UserConnectionRateManager | None = None,
+                 topics: Iterable[TopicQuotaManager] = ()) -> None:
         self._produce = produce
         self._fetch = fetch
         self._requests = requests
@@ -74,6 +90,7 @@ class QuotaMetrics(Collector):
         self._producer_ids = producer_ids
         self._managers = [manager for manager in (produce, fetch, requests, mutations, producer_ids, user_connections)
                           if manager is not None]
+        self._topic_managers = list(topics)
         self._connections = connections
         self._clock_ms = clock_ms
         registry.register(self)
@@ -85,6 +102,12 @@ class QuotaMetrics(Collector):
         if self._requests is not None:
             yield from self._rate_metrics("request_rate", "Requests/s (every api but ApiVersions and SASL's)",
                                           self._requests, now_ms)
+        for topics in self._topic_managers:
+            produce = topics.quota_type is QuotaType.PRODUCER_BYTE_RATE
+            yield from self._rate_metrics("produce_byte_rate" if produce else "consume_byte_rate",
+                                          "Record bytes/s of a topic produced" if produce else
+                                          "Record bytes/s of a topic fetched", topics, now_ms, "kafka_quota_topic",
+                                          _topic_entity, _TOPIC_RATE_LABELS)
         yield from self._bucket_metrics("controller_mutation", "partition mutations", self._mutations, now_ms,
                                         _ENTITY_LABELS)
         yield from self._bucket_metrics("producer_id", "new producer IDs", self._producer_ids, now_ms, ["user"])
@@ -99,68 +122,51 @@ class QuotaMetrics(Collector):
             rejected.add_metric([manager.quota_type.value], manager.rejected)
         yield throttled
         yield rejected
+        if self._topic_managers:
+            topic_throttled = CounterMetricFamily("kafka_quota_topic_throttled_requests",
+                                                  "Requests answered with a topic quota's throttle time",
+                                                  labels=["quota_type"])
+            for topics in self._topic_managers:
+                topic_throttled.add_metric([topics.quota_type.value], topics.throttled)
+            yield topic_throttled
         yield CounterMetricFamily("kafka_quota_producer_ids_admitted", "New producer IDs charged to a quota",
                                   value=self._producer_ids.admitted_pids)
         yield from self._usage_metrics(now_ms)
 
     def _usage_metrics(self, now_ms: int) -> Iterator[Metric]:
         """Headroom (rate over limit), the throttles given and what observed quotas would have done, per quota
-        type and entity."""
-        throttled = CounterMetricFamily("kafka_quota_throttle_time_ms",
-                                        "The throttle times given (or asked of a refused request), summed",
-                                        labels=_TYPED_ENTITY_LABELS)
-        ratio = GaugeMetricFamily("kafka_quota_usage_ratio",
-                                  "Current rate over the quota, per entity: above 1 is over it (the highest of a "
-                                  "byte rate's brokers in broker scope)", labels=_TYPED_ENTITY_LABELS)
-        observed = CounterMetricFamily("kafka_quota_observed_throttled_requests",
-                                       "Requests an observed quota let through that enforcement would have "
-                                       "throttled or refused", labels=_TYPED_ENTITY_LABELS)
-        observed_ms = CounterMetricFamily("kafka_quota_observed_throttle_time_ms",
-                                          "The throttle times enforcement would have given the requests an observed "
-                                          "quota let through, summed", labels=_TYPED_ENTITY_LABELS)
+        type and entity; a topic quota's under ``kafka_quota_topic_``, per user and topic."""
+        principals = _UsageFamilies("kafka_quota", _ENTITY_LABELS)
         for manager in self._managers:
-            quota_type = manager.quota_type.value
-            kept, others = busiest(_entity_usage(manager, now_ms).items(), lambda usage: usage.ratio)
-            if others:
-                summed = _EntityUsage()
-                summed.ratio = max(usage.ratio for usage, _ in others)
-                summed.throttle_time_ms = sum(usage.throttle_time_ms for usage, _ in others)
-                summed.observed_throttled = sum(usage.observed_throttled for usage, _ in others)
-                summed.observed_throttle_ms = sum(usage.observed_throttle_ms for usage, _ in others)
-                kept.append(((OTHERS, OTHERS), summed, summed.ratio))
-            for (user, client_id), usage, _ in kept:
-                labels = [quota_type, user, client_id]
-                ratio.add_metric(labels, usage.ratio)
-                if usage.throttle_time_ms:
-                    throttled.add_metric(labels, usage.throttle_time_ms)
-                if usage.observed_throttled:
-                    observed.add_metric(labels, usage.observed_throttled)
-                    observed_ms.add_metric(labels, usage.observed_throttle_ms)
+            principals.add(manager, now_ms, _principal)
         connections = self._connections
         if connections is not None and connections.observed_throttled:
             # before a login there is no user or client id: the IPs are in the proxy's debug log
             labels = [QuotaType.CONNECTION_CREATION_RATE.value, "", ""]
-            observed.add_metric(labels, connections.observed_throttled)
-            observed_ms.add_metric(labels, connections.observed_delay_ms)
-        yield throttled
-        yield ratio
-        yield observed
-        yield observed_ms
+            principals.observed.add_metric(labels, connections.observed_throttled)
+            principals.observed_ms.add_metric(labels, connections.observed_delay_ms)
+        yield from principals.families()
+        if self._topic_managers:
+            topics = _UsageFamilies("kafka_quota_topic", _TOPIC_LABELS)
+            for topic_manager in self._topic_managers:
+                topics.add(topic_manager, now_ms, _topic_entity)
+            yield from topics.families()
 
     @staticmethod
-    def _rate_metrics(rate_name: str, what: str, manager: ClientQuotaManager, now_ms: int) -> Iterator[Metric]:
+    def _rate_metrics(rate_name: str, what: str, manager: ClientQuotaManager, now_ms: int,
+                      name_prefix: str = "kafka_quota", entity_of: EntityOf = _principal,
+                      labels: list[str] = _BYTE_RATE_LABELS) -> Iterator[Metric]:
         """``kafka_quota_{rate_name}`` and the throttle beside it: ``produce_byte_rate`` goes with
         ``produce_throttle_time_ms``."""
         prefix = rate_name.removesuffix("_rate").removesuffix("_byte")
-        rate = GaugeMetricFamily(f"kafka_quota_{rate_name}", f"{what} (Kafka's {prefix} rate); broker is empty "
-                                 "in proxy scope", labels=_BYTE_RATE_LABELS)
-        throttle = GaugeMetricFamily(f"kafka_quota_{prefix}_throttle_time_ms",
-                                     f"Last {prefix} throttle time given (Kafka's throttle-time)",
-                                     labels=_BYTE_RATE_LABELS)
+        rate = GaugeMetricFamily(f"{name_prefix}_{rate_name}", f"{what} (Kafka's {prefix} rate); broker is empty "
+                                 "in proxy scope", labels=labels)
+        throttle = GaugeMetricFamily(f"{name_prefix}_{prefix}_throttle_time_ms",
+                                     f"Last {prefix} throttle time given (Kafka's throttle-time)", labels=labels)
         window = manager.config.settings.byte_rate_window
         kept, others = busiest(manager.entities.items(), lambda state: state.rate.measure(now_ms, window))
         for key, state, value in kept:
-            labels = [key.user, key.client_id, key.broker]
+            labels = [*entity_of(key), key.broker]
             rate.add_metric(labels, value)
             throttle.add_metric(labels, state.last_throttle_ms)
         if others:
@@ -192,15 +198,60 @@ class QuotaMetrics(Collector):
         yield throttle
 
 
-def _entity_usage(manager: ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
-                  | UserConnectionRateManager, now_ms: int) -> dict[tuple[str, str], _EntityUsage]:
+class _UsageFamilies:
+    """``{prefix}_usage_ratio`` and the throttle and observed counters beside it, labelled by quota type and the
+    two parts of an entity (user and client id, or user and topic)."""
+
+    def __init__(self, prefix: str, entity_labels: list[str]) -> None:
+        labels = ["quota_type", *entity_labels]
+        self.throttled = CounterMetricFamily(f"{prefix}_throttle_time_ms",
+                                             "The throttle times given (or asked of a refused request), summed",
+                                             labels=labels)
+        self.ratio = GaugeMetricFamily(f"{prefix}_usage_ratio",
+                                       "Current rate over the quota, per entity: above 1 is over it (the highest of "
+                                       "a byte rate's brokers in broker scope)", labels=labels)
+        self.observed = CounterMetricFamily(f"{prefix}_observed_throttled_requests",
+                                            "Requests an observed quota let through that enforcement would have "
+                                            "throttled or refused", labels=labels)
+        self.observed_ms = CounterMetricFamily(f"{prefix}_observed_throttle_time_ms",
+                                               "The throttle times enforcement would have given the requests an "
+                                               "observed quota let through, summed", labels=labels)
+
+    def add(self, manager: Manager, now_ms: int, entity_of: EntityOf) -> None:
+        quota_type = manager.quota_type.value
+        kept, others = busiest(_entity_usage(manager, now_ms, entity_of).items(), lambda usage: usage.ratio)
+        if others:
+            summed = _EntityUsage()
+            summed.ratio = max(usage.ratio for usage, _ in others)
+            summed.throttle_time_ms = sum(usage.throttle_time_ms for usage, _ in others)
+            summed.observed_throttled = sum(usage.observed_throttled for usage, _ in others)
+            summed.observed_throttle_ms = sum(usage.observed_throttle_ms for usage, _ in others)
+            kept.append(((OTHERS, OTHERS), summed, summed.ratio))
+        for (first, second), usage, _ in kept:
+            labels = [quota_type, first, second]
+            self.ratio.add_metric(labels, usage.ratio)
+            if usage.throttle_time_ms:
+                self.throttled.add_metric(labels, usage.throttle_time_ms)
+            if usage.observed_throttled:
+                self.observed.add_metric(labels, usage.observed_throttled)
+                self.observed_ms.add_metric(labels, usage.observed_throttle_ms)
+
+    def families(self) -> Iterator[Metric]:
+        yield self.throttled
+        yield self.ratio
+        yield self.observed
+        yield self.observed_ms
+
+
+def _entity_usage(manager: Manager, now_ms: int, entity_of: EntityOf) -> dict[tuple[str, str], _EntityUsage]:
     window = manager.config.settings.window_for(manager.quota_type)
     entities: EntityTable[Any, Any] = manager.entities
     usages: dict[tuple[str, str], _EntityUsage] = {}
     for key, state in entities.items():
-        usage = usages.get((key.user, key.client_id))
+        entity = entity_of(key)
+        usage = usages.get(entity)
         if usage is None:
-            usage = usages[(key.user, key.client_id)] = _EntityUsage()
+            usage = usages[entity] = _EntityUsage()
         limit = state.limit
         if limit > 0:
             usage.ratio = max(usage.ratio, state.rate.measure(now_ms, window) / limit)

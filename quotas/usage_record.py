@@ -1,8 +1,9 @@
 """The usage log's record: shared by the proxy, which writes it, and the reporting job, which reads it.
 
 One JSON line per (user, client id) for each second with traffic: ``time`` (epoch seconds),
-``user``, ``client_id`` and these counters; and one per (user, client id, broker id) for each second
-in which producer-ID blocks were handed out. A field added here is a column of the report; lines
+``user``, ``client_id`` and these counters; one per (user, client id, broker id) for each second
+in which producer-ID blocks were handed out; and one per (user, topic) for each second with bytes of a
+topic under a topic quota. A field added here is a column of the report; lines
 written before it existed read it as 0.
 """
 
@@ -14,6 +15,12 @@ USAGE_FIELDS = ("bytes", "produce_requests", "new_pids", "mutations", "throttle_
 """``bytes``: Produce request bytes; ``fetch_bytes``: Fetch response bytes charged to a consumer;
 ``observed_throttled``: requests an observed quota let through that enforcement would have throttled or
 refused, ``observed_throttle_ms`` the throttles it would have given them."""
+
+TOPIC_FIELDS = ("topic_bytes", "topic_fetch_bytes")
+"""Record bytes one user wrote to (``topic_bytes``) and read from (``topic_fetch_bytes``) one topic in the second.
+They are counted on lines of their own, which carry ``topic`` and no ``client_id``, where the proxy measures
+them: while a topic quota of that direction is in the quota file (an observed one on the ``<default>`` topic
+measures every topic and holds nobody back)."""
 
 BLOCK_FIELDS = ("blocks", "block_ids")
 """Producer-ID blocks handed out (AllocateProducerIds) and the IDs in them. They are counted on lines of

@@ -19,7 +19,7 @@ from typing import Any
 
 from protocol.apis import Api
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess, request_once
-from proxy.handlers.client_quotas import CLIENT_ID, IP, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, USER
+from proxy.handlers.client_quotas import CLIENT_ID, IP, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, TOPIC, USER
 from proxy.security.tls import ReloadingContext, TlsConfigError, UpstreamTls
 from proxy.security.users import (
     MECHANISMS,
@@ -37,7 +37,7 @@ from proxy.state.quota_service import OVERRIDES_FILE, overlaid, read_overrides
 from quotas.config import ANONYMOUS, QuotaConfig, QuotaConfigError, load_quota_file
 from quotas.explain import explain, parse_client
 
-_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP}
+_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP, "topics": TOPIC}
 _CLIENT_QUOTAS_VERSION = 1
 _TIMEOUT_S = 30.0
 _MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -89,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     explained.add_argument("--user", default=ANONYMOUS, help=f"the principal (default {ANONYMOUS}: no SASL)")
     explained.add_argument("--client-id", default="", help="the client id (default: none)")
     explained.add_argument("--ip", help="the client's address (for the connection creation rate)")
+    explained.add_argument("--topic", help="a topic the client writes or reads (for the topic quotas)")
     explained.add_argument("--json", action="store_true", help="print JSON")
     for name in ("alter", "describe"):
         action = actions.add_parser(name)
@@ -151,7 +152,7 @@ def _users(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     if args.quota_file is None and args.state_dir is None:
         raise ConfigError("explain needs --quota-file, --state-dir or both: the quotas the proxy runs with")
-    who = parse_client(args.user, args.client_id, args.ip)
+    who = parse_client(args.user, args.client_id, args.ip, args.topic)
     file_config = QuotaConfig() if args.quota_file is None else load_quota_file(args.quota_file)
     overrides_path = None if args.state_dir is None else args.state_dir / OVERRIDES_FILE
     if args.state_dir is not None and not args.state_dir.is_dir():
@@ -159,11 +160,11 @@ def _explain(args: argparse.Namespace) -> int:
     overrides = read_overrides(overrides_path) if overrides_path is not None and overrides_path.exists() else {}
     explanations = explain(overlaid(file_config, overrides, overrides_path), who)
     if args.json:
-        print(json.dumps({"user": who.user, "client_id": who.client_id, "ip": who.ip,
+        print(json.dumps({"user": who.user, "client_id": who.client_id, "ip": who.ip, "topic": who.topic,
                           "quotas": [explanation.as_json() for explanation in explanations]}, indent=1))
         return 0
     print(f"Quotas of user {who.user!r}, client id {who.client_id!r}" + ("" if who.ip is None else f", ip {who.ip}")
-          + ":")
+          + ("" if who.topic is None else f", topic {who.topic!r}") + ":")
     for explanation in explanations:
         print("  " + explanation.text())
     return 0
@@ -240,6 +241,6 @@ def _number(value: float) -> str:
 
 
 def _describe_entity(components: list[Any]) -> str:
-    words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip"}
+    words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip", TOPIC: "topic"}
     return " and ".join(f"the default {words[entity_type]}" if match == MATCH_DEFAULT
                         else f"{words[entity_type]} '{name}'" for entity_type, match, name in components)

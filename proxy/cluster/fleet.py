@@ -123,7 +123,7 @@ class Fleet(Collector):
         self._quotas = quotas
         self._urgent = asyncio.Event()
         self.share = UsageShare(settings.publish_interval_ms / 1000, self._urgent.set)
-        for manager in quotas.managers.values():
+        for manager in (*quotas.managers.values(), *quotas.topic_managers.values()):
             manager.share = self.share
 
         def client() -> ClusterClient:
@@ -260,7 +260,7 @@ class Fleet(Collector):
         for usage in publication.usage:
             if age_s > settings.window_for(usage.quota_type).length_s:
                 continue  # it would have left the window already
-            manager = quotas.managers[usage.quota_type]
+            manager = quotas.topic_managers[usage.quota_type] if usage.key.topic else quotas.managers[usage.quota_type]
             if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager):
                 manager.absorb(usage, now)
         for shared in publication.producer_ids:

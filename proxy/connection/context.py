@@ -28,17 +28,17 @@ class ProduceDecisions(Protocol):
 
     def scans_batches(self, user: str) -> bool:
         """The user's batch headers are read: a request cut through is scanned as it goes by
-        (``stream_scan``) and, complete, handed to ``producer_id_throttle``."""
+        (``stream_scan``) and, complete, handed to ``completed_throttle``."""
 
     def stream_scan(self, frame_start: memoryview, frame_bytes: int) -> StreamedProduceScan:
         """A scan to feed a request cut through as it goes by; ``frame_start`` holds its header."""
 
-    def producer_id_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
-        """The producer-ID throttle of a request forwarded while it arrived, now complete."""
+    def completed_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
+        """The producer-ID and topic throttle of a request forwarded while it arrived, now complete."""
 
 
 class RequestRateDecisions(Protocol):
-    def throttle_ms(self, frame: memoryview, caller: Caller) -> int:
+    def throttle_ms(self, frame: memoryview, api_key: int, caller: Caller) -> int:
         """Charge one request (size prefix excluded) to the ``request_rate`` quota; its throttle."""
 
 

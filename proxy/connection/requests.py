@@ -160,7 +160,8 @@ class RequestSide(ConnectionState):
             handler = self._context.handlers.get(api_key)
             decided = FORWARD if handler is None else handler(frame, caller)
         # charged once the handler has judged the request: one it cannot judge yet (its start) costs nothing
-        return throttled_at_least(decided, self._context.request_rate.throttle_ms(frame, caller), api_key, api_version)
+        request_throttle_ms = self._context.request_rate.throttle_ms(frame, api_key, caller)
+        return throttled_at_least(decided, request_throttle_ms, api_key, api_version)
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
@@ -168,7 +169,8 @@ class RequestSide(ConnectionState):
             api_key, api_version, correlation_id = peek_request(frame)
             request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, outcome.local_response,
                                outcome.finish, outcome.close_after_response, time.perf_counter(),
-                               outcome.throttle_since_ms, outcome.charge_response)
+                               outcome.throttle_since_ms, outcome.charge_response,
+                               whole_response=outcome.whole_response)
             self._await_response(request)
             if request.holds_later_requests:
                 self._throttled(outcome.throttle_ms, expects_response=True)
@@ -247,8 +249,8 @@ class RequestSide(ConnectionState):
         assert isinstance(outcome, Outcome)
         taken = self._requests.take_partial_frame()
         if produce and handler.scans_batches(self._user):
-            # a producer-ID quota in throttle mode checks the batches once the request is complete: their
-            # headers are read as they go by, the records between them need not be
+            # a producer-ID quota in throttle mode checks the batches, and a topic quota charges them, once the
+            # request is complete: their headers are read as they go by, the records between them need not be
             self._cut_through_scan = handler.stream_scan(frame, frame_bytes - SIZE_PREFIX_BYTES)
             self._cut_through_scan.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
         self._cut_through_remaining = frame_bytes - len(taken)
@@ -297,7 +299,7 @@ class RequestSide(ConnectionState):
             return
         try:
             if self._cut_through_scan is not None:
-                self._check_cut_through_producer_ids()
+                self._judge_completed_cut_through()
         except Exception as error:
             self._fail_on_requests(error)
             return
@@ -324,17 +326,17 @@ class RequestSide(ConnectionState):
             self._cut_through_scan.feed(part)
         if not self._cut_through_remaining:
             if self._cut_through_scan is not None:
-                self._check_cut_through_producer_ids()
+                self._judge_completed_cut_through()
             self._pause_if_holding()
         elif taken == len(data):
             self._splice_unread_bytes()
         return data[taken:]
 
-    def _check_cut_through_producer_ids(self) -> None:
+    def _judge_completed_cut_through(self) -> None:
         scan, self._cut_through_scan = self._cut_through_scan, None
         assert scan is not None
         correlation_id = scan.header.correlation_id
-        throttle = self._context.produce_handler.producer_id_throttle(
+        throttle = self._context.produce_handler.completed_throttle(
             scan, Caller(self._user, now_ms(), self._upstream_broker))
         if isinstance(throttle, int):
             self._throttle_cut_through(correlation_id, throttle)

@@ -130,7 +130,7 @@ class ResponseSide(ConnectionState):
             return
         request = self._in_flight[0]
         if (request.api_key != Api.FETCH or request.local_response is not None or request.finish is not None
-                or self._names_brokers(request.api_key, request.api_version)):
+                or request.whole_response or self._names_brokers(request.api_key, request.api_version)):
             return
         partial = self._responses.partial_frame(CUT_THROUGH_AFTER_BYTES)
         assert partial is not None

@@ -93,6 +93,8 @@ class InFlight(NamedTuple):
     charge_response: ResponseCharge | None = None
     answer_body: bytes | None = None
     """Set by ``charge_response`` when the client gets this body instead of the upstream one."""
+    whole_response: bool = False
+    """See ``Outcome.whole_response``."""
 
     @property
     def holds_later_requests(self) -> bool:

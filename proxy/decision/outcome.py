@@ -64,6 +64,8 @@ class Outcome(NamedTuple):
     charge_response: ResponseCharge | None = None
     """What the response costs is known only when it arrives (a Fetch): its throttle is raised into
     it (or it is replaced), and the connection muted after it, as for a throttle decided on the request."""
+    whole_response: bool = False
+    """``charge_response`` reads the whole response: it is never cut through."""
 
 
 FORWARD = Outcome()

@@ -1,8 +1,9 @@
 """AlterClientQuotas and DescribeClientQuotas for the quota types the proxy enforces.
 
 ``producer_byte_rate``, ``consumer_byte_rate``, ``controller_mutation_rate``, ``request_rate`` and
-``producer_ids_rate`` on user and client-id entities, and ``connection_creation_rate`` on ip and user
-entities, are the proxy's: set in ``QuotaService`` (persisted, winning over the quota file) and
+``producer_ids_rate`` on user and client-id entities, ``connection_creation_rate`` on ip and user
+entities, and the byte rates of topic entities (``topic``, alone or with ``user``: an entity type Kafka
+does not have) are the proxy's: set in ``QuotaService`` (persisted, winning over the quota file) and
 described from the quotas in force. Every other key (e.g. ``request_percentage``) belongs to the
 cluster: those parts are forwarded upstream, and the answers are merged in request order. A cluster that lacks the API
 gets nothing forwarded; its parts are answered UNSUPPORTED_VERSION.
@@ -28,7 +29,8 @@ from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, val
 USER = "user"
 CLIENT_ID = "client-id"
 IP = "ip"
-_PROXY_ENTITY_TYPES = {USER, CLIENT_ID, IP}
+TOPIC = "topic"
+_PROXY_ENTITY_TYPES = {USER, CLIENT_ID, IP, TOPIC}
 _PROXY_KEYS = {str(quota_type) for quota_type in QuotaType}
 
 
@@ -43,10 +45,11 @@ def entity_key(components: Iterable[Any]) -> EntityKey:
 
 
 def quota_entity(key: EntityKey) -> QuotaEntity:
-    """The proxy's entity for a user/client-id or ip entity key (raises QuotaConfigError otherwise)."""
+    """The proxy's entity for a user/client-id, ip or topic entity key (raises QuotaConfigError otherwise)."""
     names = dict(key)
     if len(names) != len(key) or not names or set(names) - _PROXY_ENTITY_TYPES or (IP in names and len(names) > 1):
-        raise QuotaConfigError("an entity is a user, a client-id or both, or an ip alone, each named once")
+        raise QuotaConfigError("an entity is a user, a client-id or both, an ip alone, or a topic with or without "
+                               "a user, each named once")
     if IP in names:
         return QuotaEntity(ip=DEFAULT if names[IP] is None else names[IP])
 
@@ -56,18 +59,14 @@ def quota_entity(key: EntityKey) -> QuotaEntity:
         name = names[entity_type]
         return DEFAULT if name is None else name
 
-    return QuotaEntity(part(USER), part(CLIENT_ID))
+    return QuotaEntity(part(USER), part(CLIENT_ID), topic=part(TOPIC))
 
 
 def _components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
     if entity.ip is not None:
         return [(IP, None if entity.ip == DEFAULT else entity.ip)]
-    parts = []
-    if entity.user is not None:
-        parts.append((USER, None if entity.user == DEFAULT else entity.user))
-    if entity.client_id is not None:
-        parts.append((CLIENT_ID, None if entity.client_id == DEFAULT else entity.client_id))
-    return parts
+    return [(entity_type, None if name == DEFAULT else name) for entity_type, name in (
+        (USER, entity.user), (CLIENT_ID, entity.client_id), (TOPIC, entity.topic)) if name is not None]
 
 
 class ClientQuotaHandlers:
@@ -190,7 +189,9 @@ class ClientQuotaHandlers:
             return _describe_response(version, merged, upstream.throttle_time_ms, 0, None)
 
         async def forward_if_served() -> Outcome:
-            if Api.DESCRIBE_CLIENT_QUOTAS not in await self._cluster_api_keys():
+            # the cluster has no topic entities (it refuses a filter naming one): only the proxy's answer
+            if any(c.entity_type == TOPIC for c in request.components) or (
+                    Api.DESCRIBE_CLIENT_QUOTAS not in await self._cluster_api_keys()):
                 return local_answer(header, _describe_response(version, ours, 0, 0, None))
             return Outcome(finish=merge)
 

@@ -1,4 +1,5 @@
-"""Fetch requests under the consumer byte-rate quota (KIP-13, ``consumer_byte_rate``), as Kafka meters them.
+"""Fetch requests under the consumer byte-rate quotas (KIP-13, ``consumer_byte_rate``) of principals and topics,
+as Kafka meters them.
 
 Kafka caps a consumer's ``max_bytes`` to what the quota window allows, records the size of the response
 it would send and, when that throttles, takes the bytes back and answers with no records at all, the
@@ -12,55 +13,136 @@ throttled incremental fetch leaves the session at the consumer's offsets (the re
 the cluster has already told it the partitions' high watermarks, so they reach the consumer with its next
 records; a throttled full fetch opened a session the consumer never learns of, which the cluster's
 session cache evicts (``FetchSessionCache``).
+
+Topic quotas need the bytes of each topic, which lie all through the response: when one exists, a Fetch
+response is read whole before it is sent (never cut through), its partitions' record sizes summed per topic
+without the records being decoded, and ``max_bytes`` capped by the smallest window of the topic quotas of the
+request's topics as by the principal's.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
+
 from protocol.fetch import (
+    TopicRef,
     capped_fetch_request,
+    fetch_request_topics,
     fetch_response_size,
     fetch_response_start,
+    fetch_response_topic_bytes,
     fetch_session_epoch,
     throttled_fetch_response_body,
 )
-from protocol.header import read_request_header, response_header_length
-from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Outcome, frame
+from protocol.header import RequestHeader, read_request_header, response_header_length
+from proxy.cluster.topic_names import TopicNames
+from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Outcome, frame
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
+from quotas.config import QuotaType
+from quotas.managers import UNLIMITED
 
 
 class FetchHandler:
-    def __init__(self, quotas: QuotaService, usage: UsageLog) -> None:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, topic_names: TopicNames) -> None:
         self._quotas = quotas
         self._usage = usage
+        self._topic_names = topic_names
+        self._late_charges: set[asyncio.Task[None]] = set()
 
-    def __call__(self, request: memoryview, caller: Caller) -> Outcome:
-        manager = self._quotas.fetch
+    def __call__(self, request: memoryview, caller: Caller) -> Decided:
         header = read_request_header(request)
+        if not self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
+            return self._decide(request, header, caller, None)
+        topics = fetch_request_topics(request, header)
+        unnamed = self._topic_names.unknown(topic for topic in topics if isinstance(topic, bytes))
+        if unnamed:
+            return self._decide_once_named(request, header, caller, topics, unnamed)
+        return self._decide(request, header, caller, topics)
+
+    async def _decide_once_named(self, request: memoryview, header: RequestHeader, caller: Caller,
+                                 topics: list[TopicRef], unnamed: set[bytes]) -> Outcome:
+        await self._topic_names.look_up(unnamed)
+        return self._decide(request, header, caller._replace(now_ms=now_ms()), topics)
+
+    def _names(self, topics: Iterable[TopicRef]) -> list[str]:
+        named = (topic if isinstance(topic, str) else self._topic_names.name(topic) for topic in topics)
+        return [name for name in named if name is not None]
+
+    def _decide(self, request: memoryview, header: RequestHeader, caller: Caller,
+                topics: list[TopicRef] | None) -> Outcome:
+        """``topics``: the request's, when a topic quota exists (its response is charged per topic too, unless it
+        is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
+        manager, topic_manager = self._quotas.fetch, self._quotas.fetch_topics
         client_id = header.client_id or ""
         user, _, broker = caller
         window_bytes = manager.max_value_in_window(user, client_id)
-        if window_bytes is None:
+        incremental = fetch_session_epoch(request, header) > 0
+        if topics is not None:
+            topic_window_bytes = topic_manager.max_value_in_topics_window(user, self._names(topics))
+            if topic_window_bytes is not None:
+                window_bytes = min(topic_window_bytes, window_bytes or topic_window_bytes)
+            elif not incremental:
+                topics = None  # a full fetch names every topic it reads: none of them has a topic quota
+        if window_bytes is None and topics is None:
             return FORWARD
         # a replica_id >= 0 is not believed: followers never come through a client listener, and
         # trusting the field would let any consumer fetch uncharged
-        capped = capped_fetch_request(request, header, int(min(window_bytes, 2**31 - 1)))
-        incremental = fetch_session_epoch(request, header) > 0
+        capped = None if window_bytes is None else capped_fetch_request(request, header,
+                                                                        int(min(window_bytes, 2**31 - 1)))
         flexible, version = header.flexible, header.api_version
         usage = self._usage
 
         def charge(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             size = fetch_response_size(response_start, response_bytes, flexible)
-            decision = manager.record_unless_throttled(user, client_id, size, now_ms(), broker)
-            usage.fetch(user, client_id, size if decision.admitted else 0, decision.throttle_ms)
-            usage.observed(user, client_id, decision.observed_ms)
+            now = now_ms()
+            decision = manager.record_unless_throttled(user, client_id, size, now, broker)
+            topic_decision = UNLIMITED
+            if topics is not None and decision.admitted:  # the response is whole (``whole_response``)
+                body = response_start[response_header_length(response_start, flexible):]
+                sizes = self._named_bytes(fetch_response_topic_bytes(body, version), user, broker)
+                topic_decision = topic_manager.record_topics_unless_throttled(user, sizes, now, broker)
+                if topic_decision.admitted:
+                    usage.topic_bytes(user, sizes, fetched=True)
+                else:
+                    manager.take_back(decision, size, now)
+                    decision = decision._replace(admitted=False)
+            throttle_ms = max(decision.throttle_ms, topic_decision.throttle_ms)
+            usage.fetch(user, client_id, size if decision.admitted else 0, throttle_ms)
+            usage.observed(user, client_id, max(decision.observed_ms, topic_decision.observed_ms))
             if decision.admitted:
-                return ChargedResponse(decision.throttle_ms)
+                return ChargedResponse(throttle_ms)
             upstream = fetch_response_start(response_start[response_header_length(response_start, flexible):],
                                             version)
             # a full fetch's session is not opened, as Kafka opens none for a throttled one; a throttle of the
             # cluster's own is kept, as the proxy keeps it in any response
-            return ChargedResponse(decision.throttle_ms, throttled_fetch_response_body(
-                version, max(decision.throttle_ms, upstream.throttle_ms), upstream.session_id if incremental else 0))
+            return ChargedResponse(throttle_ms, throttled_fetch_response_body(
+                version, max(throttle_ms, upstream.throttle_ms), upstream.session_id if incremental else 0))
 
-        return Outcome(replacement=None if capped is None else frame(capped), charge_response=charge)
+        return Outcome(replacement=None if capped is None else frame(capped), charge_response=charge,
+                       whole_response=topics is not None)
+
+    def _named_bytes(self, topic_bytes: dict[TopicRef, int], user: str, broker: str) -> dict[str, int]:
+        """``topic_bytes`` by topic name. A topic named by an id the proxy cannot name yet (a fetch session's
+        topic whose name was forgotten) is charged once the cluster has named it, not dropped."""
+        named: dict[str, int] = {}
+        unnamed: dict[bytes, int] = {}
+        for topic, size in topic_bytes.items():
+            name = topic if isinstance(topic, str) else self._topic_names.name(topic)
+            if name is not None:
+                named[name] = named.get(name, 0) + size
+            elif isinstance(topic, bytes):
+                unnamed[topic] = size
+        if unnamed:
+            task = asyncio.get_running_loop().create_task(self._charge_once_named(unnamed, user, broker))
+            self._late_charges.add(task)
+            task.add_done_callback(self._late_charges.discard)
+        return named
+
+    async def _charge_once_named(self, unnamed: dict[bytes, int], user: str, broker: str) -> None:
+        await self._topic_names.look_up(unnamed)
+        named = {name: size for topic_id, size in unnamed.items()
+                 if (name := self._topic_names.name(topic_id)) is not None}
+        self._quotas.fetch_topics.record_topics(user, named, now_ms(), broker)  # the next fetches feel it
+        self._usage.topic_bytes(user, named, fetched=True)

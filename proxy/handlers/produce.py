@@ -1,11 +1,12 @@
-"""Produce requests under the byte-rate and producer-ID quotas (SPEC §2, §3, §5).
+"""Produce requests under the byte-rate, topic and producer-ID quotas (SPEC §2, §3, §5).
 
 The handler decides; the connection acts: forward or answer locally, then throttle and mute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
@@ -24,12 +25,15 @@ from protocol.responses import (
     produce_error_response,
     produce_request_without_invalid_partitions,
 )
+from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import Caller, Decided, Outcome, local_answer, replacement_request
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import PidQuotaMode, QuotaType
-from quotas.managers import PidDecision, ProducerBatch
+from quotas.managers import UNLIMITED, Decision, PidDecision, ProducerBatch
+
+_T = TypeVar("_T")
 
 CLOSE_ON_ACKS_0_ERROR = Outcome(forward=False, expects_response=False, close_after_response=True)
 """Kafka closes an acks=0 connection whose Produce has a partition error: the producer, which gets
@@ -37,16 +41,49 @@ no answer, notices the disconnection and refreshes its metadata instead of losin
 
 
 class ProduceHandler:
-    def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder, scan_all: bool = False) -> None:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder, topic_names: TopicNames,
+                 scan_all: bool = False) -> None:
         """``scan_all``: read every request's batches so the ledger sees every producer ID."""
         self._quotas = quotas
         self._usage = usage
         self._ledger = ledger
+        self._topic_names = topic_names
         self._scan_all = scan_all
 
-    def scans_batches(self, user: str) -> bool:
-        """A producer-ID quota applies (or every PID is recorded): the batch headers must be read."""
+    def _checks_producer_ids(self, user: str) -> bool:
+        """A producer-ID quota applies (or every PID is recorded)."""
         return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
+
+    def scans_batches(self, user: str) -> bool:
+        """Producer IDs are checked, or a topic quota exists: the batch headers must be read."""
+        return self._checks_producer_ids(user) or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)
+
+    def _charge_topics(self, scan: ProduceScan, caller: Caller) -> Decision:
+        """The topic quotas' decision on the request's bytes of each topic, logged per topic; none without a
+        topic quota."""
+        if not self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE):
+            return UNLIMITED
+        sizes = self._topic_bytes(scan)
+        self._usage.topic_bytes(caller.user, sizes, fetched=False)
+        return self._quotas.produce_topics.record_topics(caller.user, sizes, caller.now_ms, caller.broker)
+
+    def _topic_bytes(self, scan: ProduceScan) -> dict[str, int]:
+        """The record bytes of each topic of the request that the cluster appends (its valid partitions)."""
+        sizes: dict[str, int] = {}
+        for topic in scan.topics:
+            name = topic.name if topic.topic_id is None else self._topic_names.name(topic.topic_id)
+            if name is None:
+                continue  # an id the cluster does not have (looked up already): it refuses the topic
+            sizes[name] = sizes.get(name, 0) + sum(partition.batch.end - partition.batch.start
+                                                   for partition in topic.partitions
+                                                   if partition.batch is not None and not partition.error_code)
+        return sizes
+
+    def _unnamed_topics(self, scan: ProduceScan) -> set[bytes]:
+        """Topic ids (v13) a topic quota needs named and the proxy cannot name yet."""
+        if not self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE):
+            return set()
+        return self._topic_names.unknown(topic.topic_id for topic in scan.topics if topic.topic_id is not None)
 
     def _check_producer_ids(self, batches: list[ProducerBatch], user: str, client_id: str,
                             now_ms: int) -> PidDecision:
@@ -61,8 +98,9 @@ class ProduceHandler:
 
     def needs_whole_frame(self, user: str) -> bool:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
-        and check its producer IDs once it is complete (``producer_id_throttle``)."""
-        return self.scans_batches(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT
+        and check its producer IDs once it is complete (``completed_throttle``), as topic quotas charge it."""
+        return self._checks_producer_ids(user) and \
+            self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT
 
     def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
@@ -78,15 +116,23 @@ class ProduceHandler:
         if scan is None:
             return self._decide(frame, header, None, [], request_bytes, caller)
         batches = _producer_batches(scan)
-        if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
-            return self._decide_after_lookup(missing, frame, header, scan, batches, request_bytes, caller)
+        missing = self._ledger.needs_lookup({batch.producer_id for batch in batches})
+        unnamed = self._unnamed_topics(scan)
+        if missing or unnamed:
+            return self._after_lookups(missing, unnamed, self._decide, frame, header, scan, batches, request_bytes,
+                                       caller)
         return self._decide(frame, header, scan, batches, request_bytes, caller)
 
-    async def _decide_after_lookup(self, missing: list[int], frame: memoryview, header: RequestHeader,
-                                   scan: ProduceScan, batches: list[ProducerBatch], request_bytes: int,
-                                   caller: Caller) -> Outcome:
-        await self._ledger.look_up(missing)
-        return self._decide(frame, header, scan, batches, request_bytes, caller._replace(now_ms=now_ms()))
+    async def _after_lookups(self, missing: list[int], unnamed: set[bytes], decide: Callable[..., _T],
+                             *arguments: Any) -> _T:
+        """``decide(*arguments)`` (its last argument the caller) once the ledger has read the PIDs its cache does
+        not know and the cluster has named the topic ids the proxy does not, at the time they are known."""
+        if missing:
+            await self._ledger.look_up(missing)
+        if unnamed:
+            await self._topic_names.look_up(unnamed)
+        *rest, caller = arguments
+        return decide(*rest, caller._replace(now_ms=now_ms()))
 
     def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None,
                 batches: list[ProducerBatch], request_bytes: int, caller: Caller) -> Outcome:
@@ -100,9 +146,11 @@ class ProduceHandler:
             self._usage.observed(user, client_id, charged.observed_ms)
             return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
         decision = self._check_producer_ids(batches, user, client_id, now_ms)
-        throttle_ms = max(throttle_ms, decision.throttle_ms)
+        topics = self._charge_topics(scan, caller) if decision.admitted else UNLIMITED
+        throttle_ms = max(throttle_ms, decision.throttle_ms, topics.throttle_ms)
         self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
-        self._usage.observed(user, client_id, max(charged.observed_ms, decision.observed_ms), decision.observed_refused)
+        self._usage.observed(user, client_id, max(charged.observed_ms, decision.observed_ms, topics.observed_ms),
+                             decision.observed_refused)
         if not decision.admitted:
             if acks == 0:
                 return CLOSE_ON_ACKS_0_ERROR
@@ -114,30 +162,31 @@ class ProduceHandler:
 
     def stream_scan(self, frame_start: memoryview, frame_bytes: int) -> StreamedProduceScan:
         """The scan of a request forwarded while it arrives (``frame_start`` holds its header), fed as it goes
-        by, for ``producer_id_throttle``."""
+        by, for ``completed_throttle``."""
         return StreamedProduceScan(_header(frame_start), frame_bytes)
 
-    def producer_id_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
-        """Throttle mode, for a request forwarded while it arrived: check its producer IDs now (or
-        once the ledger has read the ones its cache does not know)."""
+    def completed_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
+        """For a request forwarded while it arrived: check its producer IDs (throttle mode) and charge its topics
+        now (or once the ledger has read the PIDs its cache does not know, and the topic ids are named)."""
         header, scan = streamed.header, streamed.scan
         assert scan is not None, "the request is complete"
         batches = _producer_batches(scan)
-        if missing := self._ledger.needs_lookup({batch.producer_id for batch in batches}):
-            return self._throttle_after_lookup(missing, header, batches, caller)
-        return self._producer_id_throttle(header, batches, caller)
+        missing = self._ledger.needs_lookup({batch.producer_id for batch in batches})
+        unnamed = self._unnamed_topics(scan)
+        if missing or unnamed:
+            return self._after_lookups(missing, unnamed, self._completed_throttle, header, scan, batches, caller)
+        return self._completed_throttle(header, scan, batches, caller)
 
-    async def _throttle_after_lookup(self, missing: list[int], header: RequestHeader, batches: list[ProducerBatch],
-                                     caller: Caller) -> int:
-        await self._ledger.look_up(missing)
-        return self._producer_id_throttle(header, batches, caller._replace(now_ms=now_ms()))
-
-    def _producer_id_throttle(self, header: RequestHeader, batches: list[ProducerBatch], caller: Caller) -> int:
+    def _completed_throttle(self, header: RequestHeader, scan: ProduceScan, batches: list[ProducerBatch],
+                            caller: Caller) -> int:
         client_id = header.client_id or ""
         decision = self._check_producer_ids(batches, caller.user, client_id, caller.now_ms)
-        self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), decision.throttle_ms)
-        self._usage.observed(caller.user, client_id, decision.observed_ms, decision.observed_refused)
-        return decision.throttle_ms
+        topics = self._charge_topics(scan, caller)
+        throttle_ms = max(decision.throttle_ms, topics.throttle_ms)
+        self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), throttle_ms)
+        self._usage.observed(caller.user, client_id, max(decision.observed_ms, topics.observed_ms),
+                             decision.observed_refused)
+        return throttle_ms
 
 
 def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: ProduceScan,

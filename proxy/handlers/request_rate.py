@@ -10,7 +10,7 @@ time and stays the cluster's: it is forwarded, never replaced.
 from __future__ import annotations
 
 from protocol.apis import Api
-from protocol.header import peek_client_id, peek_request
+from protocol.header import peek_client_id
 from proxy.decision.outcome import Caller
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
@@ -27,12 +27,13 @@ class RequestRateHandler:
         self._usage = usage
         self._charges = charges
 
-    def throttle_ms(self, frame: memoryview, caller: Caller) -> int:
-        """Charge one request (size prefix excluded) to its entity's request rate; its throttle."""
+    def throttle_ms(self, frame: memoryview, api_key: int, caller: Caller) -> int:
+        """Charge one request (size prefix excluded; ``api_key`` read from it already) to its entity's request
+        rate; its throttle."""
         manager = self._quotas.requests
         if not (self._charges and manager.config.configures(QuotaType.REQUEST_RATE)):
             return 0  # the common case: not even the client id is read
-        if peek_request(frame).api_key in _UNCHARGED_APIS:
+        if api_key in _UNCHARGED_APIS:
             return 0
         client_id = peek_client_id(frame)
         decision = manager.record(caller.user, client_id, 1, caller.now_ms, caller.broker)

@@ -223,11 +223,11 @@ def worker_labelled(registry: CollectorRegistry, worker: int) -> CollectorRegist
 
 Explainer = Callable[[Client], list[dict[str, object]]]
 """The quotas that apply to a client, with their current rates (``QuotaService.explain``)."""
-_EXPLAIN_PARAMETERS = {"user", "client_id", "ip"}
+_EXPLAIN_PARAMETERS = {"user", "client_id", "ip", "topic"}
 
 
 def _explained(explainer: Explainer, query: str) -> tuple[str, bytes]:
-    """(status, JSON body) of ``GET /quotas/explain?user=U&client_id=C&ip=A``."""
+    """(status, JSON body) of ``GET /quotas/explain?user=U&client_id=C&ip=A&topic=T``."""
     try:
         parameters = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query),
                                            max_num_fields=len(_EXPLAIN_PARAMETERS))
@@ -237,10 +237,12 @@ def _explained(explainer: Explainer, query: str) -> tuple[str, bytes]:
             raise QuotaConfigError(f"unknown or repeated parameter(s) {', '.join(sorted({*unknown, *repeated}))}; "
                                    f"known: {', '.join(sorted(_EXPLAIN_PARAMETERS))}")
         given = {name: values[0] for name, values in parameters.items()}
-        who = parse_client(given.get("user", ANONYMOUS), given.get("client_id", ""), given.get("ip"))
+        who = parse_client(given.get("user", ANONYMOUS), given.get("client_id", ""), given.get("ip"),
+                           given.get("topic"))
     except (QuotaConfigError, ValueError) as error:
         return "400 Bad Request", json.dumps({"error": str(error)}).encode() + b"\n"
-    answer = {"user": who.user, "client_id": who.client_id, "ip": who.ip, "quotas": explainer(who)}
+    answer = {"user": who.user, "client_id": who.client_id, "ip": who.ip, "topic": who.topic,
+              "quotas": explainer(who)}
     return "200 OK", json.dumps(answer, indent=1).encode() + b"\n"
 
 

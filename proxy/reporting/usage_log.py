@@ -1,4 +1,5 @@
-"""The usage log: one JSON line per (user, client id) for each second with traffic.
+"""The usage log: one JSON line per (user, client id) for each second with traffic (and per (user, topic) for a
+topic's bytes, ``TOPIC_FIELDS``).
 
 Requests add to in-memory counters (a dict lookup and a few integer additions); once a second
 the counters are swapped out and handed to a writer thread, which appends them to the hour's
@@ -18,11 +19,12 @@ import logging
 import queue
 import threading
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 from allocator.durable import AppendOnlyFile, WriteErrors
-from quotas.usage_record import BLOCK_FIELDS, USAGE_FIELDS, usage_file_hour, usage_file_name
+from quotas.usage_record import BLOCK_FIELDS, TOPIC_FIELDS, USAGE_FIELDS, usage_file_hour, usage_file_name
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,8 @@ class UsageSecond(NamedTuple):
     counters: dict[tuple[str, str], list[int]]
     blocks: dict[tuple[str, str, int], list[int]]
     """(user, client id, broker id) -> BLOCK_FIELDS."""
+    topics: dict[tuple[str, str], list[int]]
+    """(user, topic) -> TOPIC_FIELDS."""
 
 
 class UsageLog:
@@ -49,6 +53,7 @@ class UsageLog:
         self._errors = write_errors or WriteErrors()
         self._counters: dict[tuple[str, str], list[int]] = {}
         self._blocks: dict[tuple[str, str, int], list[int]] = {}
+        self._topics: dict[tuple[str, str], list[int]] = {}
         self._queue: queue.Queue[UsageSecond | None] = queue.Queue(_MAX_QUEUED_SECONDS)
         self._unwritten: deque[UsageSecond] = deque()
         """Seconds the writer could not write yet (its thread only)."""
@@ -99,6 +104,14 @@ class UsageLog:
             entry[_OBSERVED_THROTTLED] += 1
             entry[_OBSERVED_THROTTLE_MS] += throttle_ms
 
+    def topic_bytes(self, user: str, sizes: Mapping[str, int], fetched: bool) -> None:
+        """Record bytes of each topic a request wrote (or a response read, ``fetched``), as a topic quota charged
+        them."""
+        field = 1 if fetched else 0
+        for topic, size in sizes.items():
+            entry = self._topics.setdefault((user, topic), [0] * len(TOPIC_FIELDS))
+            entry[field] += size
+
     def blocks(self, user: str, client_id: str, broker_id: int, block_ids: int) -> None:
         """A producer-ID block of ``block_ids`` IDs handed out to broker ``broker_id``."""
         entry = self._blocks.setdefault((user, client_id, broker_id), [0, 0])
@@ -114,10 +127,10 @@ class UsageLog:
 
     def end_second(self, epoch_s: int) -> None:
         """Hand the counters gathered so far to the writer, stamped ``epoch_s``."""
-        if not self._counters and not self._blocks:
+        if not self._counters and not self._blocks and not self._topics:
             return
-        second = UsageSecond(epoch_s, self._counters, self._blocks)
-        self._counters, self._blocks = {}, {}
+        second = UsageSecond(epoch_s, self._counters, self._blocks, self._topics)
+        self._counters, self._blocks, self._topics = {}, {}, {}
         try:
             self._queue.put_nowait(second)
         except queue.Full:
@@ -152,6 +165,9 @@ class UsageLog:
             lines += [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id, "broker_id": broker_id,
                                   **dict(zip(BLOCK_FIELDS, counters, strict=True))}, separators=(",", ":"))
                       for (user, client_id, broker_id), counters in second.blocks.items()]
+            lines += [json.dumps({"time": second.epoch_s, "user": user, "topic": topic,
+                                  **dict(zip(TOPIC_FIELDS, counters, strict=True))}, separators=(",", ":"))
+                      for (user, topic), counters in second.topics.items()]
             try:
                 file = AppendOnlyFile(self.directory / name)
                 try:

@@ -23,6 +23,7 @@ from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
 from proxy.cluster.info import ClusterInfo
 from proxy.cluster.rewrites import RewriteMemo
+from proxy.cluster.topic_names import TopicNames
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess, fetch_brokers
 from proxy.connection.client import ClientConnection
 from proxy.connection.context import Connection, RequestHandler, UpstreamResolver
@@ -96,8 +97,7 @@ def metrics_socket(host: str, port: int) -> socket.socket:
 
 
 class ProxyServer:
-    def __init__(self, config: ProxyConfig, registry: CollectorRegistry | None = None,
-                 held_metrics_socket: socket.socket | None = None) -> None:
+    def __init__(self, config: ProxyConfig, held_metrics_socket: socket.socket | None = None) -> None:
         """``held_metrics_socket``: the metrics listener's socket, bound by a supervisor that outlives this
         worker (``metrics_socket``); None: bound here, from ``config.metrics_listen``."""
         self.config = config
@@ -114,7 +114,7 @@ class ProxyServer:
         self.listener_tls = None if listener_tls is None else ReloadingContext(
             listener_tls.context, listener_tls.files(), "listener")
         self.principal_mapper = PrincipalMapper(listener_tls.principal_mapping_rules if listener_tls else "DEFAULT")
-        self.metrics = ProxyMetrics(registry or CollectorRegistry(), self.write_errors)
+        self.metrics = ProxyMetrics(CollectorRegistry(), self.write_errors)
         self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits,
                                    self.write_errors)
         self.metrics.busiest_ips = self.quotas.connections.busiest_ips
@@ -133,8 +133,10 @@ class ProxyServer:
         self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings.ledger_capacity), self.write_errors,
                                      settings.ledger_cache)
         self.pid_source = self._producer_id_source(settings)
-        self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, settings.scan_all_produce)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys(), self.upstream_access)
+        self.topic_names = TopicNames(self.cluster.topics_by_id)
+        self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names,
+                                              settings.scan_all_produce)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
@@ -148,7 +150,7 @@ class ProxyServer:
         self.handlers: Mapping[int, RequestHandler] = {
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
-            Api.FETCH: FetchHandler(self.quotas, self.usage),
+            Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,

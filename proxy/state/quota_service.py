@@ -30,6 +30,7 @@ from quotas.managers import (
     ClientQuotaManager,
     ControllerMutationQuotaManager,
     ProducerIdQuotaManager,
+    TopicQuotaManager,
     UserConnectionRateManager,
 )
 from quotas.metrics import QuotaMetrics
@@ -61,7 +62,7 @@ def read_overrides(path: Path) -> Overrides:
         document = json.loads(path.read_text(encoding="utf-8"))
         overrides: Overrides = {}
         for raw in document["entries"]:
-            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"))
+            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"))
             overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
@@ -106,11 +107,16 @@ class QuotaService:
         self.managers: dict[QuotaType, QuotaManager] = {manager.quota_type: manager for manager in (
             self.produce, self.fetch, self.requests, self.mutations, self.producer_ids)}
         """Each quota type's manager but the connection creation rate's (``connections``, ``user_connections``)."""
+        self.produce_topics = TopicQuotaManager(config)
+        self.fetch_topics = TopicQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE)
+        self.topic_managers: dict[QuotaType, TopicQuotaManager] = {
+            manager.quota_type: manager for manager in (self.produce_topics, self.fetch_topics)}
+        """The byte rates of topic entities."""
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         """Kafka's: the listener's and each IP's."""
         self.user_connections = UserConnectionRateManager(config)
         QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms, self.connections,
-                     self.requests, self.user_connections)
+                     self.requests, self.user_connections, self.topic_managers.values())
 
     @property
     def config(self) -> QuotaConfig:
@@ -135,7 +141,8 @@ class QuotaService:
         for explanation in explain(self.config, who):
             answer = explanation.as_json()
             if explanation.limit is not None:
-                manager = managers.get(explanation.quota_type)
+                manager = managers.get(explanation.quota_type) if explanation.topic is None else \
+                    self.topic_managers[explanation.quota_type]
                 if explanation.key is None:  # an IP's
                     rate = None if who.ip is None else self.connections.rate_of(who.ip, now)
                 elif manager is None:
@@ -148,7 +155,7 @@ class QuotaService:
         return answers
 
     def apply(self, config: QuotaConfig) -> None:
-        for manager in (*self.managers.values(), self.user_connections):
+        for manager in (*self.managers.values(), *self.topic_managers.values(), self.user_connections):
             manager.update_config(config)
         self.connections.window = config.settings.byte_rate_window
 
@@ -196,13 +203,9 @@ class QuotaService:
         assert path is not None
         entries = []
         for entity, quotas in overrides.items():
-            raw: dict[str, object] = {}
-            if entity.user is not None:
-                raw["user"] = entity.user
-            if entity.client_id is not None:
-                raw["client-id"] = entity.client_id
-            if entity.ip is not None:
-                raw["ip"] = entity.ip
+            raw: dict[str, object] = {name: value for name, value in (
+                ("user", entity.user), ("client-id", entity.client_id), ("ip", entity.ip), ("topic", entity.topic))
+                if value is not None}
             raw["quotas"] = {str(key): value for key, value in quotas.items()}
             entries.append(raw)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,7 @@ def usage_totals(proxy: ProxyProcess) -> dict[str, int]:
     totals: dict[str, int] = {}
     for line in usage_lines(proxy):
         for key, value in line.items():
-            if key not in ("time", "user", "client_id"):
+            if key not in ("time", "user", "client_id", "topic"):
                 totals[key] = totals.get(key, 0) + value
     return totals
 

@@ -203,3 +203,37 @@ def test_the_summary_csv_has_a_row_per_principal(report: tuple[Any, list[dict[st
         rows = list(csv.DictReader(file))
     assert [(row["user"], row["client_id"]) for row in rows] == [(r["user"], r["client_id"]) for r in result.summary]
     assert float(rows[0]["byte_rate_p99"]) == result.summary[0]["byte_rate_p99"]
+
+
+def test_topics_get_their_percentiles_over_every_user_and_a_recommended_topic_quota(spark: SparkSession,
+                                                                                    tmp_path: Path) -> None:
+    """A topic's lines (written while a topic quota measured it) summed over its users per second: its p99 is what
+    one topic budget, shared by every user, would have to carry."""
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    start = 1_790_000_000
+    lines = [{"time": start, "user": "alice", "client_id": "app", "bytes": 10}]  # a client's line beside them
+    written: dict[int, int] = {}
+    for second in range(100):
+        for user, size in (("alice", 1000 * (second + 1)), ("bob", 500)):
+            lines.append({"time": start + second, "user": user, "topic": "orders", "topic_bytes": size,
+                          "topic_fetch_bytes": 2 * size})
+            written[second] = written.get(second, 0) + size
+    lines.append({"time": start, "user": "carol", "topic": "quiet", "topic_bytes": 0, "topic_fetch_bytes": 7})
+    lines.append({"time": start, "user": "dave", "topic_bytes": 5})  # neither client id nor topic: malformed
+    (usage / usage_file_name(start)).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = run(spark, str(usage), tmp_path / "out", headroom=2.0)
+    assert result.malformed_lines == 1 and [row["user"] for row in result.summary] == ["alice"]
+    orders, quiet = result.topics
+    per_second = list(written.values())
+    assert (orders["topic"], orders["seconds"], orders["total_topic_bytes"]) == ("orders", 100, sum(per_second))
+    assert orders["byte_rate_p99"] == exact_percentile(per_second, 0.99)
+    assert orders["fetch_byte_rate_max"] == 2 * max(per_second)
+    config = load_quota_file(tmp_path / "out" / "recommended-quotas.toml")
+    produce = config.resolve_topic(QuotaType.PRODUCER_BYTE_RATE, "anyone", "orders")
+    assert produce is not None and produce.limit == math.ceil(exact_percentile(per_second, 0.99) * 2)
+    assert config.resolve_topic(QuotaType.PRODUCER_BYTE_RATE, "anyone", "quiet") is None  # nothing written
+    fetched = config.resolve_topic(QuotaType.CONSUMER_BYTE_RATE, "anyone", "quiet")
+    assert fetched is not None and fetched.limit == 14 and quiet["seconds"] == 1
+    with (tmp_path / "out" / "topics.csv").open() as file:
+        assert [row["topic"] for row in csv.DictReader(file)] == ["orders", "quiet"]

@@ -122,3 +122,25 @@ def test_an_unknown_mode_in_the_file_is_named(quota_file: Path) -> None:
     quota_file.write_text(QUOTAS.replace('mode = "enforce"', 'mode = "shadow"'))
     with pytest.raises(QuotaConfigError, match=r"#1 \(user=alice\): mode: one of enforce, observe, got 'shadow'"):
         load_quota_file(quota_file)
+
+
+def test_given_a_topic_its_topic_quotas_follow_with_their_level(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "quotas.toml"
+    path.write_text('[[quota]]\ntopic = "orders"\nproducer_byte_rate = 1000000\n'
+                    '[[quota]]\nuser = "alice"\ntopic = "<default>"\nconsumer_byte_rate = 500\nmode = "observe"\n')
+    answers = explain(load_quota_file(path), parse_client("alice", "app", topic="orders"))
+    produce, fetch = answers[-2:]
+    assert (produce.topic, produce.entity, produce.limit, produce.level) == (
+        "orders", QuotaEntity(topic="orders"), 1000000, "topic level 5 of 6: the topic alone (shared by every user)")
+    assert (fetch.entity, fetch.mode, fetch.level) == (QuotaEntity("alice", topic=DEFAULT), QuotaMode.OBSERVE,
+                                                       "topic level 2 of 6: user and the default topic")
+    bob = explain(load_quota_file(path), parse_client("bob", "app", topic="orders"))[-1]
+    assert bob.entity is None and bob.text().endswith("no quota of topic orders")
+    assert len(explain(load_quota_file(path), parse_client("alice", "app"))) == len(answers) - 2  # no topic asked
+    with pytest.raises(QuotaConfigError, match="topic must be a Kafka topic name"):
+        parse_client("alice", "app", topic="a/b")
+    assert admin.main(["quotas", "explain", "--quota-file", str(path), "--topic", "orders", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["topic"] == "orders"
+    assert answer["quotas"][-2]["entity"] == {"topic": "orders"} and answer["quotas"][-2]["topic"] == "orders"

@@ -176,3 +176,36 @@ def test_the_proxys_own_keys_request_rate_and_a_users_connection_rate_are_set_no
     assert alter_codes(handlers, "ops", key="request_rate", value=-1.0, remove=False) == [INVALID_REQUEST]
     with pytest.raises(QuotaConfigError, match="connection_creation_rate applies to users only"):
         asyncio.run(quotas.override({QuotaEntity(None, "app"): {RATE: 5}}))
+
+
+def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_cluster(tmp_path: Path) -> None:
+    """Kafka has no topic entity type: the proxy alone sets it (kept over a restart) and answers a filter
+    naming it, even when the cluster serves DescribeClientQuotas."""
+    assert quota_entity((("topic", "orders"),)) == QuotaEntity(topic="orders")
+    assert quota_entity((("topic", None), ("user", "alice"))) == QuotaEntity("alice", topic=DEFAULT)
+    with pytest.raises(QuotaConfigError, match="not a client-id"):
+        quota_entity((("topic", "orders"), ("client-id", "app")))
+    quotas = service(tmp_path)
+
+    async def every_api() -> frozenset[int]:
+        return frozenset({Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS})
+
+    handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}))
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": "topic", "entity_name": "orders"}],
+         "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
+        {"entity": [{"entity_type": "topic", "entity_name": "orders"}],
+         "ops": [{"key": "request_rate", "value": 5.0, "remove": False}]}])
+    outcome = decided(handlers.alter(memoryview(frame)[4:], Caller("ops", 0)))
+    assert outcome.local_response is not None  # nothing of it forwarded
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.local_response)[9:])
+    assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST]
+    assert "request_rate does not apply to topic=orders" in answer.entries[1].error_message
+    assert service(tmp_path).config.resolve_topic(BYTES, "bob", "orders") is not None  # saved
+    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
+                           components=[{"entity_type": "topic", "match_type": MATCH_ANY, "match": None}])
+    described = decided(handlers.describe(memoryview(frame)[4:], Caller("ops", 0)))
+    assert described.local_response is not None and described.finish is None
+    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.local_response)[9:])
+    assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
+            for entry in answer.entries] == [([("topic", "orders")], [("producer_byte_rate", 1e6)])]

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_response
-from protocol.header import response_header_for
+from protocol.header import peek_request, response_header_for
 from proxy.decision.outcome import FORWARD, Caller, Outcome, frame, throttled_at_least
 from proxy.handlers.request_rate import RequestRateHandler
 from proxy.reporting.usage_log import UsageLog
@@ -21,6 +21,10 @@ def handler(tmp_path: Path, quotas: str, charges: bool = True) -> RequestRateHan
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text(quotas)
     return RequestRateHandler(QuotaService(quota_file, CollectorRegistry()), UsageLog(tmp_path / "usage"), charges)
+
+
+def charged(rates: RequestRateHandler, request: memoryview, caller: Caller) -> int:
+    return rates.throttle_ms(request, peek_request(request).api_key, caller)
 
 
 def metadata(client_id: str) -> memoryview:
@@ -38,15 +42,15 @@ def test_every_request_of_the_entity_is_charged_whatever_its_api(tmp_path: Path)
     rates = handler(tmp_path, '[[quota]]\nclient-id = "busy"\nrequest_rate = 1\n')
     caller = Caller("ANONYMOUS", 1_000_000)
     # 1/s over 11 one-second windows admits 10 at once; the 11th is (11/10 - 1)/1 x 10 s = 1000 ms over
-    throttles = [rates.throttle_ms(request("busy"), caller) for request in [metadata, consumer_group_heartbeat] * 6]
+    throttles = [charged(rates, request("busy"), caller) for request in [metadata, consumer_group_heartbeat] * 6]
     assert throttles == [0] * 10 + [1000, 2000]
-    assert rates.throttle_ms(metadata("idle"), caller) == 0
+    assert charged(rates, metadata("idle"), caller) == 0
 
 
 def test_nothing_is_charged_in_front_of_the_controllers(tmp_path: Path) -> None:
     rates = handler(tmp_path, '[[quota]]\nclient-id = "<default>"\nrequest_rate = 1\n', charges=False)
     caller = Caller("ANONYMOUS", 1_000_000)
-    assert {rates.throttle_ms(metadata("broker-1"), caller) for _ in range(50)} == {0}
+    assert {charged(rates, metadata("broker-1"), caller) for _ in range(50)} == {0}
 
 
 def test_the_largest_throttle_of_a_request_is_the_one_given() -> None:
@@ -80,5 +84,5 @@ def test_api_versions_and_logins_are_never_charged(tmp_path: Path) -> None:
     frames = [encode_request(Api.API_VERSIONS, 3, client_id="busy", client_software_name="t",
                              client_software_version="1"),
               encode_request(Api.SASL_HANDSHAKE, 1, client_id="busy", mechanism="PLAIN")]
-    assert {rates.throttle_ms(memoryview(frame)[4:], caller) for frame in frames * 20} == {0}
-    assert rates.throttle_ms(metadata("busy"), caller) == 0  # the first charged request of its burst
+    assert {charged(rates, memoryview(frame)[4:], caller) for frame in frames * 20} == {0}
+    assert charged(rates, metadata("busy"), caller) == 0  # the first charged request of its burst

@@ -50,6 +50,20 @@ def test_one_line_per_principal_and_second_in_hourly_files(tmp_path: Path) -> No
     assert usage.lines_written == 3
 
 
+def test_a_topics_bytes_have_lines_of_their_own_per_user(tmp_path: Path) -> None:
+    usage = UsageLog(tmp_path / "usage")
+    usage.start()
+    usage.topic_bytes("alice", {"orders": 1000, "clicks": 10}, fetched=False)
+    usage.topic_bytes("alice", {"orders": 500}, fetched=True)
+    usage.topic_bytes("bob", {"orders": 7}, fetched=False)
+    usage.stop(START)
+    assert read_lines(tmp_path / "usage")[usage_file_name(START)] == [
+        {"time": START, "user": "alice", "topic": "orders", "topic_bytes": 1000, "topic_fetch_bytes": 500},
+        {"time": START, "user": "alice", "topic": "clicks", "topic_bytes": 10, "topic_fetch_bytes": 0},
+        {"time": START, "user": "bob", "topic": "orders", "topic_bytes": 7, "topic_fetch_bytes": 0},
+    ]
+
+
 def test_producer_id_blocks_have_lines_of_their_own_per_broker(tmp_path: Path) -> None:
     usage = UsageLog(tmp_path / "usage")
     usage.start()

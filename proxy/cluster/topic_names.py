@@ -1,0 +1,74 @@
+"""Topic ids to names, for the topic quotas of requests that name topics by id (Produce v13, Fetch v13+).
+
+A topic quota is set by name; a request naming a topic by id is charged once the proxy knows the name. The
+cache is filled from the cluster's metadata, asked for every topic at once when an id is missing (one
+request in flight at a time, however many connections wait for it). An id the cluster does not have stays
+unnamed: the cluster refuses such a topic (UNKNOWN_TOPIC_ID), so nothing of it is ever appended or read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+
+from proxy.cluster.upstream import UPSTREAM_ERRORS
+
+log = logging.getLogger(__name__)
+
+MAX_TOPIC_NAMES = 200_000
+"""Ids remembered, least recently used dropped first: the names of a cluster's topics (about 100 bytes each)."""
+
+TopicsById = Callable[[Iterable[uuid.UUID]], Awaitable[dict[uuid.UUID, tuple[str, int]]]]
+"""``ClusterInfo.topics_by_id``: name and partition count of each id the cluster has."""
+
+
+class TopicNames:
+    def __init__(self, topics_by_id: TopicsById, capacity: int = MAX_TOPIC_NAMES) -> None:
+        self._topics_by_id = topics_by_id
+        self._capacity = capacity
+        self._names: OrderedDict[bytes, str] = OrderedDict()
+        self._lookup: asyncio.Future[None] | None = None
+        self._wanted: set[bytes] = set()
+
+    def name(self, topic_id: bytes) -> str | None:
+        name = self._names.get(topic_id)
+        if name is not None:
+            self._names.move_to_end(topic_id)
+        return name
+
+    def unknown(self, topic_ids: Iterable[bytes]) -> set[bytes]:
+        return {topic_id for topic_id in topic_ids if topic_id not in self._names}
+
+    def learn(self, topic_id: bytes, name: str) -> None:
+        self._names[topic_id] = name
+        self._names.move_to_end(topic_id)
+        while len(self._names) > self._capacity:
+            self._names.popitem(last=False)
+
+    async def look_up(self, topic_ids: Iterable[bytes]) -> None:
+        """Ask the cluster for the names of ``topic_ids`` (with a lookup in flight, wait for it and ask again
+        only for what it did not find). A cluster that cannot be asked leaves them unnamed, logged."""
+        wanted = self.unknown(topic_ids)
+        while wanted:
+            if self._lookup is None:
+                self._wanted = set(wanted)
+                self._lookup = asyncio.ensure_future(self._ask(self._wanted))
+                await asyncio.shield(self._lookup)
+                return
+            asked = self._wanted
+            await asyncio.shield(self._lookup)
+            wanted = self.unknown(wanted) - asked
+
+    async def _ask(self, wanted: set[bytes]) -> None:
+        try:
+            found = await self._topics_by_id(uuid.UUID(bytes=topic_id) for topic_id in wanted)
+            for topic_id, (name, _) in found.items():
+                self.learn(topic_id.bytes, name)
+        except UPSTREAM_ERRORS as error:
+            log.warning("cannot name %d topic id(s) for the topic quotas: %s", len(wanted),
+                        error or type(error).__name__)
+        finally:
+            self._lookup = None
