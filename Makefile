@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.observe --out bench/observe-results.json
 	$(BIN)/python -m bench.relay_floor --out bench/relay-floor-results.json
 	$(BIN)/python -m bench.relay_floor --sink-receive-buffer 102400 --out bench/relay-floor-kafka-buffer-results.json
+	$(BIN)/python -m bench.topic_quotas --out bench/topic-quotas-results.json
 
 # 20 minutes of mixed traffic with a broker restart and a proxy SIGKILL (not part of `make test`)
 soak: $(STAMP)
