@@ -343,6 +343,7 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
     assert proxy.process is not None
     victim = next(child for child in psutil.Process(proxy.process.pid).children()
                   if any(listening.laddr.port == proxy.metrics_port + 1 for listening in child.net_connections()))
+    killed_at = time.time()
     victim.kill()
     proxy.wait_for_log("exited with -9: starting it again", timeout_s=10)
     # while worker 1 is down its metrics port stays taken (the supervisor holds it), so nothing (an outgoing
@@ -352,8 +353,11 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
         intruder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         intruder.bind(("127.0.0.1", proxy.metrics_port + 1))
     assert refused.value.errno == errno.EADDRINUSE
-    # and a scrape in the meantime waits for the worker coming back instead of being refused
-    assert metrics_of(proxy.metrics_port + 1, timeout_s=60)['process_cpu_seconds_total{worker="1"}'] > 0
+    # and a scrape in the meantime waits for the worker coming back instead of being refused: the new worker 1
+    # answers it, forked a second after the kill (its start time is read in whole boot seconds, so up to 1 s
+    # early; its CPU time may still read 0: a fresh fork's clock ticks, which failed this test once in CI)
+    restarted = metrics_of(proxy.metrics_port + 1, timeout_s=60)
+    assert restarted['process_start_time_seconds{worker="1"}'] >= killed_at - 0.5
     proxy.wait_for_log("ready: ", timeout_s=30, occurrence=3)
     assert proxy.stop() == 0
 
