@@ -112,6 +112,14 @@ def test_api_versions_capped_to_what_the_proxy_parses(version: int) -> None:
     assert adapt_api_versions(body, version, {1: 18}) is None
 
 
+@pytest.mark.parametrize("version", [0, 3])
+def test_api_versions_with_a_null_api_keys_array_is_a_protocol_error(version: int) -> None:
+    """Found by test_fuzz: the adaptation iterated the null array (TypeError, logged as an internal error)."""
+    body = b"\x00\x00\xff\xff\xff\xff" if version < 3 else b"\x00\x00\x00\x00\x00\x00\x00\x00"
+    with pytest.raises(ProtocolError, match="null api_keys"):
+        adapt_api_versions(body, version, {0: 13})
+
+
 def test_api_versions_error_answer_is_v0() -> None:
     cls = response_class(18)
     body = encode(18, 0, error_code=35, api_keys=[cls.ApiVersion(api_key=0, min_version=0, max_version=99)])
