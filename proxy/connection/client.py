@@ -32,10 +32,10 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._client = client
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._client.read_buffer()
+        return self._client.upstream_read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._client.upstream_data_received(self._client.read_out(nbytes))
+        self._client.upstream_buffer_updated(nbytes)
 
     def pause_writing(self) -> None:
         self._client.gate.pause(PauseReason.PEER_BACKPRESSURE)
@@ -68,6 +68,18 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
 
     def buffer_updated(self, nbytes: int) -> None:
         self.data_received(self.read_out(nbytes))
+
+    def upstream_read_buffer(self) -> memoryview:
+        """The rest of a response frame being read whole, or the loop's read buffer."""
+        space = self._responses.frame_space()
+        self._upstream_reads_into_frame = space is not None
+        return self.read_buffer() if space is None else space
+
+    def upstream_buffer_updated(self, nbytes: int) -> None:
+        if self._upstream_reads_into_frame:
+            self.upstream_frame_read(nbytes)
+        else:
+            self.upstream_data_received(self.read_out(nbytes))
 
     def read_out(self, nbytes: int) -> bytes:
         """What the last read (of either side) put in the read buffer, before the next read reuses it."""

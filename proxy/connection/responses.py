@@ -30,9 +30,7 @@ class ResponseSide(ConnectionState):
     def upstream_data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        self._last_activity = self._loop.time()
-        self._upstream_heard_at = time.perf_counter()
-        self._metrics.bytes_out += len(data)
+        self._heard_from_upstream(len(data))
         try:
             if self._response_cut_through_remaining:
                 data = self._cut_through_response(data)
@@ -41,14 +39,37 @@ class ResponseSide(ConnectionState):
                 if ends:
                     self._route_responses(chunk, ends)
                 self._maybe_cut_through_response()
-        except ProtocolError as error:
-            self.close(f"bad response from upstream: {error}", warn=True)
-            return
-        except Exception:
-            log.exception("unexpected error handling responses for %s", self._peer)
-            self.close("internal error handling responses", warn=True)
+        except Exception as error:
+            self._fail_on_responses(error)
             return
         self._after_responses()
+
+    def upstream_frame_read(self, nbytes: int) -> None:
+        """``nbytes`` more of the response frame read whole (``FrameSplitter.read_whole``) were read into it."""
+        if self._closed:
+            return
+        self._heard_from_upstream(nbytes)
+        try:
+            whole = self._responses.frame_filled(nbytes)
+            if whole is None:
+                return
+            self._route_responses(*whole)
+        except Exception as error:
+            self._fail_on_responses(error)
+            return
+        self._after_responses()
+
+    def _heard_from_upstream(self, nbytes: int) -> None:
+        self._last_activity = self._loop.time()
+        self._upstream_heard_at = time.perf_counter()
+        self._metrics.bytes_out += nbytes
+
+    def _fail_on_responses(self, error: Exception) -> None:
+        if isinstance(error, ProtocolError):
+            self.close(f"bad response from upstream: {error}", warn=True)
+        else:
+            log.exception("unexpected error handling responses for %s", self._peer, exc_info=error)
+            self.close("internal error handling responses", warn=True)
 
     def _after_responses(self) -> None:
         self._close_if_answered()
@@ -57,7 +78,7 @@ class ResponseSide(ConnectionState):
         if self._draining and not self._awaiting_responses() and self._settling is None:
             self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
 
-    def _route_responses(self, chunk: bytes, ends: FrameEnds) -> None:
+    def _route_responses(self, chunk: bytes | bytearray, ends: FrameEnds) -> None:
         view = memoryview(chunk)
         pieces: list[bytes | memoryview] = []
         untouched_from = 0
@@ -131,9 +152,11 @@ class ResponseSide(ConnectionState):
         request = self._in_flight[0]
         if (request.api_key != Api.FETCH or request.local_response is not None or request.finish is not None
                 or request.whole_response or self._names_brokers(request.api_key, request.api_version)):
+            self._responses.read_whole()  # its rest is read straight into a buffer of its size
             return
         partial = self._responses.partial_frame(CUT_THROUGH_AFTER_BYTES)
-        assert partial is not None
+        if partial is None:
+            return  # read whole already
         prefix, frame_bytes = partial
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
         request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)

@@ -145,6 +145,8 @@ class ConnectionState:
         """Moves the rest of large Fetch responses socket to socket (made for the first)."""
         self._response_cut_through_remaining = 0
         """Bytes of a response frame still to come that go to the client without buffering."""
+        self._upstream_reads_into_frame = False
+        """The cluster's connection's last read buffer was the rest of a response frame read whole."""
         self._mute_after_cut_through_ms: int | None = None
         self._dropping_cut_through = False
         """The rest of the response frame being cut through is read and dropped (the client was answered

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import struct
+from array import array
 
 import pytest
 from hypothesis import given
@@ -64,3 +65,62 @@ def test_partial_frame_can_be_handed_over() -> None:
     splitter.feed(data[300:310])  # the copy pins nothing: the buffer can still grow
     assert splitter.take_partial_frame() == data[:310]
     assert splitter.buffered_bytes == 0
+
+
+def read_into_frame(splitter: FrameSplitter, data: bytes, read_size: int) -> list[tuple[bytes | bytearray, list[int]]]:
+    """``data`` read as a BufferedProtocol reads it: into ``frame_space`` while there is one, else fed."""
+    out: list[tuple[bytes | bytearray, list[int]]] = []
+    at = 0
+    while at < len(data):
+        space = splitter.frame_space()
+        if space is None:
+            chunk, ends = splitter.feed(data[at:at + read_size])
+            at += min(read_size, len(data) - at)
+        else:
+            size = min(len(space), read_size, len(data) - at)
+            space[:size] = data[at:at + size]
+            at += size
+            whole = splitter.frame_filled(size)
+            chunk, ends = whole if whole is not None else (b"", [])
+        if len(ends):
+            out.append((chunk, list(ends)))
+    return out
+
+
+def test_a_frame_read_whole_is_read_into_one_buffer_of_its_size() -> None:
+    splitter = FrameSplitter(1 << 20, 8)
+    big, small = frame(bytes(range(256)) * 40), frame(b"s" * 9)
+    splitter.feed(big[:100])
+    splitter.read_whole()
+    space = splitter.frame_space()
+    assert space is not None and len(space) == len(big) - 100  # no further than the frame's end
+    assert splitter.partial_frame(50) is None  # it is no longer cut through
+    assert read_into_frame(splitter, big[100:] + small, 1000) == [(bytearray(big), [len(big)]), (small, [len(small)])]
+    assert splitter.frame_space() is None and splitter.buffered_bytes == 0
+
+
+@given(payloads=st.lists(st.binary(min_size=8, max_size=3000), min_size=1, max_size=8),
+       whole_at=st.integers(min_value=0, max_value=20000), read_size=st.integers(min_value=1, max_value=5000),
+       fed=st.booleans())
+def test_frames_read_whole_survive_any_reads(payloads: list[bytes], whole_at: int, read_size: int,
+                                             fed: bool) -> None:
+    """Whenever an incomplete frame is read whole, and whether its rest is read into its buffer or fed (a
+    transport that reads into buffers of its own), every frame comes out once, in order."""
+    stream = b"".join(frame(p) for p in payloads)
+    splitter = FrameSplitter(max_frame_bytes=5000, min_frame_bytes=8)
+    whole_at = min(whole_at, len(stream))
+    chunks = [splitter.feed(stream[:whole_at])]
+    splitter.read_whole()
+    if fed:
+        chunks += [splitter.feed(stream[at:at + read_size]) for at in range(whole_at, len(stream), read_size)]
+    else:
+        chunks += [(chunk, array("q", ends)) for chunk, ends in read_into_frame(splitter, stream[whole_at:], read_size)]
+    received = []
+    for chunk, ends in chunks:
+        begin = 0
+        for end in ends:
+            received.append(bytes(chunk[begin + 4:end]))
+            begin = end
+        assert begin == len(chunk)
+    assert received == payloads
+    assert splitter.buffered_bytes == 0 and splitter.frame_space() is None
