@@ -195,6 +195,97 @@ def test_raw_pipelined_producers_of_two_users_share_the_topics_budget(
     assert topic_throttles(proxy, "producer_byte_rate") == throttled
 
 
+def pipelined_fetch(proxy: ProxyProcess, user: str, topic: str | uuid.UUID, batch_bytes: int, batches: int,
+                    started: threading.Barrier) -> tuple[list[int], float]:
+    """Every batch (one a record, at offsets 0 to ``batches`` - 1) asked for in a Fetch of its own, all written at
+    once behind a login, then each answered empty asked for again, one at a time, until every batch has come: the
+    throttle of every answer, and the seconds from the barrier until the last batch came. A topic named by its id is
+    read with Fetch v13, which names topics so; a topic named by name with v11. Kafka answers a throttled fetch
+    with no records at all, so an answer is the batch asked for or nothing, with a throttle."""
+    version = 13 if isinstance(topic, uuid.UUID) else 11
+    named = {"topic_id": topic} if isinstance(topic, uuid.UUID) else {"topic": topic}
+
+    def fetch(offset: int) -> bytes:
+        partition = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "log_start_offset": -1,
+                     "partition_max_bytes": batch_bytes}  # the batch asked for, not a byte of the next
+        return encode_request(Api.FETCH, version, correlation_id=offset, client_id=f"raw-{user}", replica_id=-1,
+                              max_wait_ms=0, min_bytes=1, max_bytes=64 << 20, isolation_level=0, session_id=0,
+                              session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                              topics=[{**named, "partitions": [partition]}])
+
+    throttles: list[int] = []
+
+    def answer(sock: socket.socket, offset: int) -> bool:
+        """Whether the answer to the fetch of ``offset`` carried its batch."""
+        frame = read_frame(sock)
+        assert frame and int.from_bytes(frame[:4], "big") == offset
+        response = decode_response(Api.FETCH, version, frame[5 if version >= 12 else 4:])
+        partitions = [p for t in response.responses for p in t.partitions]
+        throttles.append(response.throttle_time_ms)
+        if not partitions:  # Kafka's throttled answer (``getThrottledResponse``) names no partition
+            assert response.throttle_time_ms > 0, "an empty answer without a throttle"
+            return False
+        assert [(p.error_code, len(p.records or b"")) for p in partitions] == [(0, batch_bytes)]
+        return True
+
+    with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
+        for frame in login(user):
+            sock.sendall(frame)
+            assert read_frame(sock), "the login was not answered"
+        started.wait()
+        began = time.monotonic()
+        writer = threading.Thread(target=sock.sendall, args=(b"".join(fetch(offset) for offset in range(batches)),))
+        writer.start()
+        missing = [offset for offset in range(batches) if not answer(sock, offset)]
+        writer.join()
+        for offset in missing:
+            sock.sendall(fetch(offset))
+            while not answer(sock, offset):
+                sock.sendall(fetch(offset))
+    return throttles, time.monotonic() - began
+
+
+def test_raw_pipelined_consumers_of_two_users_share_the_topics_budget(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """Kafka's throttled-empty-answer rule: a fetch over the topic's budget is answered with no records and the
+    throttle, its bytes taken back, and asked for again after the throttle. alice names the topic by its id.
+
+    Kafka's 11 windows: with 3, Apache Kafka 4.3.1 itself took 5.1-6.1 s against the model's 4.1 for this very
+    pattern (two connections sharing a client id's quota, 3 runs), as the proxy did: a sample leaving the window
+    lets a burst through that the next answer pays for with a second's throttle. With 11, Kafka took 11.91-12.03 s
+    against the model's 12.00 (3 runs)."""
+    proxy, limited, free, cluster = topics_proxy(own_proxy, broker, tmp_path, topic, windows=11)
+    batches = KAFKA_PER_USER // 100_000
+    producer = KafkaProducer(bootstrap_servers=cluster, linger_ms=0, acks="all")
+    for name in (limited, free):
+        for _ in range(batches):
+            producer.send(name, bytes(99_900)).get(30)  # a batch a record: offsets 0 to batches - 1
+    producer.close()
+    size = len(record_batch([bytes(99_900)]))  # the producer's batches have its size: the same value, no key
+    barrier = threading.Barrier(len(USERS))
+    answers, _ = side_by_side(lambda: pipelined_fetch(proxy, "alice", topic_id(cluster, limited), size, batches,
+                                                      barrier),
+                              lambda: pipelined_fetch(proxy, "bob", limited, size, batches, barrier))
+    elapsed_s = max(at for _, at in answers)
+    expected = kafka_quota_model([[size] * batches] * len(USERS), RATE, window_num=11, fetch=True)
+    print(f"two raw consumers: {elapsed_s:.2f} s; Kafka's model {expected.elapsed_s:.2f} s")
+    assert expected.elapsed_s * (1 - MODEL_TOLERANCE) <= elapsed_s <= expected.elapsed_s * (1 + MODEL_TOLERANCE)
+    assert sum(len(throttles) for throttles, _ in answers) > len(USERS) * batches, "some answers were empty"
+    # what was charged: each user's batches once, to the topic; the empty answers' bytes were taken back
+    time.sleep(2.5)  # the log is written once a second
+    charged = {(line["user"], line["topic"]): 0 for line in usage_lines(proxy) if "topic" in line}
+    for line in usage_lines(proxy):
+        if "topic" in line:
+            charged[(line["user"], line["topic"])] += line["topic_fetch_bytes"]
+    assert charged == {(user, limited): batches * size for user in USERS}
+    throttled = topic_throttles(proxy, "consumer_byte_rate")
+    barrier = threading.Barrier(len(USERS))
+    answers, _ = side_by_side(*[lambda user=user: pipelined_fetch(proxy, user, free, size, batches, barrier)
+                                for user in USERS])
+    assert [throttles for throttles, _ in answers] == [[0] * batches] * len(USERS)
+    assert topic_throttles(proxy, "consumer_byte_rate") == throttled
+
+
 def sasl(user: str) -> dict[str, str]:
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
             "sasl.password": PASSWORDS[user]}
