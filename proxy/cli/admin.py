@@ -33,9 +33,9 @@ from proxy.security.users import (
     scram_credential,
 )
 from proxy.settings.config import ConfigError, HostPort, UpstreamSasl
-from proxy.state.quota_service import OVERRIDES_FILE, overlaid, read_overrides
 from quotas.config import ANONYMOUS, QuotaConfig, QuotaConfigError, load_quota_file
 from quotas.explain import explain, parse_client
+from quotas.overrides import OVERRIDES_FILE, overlaid, read_overrides
 
 _ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP, "topics": TOPIC}
 _CLIENT_QUOTAS_VERSION = 1

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -34,58 +34,20 @@ from quotas.managers import (
     UserConnectionRateManager,
 )
 from quotas.metrics import QuotaMetrics
+from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, read_overrides
 
 log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_S = 1.0
-OVERRIDES_FILE = "client-quotas.json"
 STORE = "client-quotas"
 """The overrides' name in ``kafka_quota_proxy_state_write_errors_total``."""
 
-ALTERED_ORIGIN = "AlterClientQuotas"
-"""Where an override came from, as ``quotas explain`` says it."""
-
 QuotaManager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
-
-Overrides = dict[QuotaEntity, dict[QuotaType, float | None]]
-"""entity -> quota type -> limit, or None where the API removed the quota."""
 
 
 def now_ms() -> int:
     """Quota time: monotonic, so wall-clock jumps never refill or drain a bucket."""
     return time.monotonic_ns() // 1_000_000
-
-
-def read_overrides(path: Path) -> Overrides:
-    """The overrides saved in ``path`` (``OVERRIDES_FILE`` of a state directory); raises QuotaConfigError."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        overrides: Overrides = {}
-        for raw in document["entries"]:
-            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"))
-            overrides[entity] = {QuotaType(key): value for key, value in raw["quotas"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise QuotaConfigError(f"{path}: unreadable client-quota overrides: {error}") from error
-    return overrides
-
-
-def overlaid(file_config: QuotaConfig, overrides: Overrides, overrides_path: Path | None) -> QuotaConfig:
-    """The quota file's entries overlaid by ``overrides``; an entity keeps the file's ``mode`` for both."""
-    entries = {entity: dict(quotas) for entity, quotas in file_config.entries.items()}
-    origins = dict(file_config.origins)
-    where = ALTERED_ORIGIN if overrides_path is None else f"{ALTERED_ORIGIN} ({overrides_path})"
-    for entity, quotas in overrides.items():
-        merged: dict[QuotaType, float | None] = {**entries.get(entity, {}), **quotas}
-        kept = {quota_type: limit for quota_type, limit in merged.items() if limit is not None}
-        for quota_type in quotas:
-            origins.pop((entity, quota_type), None)
-            if quota_type in kept:
-                origins[(entity, quota_type)] = where
-        if kept:
-            entries[entity] = kept
-        else:
-            entries.pop(entity, None)
-    return QuotaConfig(file_config.settings, entries, file_config.modes, origins)
 
 
 class QuotaService:
@@ -115,6 +77,7 @@ class QuotaService:
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         """Kafka's: the listener's and each IP's."""
         self.user_connections = UserConnectionRateManager(config)
+        self._observers: list[Callable[[QuotaConfig], None]] = []
         QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms, self.connections,
                      self.requests, self.user_connections, self.topic_managers.values())
 
@@ -154,10 +117,17 @@ class QuotaService:
             answers.append(answer)
         return answers
 
+    def observe(self, observer: Callable[[QuotaConfig], None]) -> None:
+        """Have ``observer`` told the quotas in force now and whenever they change."""
+        self._observers.append(observer)
+        observer(self.config)
+
     def apply(self, config: QuotaConfig) -> None:
         for manager in (*self.managers.values(), *self.topic_managers.values(), self.user_connections):
             manager.update_config(config)
         self.connections.window = config.settings.byte_rate_window
+        for observer in self._observers:
+            observer(config)
 
     def reload_if_changed(self) -> None:
         if self._quota_file is None or not self._quota_file.changed():

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import admin
-from proxy.state.quota_service import ALTERED_ORIGIN, OVERRIDES_FILE, overlaid
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaMode, QuotaType, load_quota_file
 from quotas.explain import LEVELS, Explanation, explain, parse_client
+from quotas.overrides import ALTERED_ORIGIN, OVERRIDES_FILE, overlaid
 
 QUOTAS = """[settings]
 "quota.mode" = "observe"
