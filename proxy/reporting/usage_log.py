@@ -1,5 +1,5 @@
 """The usage log: one JSON line per (user, client id) for each second with traffic (and per (user, topic) for a
-topic's bytes, ``TOPIC_FIELDS``).
+topic's bytes, ``TOPIC_FIELDS``), and the quotas in force (``QUOTAS_FIELD``) when they change and atop each file.
 
 Requests add to in-memory counters (a dict lookup and a few integer additions); once a second
 the counters are swapped out and handed to a writer thread, which appends them to the hour's
@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from allocator.durable import AppendOnlyFile, WriteErrors
-from quotas.usage_record import BLOCK_FIELDS, TOPIC_FIELDS, USAGE_FIELDS, usage_file_hour, usage_file_name
+from quotas.config import QuotaConfig
+from quotas.usage_record import (
+    BLOCK_FIELDS,
+    QUOTAS_FIELD,
+    TOPIC_FIELDS,
+    USAGE_FIELDS,
+    quota_snapshot,
+    usage_file_hour,
+    usage_file_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,10 @@ class UsageSecond(NamedTuple):
     """(user, client id, broker id) -> BLOCK_FIELDS."""
     topics: dict[tuple[str, str], list[int]]
     """(user, topic) -> TOPIC_FIELDS."""
+    quotas: str | None
+    """The quotas in force, as the JSON array of a ``QUOTAS_FIELD`` line (None before they were given)."""
+    quotas_changed: bool
+    """They changed in this second: their line is written whichever file it goes to."""
 
 
 class UsageLog:
@@ -58,6 +71,10 @@ class UsageLog:
         self._unwritten: deque[UsageSecond] = deque()
         """Seconds the writer could not write yet (its thread only)."""
         self._current_file = ""
+        self._quotas: str | None = None
+        self._quotas_changed = False
+        self._quotas_written_to = ""
+        """The file the quotas in force were last written to (the writer's thread only)."""
         self.dropped_seconds = 0
         self.lines_written = 0
         self.write_errors = 0
@@ -118,6 +135,11 @@ class UsageLog:
         entry[0] += 1
         entry[1] += block_ids
 
+    def quotas_in_force(self, config: QuotaConfig) -> None:
+        """The quotas changed (or were loaded): they are written with the second that ends next."""
+        self._quotas = json.dumps(quota_snapshot(config), separators=(",", ":"))
+        self._quotas_changed = True
+
     # ---- the writer ---------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -127,10 +149,11 @@ class UsageLog:
 
     def end_second(self, epoch_s: int) -> None:
         """Hand the counters gathered so far to the writer, stamped ``epoch_s``."""
-        if not self._counters and not self._blocks and not self._topics:
+        if not self._counters and not self._blocks and not self._topics and not self._quotas_changed:
             return
-        second = UsageSecond(epoch_s, self._counters, self._blocks, self._topics)
+        second = UsageSecond(epoch_s, self._counters, self._blocks, self._topics, self._quotas, self._quotas_changed)
         self._counters, self._blocks, self._topics = {}, {}, {}
+        self._quotas_changed = False
         try:
             self._queue.put_nowait(second)
         except queue.Full:
@@ -168,6 +191,9 @@ class UsageLog:
             lines += [json.dumps({"time": second.epoch_s, "user": user, "topic": topic,
                                   **dict(zip(TOPIC_FIELDS, counters, strict=True))}, separators=(",", ":"))
                       for (user, topic), counters in second.topics.items()]
+            with_quotas = second.quotas is not None and (second.quotas_changed or name != self._quotas_written_to)
+            if with_quotas:  # first: the seconds of the file are read under them
+                lines.insert(0, f'{{"time":{second.epoch_s},"{QUOTAS_FIELD}":{second.quotas}}}')
             try:
                 file = AppendOnlyFile(self.directory / name)
                 try:
@@ -180,6 +206,8 @@ class UsageLog:
                 return
             self._errors.succeeded(STORE)
             self._unwritten.popleft()
+            if with_quotas:
+                self._quotas_written_to = name
             self.lines_written += len(lines)
             if name != self._current_file:
                 self._current_file = name

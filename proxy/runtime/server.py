@@ -124,6 +124,7 @@ class ProxyServer:
         if self.fleet is None and self.quotas.config.settings.quota_scope is QuotaScope.CLUSTER:
             log.warning("quota.scope is \"cluster\" but --config has no [fleet]: budgets are this proxy's alone")
         self.usage = UsageLog(config.state_dir / "usage", config.usage_retention_days, self.write_errors)
+        self.quotas.observe(self.usage.quotas_in_force)  # the report draws each principal's quota in force
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, Producer
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
+from quotas.usage_record import QUOTAS_FIELD
 from tests.support import ProxyProcess, new_producer_id, read_to_end
 
 pytestmark = pytest.mark.integration
@@ -66,8 +67,9 @@ def pid_quota_file(tmp_path: Path, rate: float, mode: str, window_size_s: float 
 
 
 def usage_lines(proxy: ProxyProcess) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in (proxy.state_dir / "usage").glob("usage-*.jsonl")
-            for line in path.read_text().splitlines()]
+    """The usage log's lines of traffic (not its lines of the quotas in force)."""
+    return [line for path in (proxy.state_dir / "usage").glob("usage-*.jsonl")
+            for line in map(json.loads, path.read_text().splitlines()) if QUOTAS_FIELD not in line]
 
 
 def usage_totals(proxy: ProxyProcess) -> dict[str, int]:

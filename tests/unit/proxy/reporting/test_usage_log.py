@@ -7,7 +7,8 @@ from pathlib import Path
 
 from allocator.durable import WriteErrors
 from proxy.reporting.usage_log import STORE, UsageLog
-from quotas.usage_record import usage_file_name
+from quotas.config import QuotaEntity, QuotaMode, QuotaType, parse_quota_document
+from quotas.usage_record import QUOTAS_FIELD, quota_snapshot, snapshot_config, usage_file_name
 
 HOUR = 3600
 START = 1_790_000_000 - 1_790_000_000 % HOUR  # the start of an hour
@@ -62,6 +63,48 @@ def test_a_topics_bytes_have_lines_of_their_own_per_user(tmp_path: Path) -> None
         {"time": START, "user": "alice", "topic": "clicks", "topic_bytes": 10, "topic_fetch_bytes": 0},
         {"time": START, "user": "bob", "topic": "orders", "topic_bytes": 7, "topic_fetch_bytes": 0},
     ]
+
+
+def test_the_quotas_in_force_head_every_file_and_follow_each_change(tmp_path: Path) -> None:
+    file_config = parse_quota_document({"quota": [{"user": "alice", "producer_byte_rate": 1_000_000},
+                                                  {"topic": "<default>", "consumer_byte_rate": 5_000_000,
+                                                   "mode": "observe"}]}, "quotas.toml")
+    usage = UsageLog(tmp_path / "usage")
+    usage.start()
+    usage.quotas_in_force(file_config)
+    usage.end_second(START)  # no traffic: the change is written all the same
+    usage.produce("alice", "app", 1000, 0, 0, False)
+    usage.end_second(START + 1)  # the file has them already
+    usage.produce("alice", "app", 1000, 0, 0, False)
+    usage.end_second(START + HOUR)  # a new file: they head it
+    changed = parse_quota_document({"quota": [{"user": "alice", "producer_byte_rate": 2_000_000}]}, "quotas.toml")
+    usage.quotas_in_force(changed)
+    usage.stop(START + HOUR + 5)
+    files = read_lines(tmp_path / "usage")
+    first, second = files[usage_file_name(START)], files[usage_file_name(START + HOUR)]
+    assert [(line["time"], QUOTAS_FIELD in line) for line in first] == [(START, True), (START + 1, False)]
+    assert [(line["time"], QUOTAS_FIELD in line) for line in second] == [(START + HOUR, True), (START + HOUR, False),
+                                                                          (START + HOUR + 5, True)]
+    assert first[0][QUOTAS_FIELD] == second[0][QUOTAS_FIELD] == [
+        {"user": "alice", "client_id": None, "ip": None, "topic": None, "quota_type": "producer_byte_rate",
+         "limit": 1_000_000, "mode": "enforce", "source": "quotas.toml [[quota]] #1"},
+        {"user": None, "client_id": None, "ip": None, "topic": "<default>", "quota_type": "consumer_byte_rate",
+         "limit": 5_000_000, "mode": "observe", "source": "quotas.toml [[quota]] #2"}]
+    assert second[-1][QUOTAS_FIELD][0]["limit"] == 2_000_000
+
+
+def test_a_snapshot_of_the_quotas_reads_back_as_the_same_quotas() -> None:
+    config = parse_quota_document({"settings": {"quota.mode": "observe"}, "quota": [
+        {"user": "<default>", "client-id": "app", "producer_byte_rate": 1024, "mode": "enforce"},
+        {"ip": "10.0.0.1", "connection_creation_rate": 5},
+        {"user": "bob", "topic": "orders", "consumer_byte_rate": 7_000}]}, "quotas.toml")
+    again = snapshot_config(json.loads(json.dumps(quota_snapshot(config))))
+    assert again.entries == config.entries and again.origins == config.origins
+    assert {entity: again.mode_of(entity) for entity in again.entries} == {
+        QuotaEntity("<default>", "app"): QuotaMode.ENFORCE, QuotaEntity(ip="10.0.0.1"): QuotaMode.OBSERVE,
+        QuotaEntity("bob", topic="orders"): QuotaMode.OBSERVE}
+    assert again.resolve(QuotaType.PRODUCER_BYTE_RATE, "carol", "app") == config.resolve(
+        QuotaType.PRODUCER_BYTE_RATE, "carol", "app")
 
 
 def test_producer_id_blocks_have_lines_of_their_own_per_broker(tmp_path: Path) -> None:
