@@ -12,7 +12,13 @@ principal N% of the time (``THROTTLED_SHARES``);
 per user the new PIDs per hour (top churners, from the usage log and, when given, the PID
 ledger's first-seen times); per topic (from its lines, written while a topic quota measured it) the same
 percentiles of the bytes all users wrote to it and read from it per second; and a quota file
-recommending p99 x headroom, rounded up, per principal and per topic.
+recommending p99 x headroom, rounded up, per principal and per topic, for those with at least ``--min-seconds``
+seconds with traffic (fewer say nothing about a p99: they get the reason instead of a quota).
+
+The quota each principal had, drawn on its chart and listed in the table, is read from the usage log's lines of the
+quotas in force (``QUOTAS_FIELD``, written by the proxy as they change); before the log's first such line (a log of
+an older proxy), from the quota file and the AlterClientQuotas overrides given (``--quota-file``,
+``--client-quotas``).
 """
 
 from __future__ import annotations
@@ -32,11 +38,27 @@ if __package__ in (None, ""):  # run as a script (spark-submit pipeline/job.py):
 
 from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    ArrayType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from allocator.ledger import read_ledger_file  # noqa: E402
 from pipeline.html_report import write_report  # noqa: E402
-from quotas.usage_record import BLOCK_FIELDS, TOPIC_FIELDS, USAGE_FIELDS  # noqa: E402
+from pipeline.quotas_in_force import QuotasInForce, given_quotas  # noqa: E402
+from quotas.config import QuotaType  # noqa: E402
+from quotas.overrides import OVERRIDES_FILE  # noqa: E402
+from quotas.usage_record import (  # noqa: E402
+    BLOCK_FIELDS,
+    QUOTA_ENTRY_FIELDS,
+    QUOTAS_FIELD,
+    TOPIC_FIELDS,
+    USAGE_FIELDS,
+)
 
 COUNTERS = USAGE_FIELDS
 USAGE_SCHEMA = StructType([
@@ -48,6 +70,8 @@ USAGE_SCHEMA = StructType([
     *(StructField(counter, LongType()) for counter in BLOCK_FIELDS),
     StructField("topic", StringType()),
     *(StructField(counter, LongType()) for counter in TOPIC_FIELDS),
+    StructField(QUOTAS_FIELD, ArrayType(StructType([
+        StructField(field, DoubleType() if field == "limit" else StringType()) for field in QUOTA_ENTRY_FIELDS]))),
     StructField("_corrupt", StringType()),
 ])
 """The usage log's columns, read without schema inference (a counter a line lacks reads as 0)."""
@@ -69,6 +93,9 @@ LEDGER_SCHEMA = StructType([
     StructField("last_seen_ms", LongType()),
 ])
 TOP_CHURNERS = 20
+MIN_SECONDS = 3600
+"""Seconds with traffic a principal (or topic) needs before its p99 is recommended as a quota: fewer, and the p99 is
+that of a start-up burst or a test run, not of its traffic."""
 
 
 @dataclass(frozen=True)
@@ -98,13 +125,14 @@ def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int
     """Valid usage rows, the number of malformed lines and of all lines.
 
     A line is malformed when it is not JSON of the schema's types or lacks time, user, or client_id (or, on a
-    topic's line, topic); it is counted and left out, never fatal.
+    topic's line, topic; on a line of the quotas in force, its quotas); it is counted and left out, never fatal.
     """
     raw = (spark.read.schema(USAGE_SCHEMA).option("mode", "PERMISSIVE")
            .option("columnNameOfCorruptRecord", "_corrupt").json(f"{usage_dir.rstrip('/')}/usage-*.jsonl"))
     raw = raw.cache()
-    valid_condition = (F.col("_corrupt").isNull() & F.col("time").isNotNull() & F.col("user").isNotNull()
-                       & (F.col("client_id").isNotNull() | F.col("topic").isNotNull()))
+    valid_condition = (F.col("_corrupt").isNull() & F.col("time").isNotNull()
+                       & ((F.col("user").isNotNull() & (F.col("client_id").isNotNull() | F.col("topic").isNotNull()))
+                          | F.col(QUOTAS_FIELD).isNotNull()))
     counts = raw.agg(F.count(F.lit(1)).alias("lines"),
                      F.sum(F.when(valid_condition, 0).otherwise(1)).alias("malformed")).first()
     assert counts is not None
@@ -112,12 +140,14 @@ def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int
     return valid, int(counts["malformed"] or 0), int(counts["lines"])
 
 
-def split_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """The clients' lines, the producer-ID block lines (those with a ``broker_id``) and the topics' (those with a
-    ``topic``)."""
+def split_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
+    """The clients' lines, the producer-ID block lines (those with a ``broker_id``), the topics' (those with a
+    ``topic``) and the lines of the quotas in force (``QUOTAS_FIELD``)."""
     topics = F.col("topic").isNotNull()
-    return (usage.where(F.col("broker_id").isNull() & ~topics), usage.where(F.col("broker_id").isNotNull()),
-            usage.where(topics))
+    snapshots = F.col(QUOTAS_FIELD).isNotNull()
+    traffic = usage.where(~snapshots).drop(QUOTAS_FIELD)
+    return (traffic.where(F.col("broker_id").isNull() & ~topics), traffic.where(F.col("broker_id").isNotNull()),
+            traffic.where(topics), usage.where(snapshots).select("time", QUOTAS_FIELD))
 
 
 def _hour(column: str) -> Any:
@@ -233,29 +263,49 @@ def read_ledger(spark: SparkSession, ledger_dir: str) -> DataFrame:
 
 # ---- recommended quotas -------------------------------------------------------------------------
 
+def too_little_data(seconds: int, min_seconds: int) -> str | None:
+    """Why there is no recommendation for a principal or topic with ``seconds`` seconds with traffic, or None."""
+    if seconds >= min_seconds:
+        return None
+    return f"{seconds:,} seconds with traffic, fewer than the {min_seconds:,} a recommendation needs (--min-seconds)"
+
+
 def recommended_quotas(summary: list[dict[str, Any]], headroom: float,
-                       topics: Sequence[dict[str, Any]] = ()) -> str:
+                       topics: Sequence[dict[str, Any]] = (), min_seconds: int = MIN_SECONDS) -> str:
     """The proxy's quota file: p99 x headroom rounded up, per (user, client id) for produced and
     fetched bytes and mutations, per user (its busiest client's p99) for new producer IDs and per topic (all its
     users together) for its bytes written and read. A rate whose p99 is 0 gets no quota (a rate must be
-    positive)."""
+    positive); a principal, user or topic with fewer than ``min_seconds`` seconds with traffic gets none either,
+    and a comment saying so."""
     lines = [f"# Recommended by `kafka-quota-proxy report`: p99 of each rate x {headroom:g}, rounded up.",
              "# Per (user, client id) for bytes and mutations; per user for new producer IDs; per topic (its one"
-             " budget, every user's bytes) for the topics a topic quota measured."]
+             " budget, every user's bytes) for the topics a topic quota measured.",
+             f"# Only where there are at least {min_seconds:,} seconds with traffic: a p99 of fewer says little."]
     byte_rates = {"producer_byte_rate": "byte_rate_p99", "consumer_byte_rate": "fetch_byte_rate_p99",
                   "controller_mutation_rate": "mutation_rate_p99"}
     per_user_pids: dict[str, float] = {}
+    per_user_seconds: dict[str, int] = {}
     for row in summary:
-        per_user_pids[row["user"]] = max(per_user_pids.get(row["user"], 0.0), row["new_pid_rate_p99"] or 0.0)
+        user, seconds = row["user"], int(row.get("seconds", min_seconds))
+        per_user_seconds[user] = per_user_seconds.get(user, 0) + seconds
+        entity = [f"user = {json.dumps(user)}", f"client-id = {json.dumps(row['client_id'])}"]
+        reason = too_little_data(seconds, min_seconds)
+        if reason is not None:
+            lines += ["", f"# {' '.join(entity)}: no recommendation: {reason}"]
+            continue
+        per_user_pids[user] = max(per_user_pids.get(user, 0.0), row["new_pid_rate_p99"] or 0.0)
         values = {key: row[column] for key, column in byte_rates.items()}
         body = [f"{key} = {math.ceil(value * headroom)}" for key, value in values.items() if value and value > 0]
         if body:
-            entity = [f"user = {json.dumps(row['user'])}", f"client-id = {json.dumps(row['client_id'])}"]
             lines += ["", "[[quota]]", *entity, *body]
     for user, p99 in sorted(per_user_pids.items()):
-        if p99 > 0:
+        if p99 > 0 and too_little_data(per_user_seconds[user], min_seconds) is None:
             lines += ["", "[[quota]]", f"user = {json.dumps(user)}", f"producer_ids_rate = {math.ceil(p99 * headroom)}"]
     for row in topics:
+        reason = too_little_data(int(row.get("seconds", min_seconds)), min_seconds)
+        if reason is not None:
+            lines += ["", f"# topic = {json.dumps(row['topic'])}: no recommendation: {reason}"]
+            continue
         values = {"producer_byte_rate": row["byte_rate_p99"], "consumer_byte_rate": row["fetch_byte_rate_p99"]}
         body = [f"{key} = {math.ceil(value * headroom)}" for key, value in values.items() if value and value > 0]
         if body:
@@ -266,11 +316,22 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float,
 # ---- the job ------------------------------------------------------------------------------------
 
 def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | None = None,
-        headroom: float = 1.5, quota_file: Path | None = None) -> Report:
+        headroom: float = 1.5, quota_file: Path | None = None, client_quotas: Path | None = None,
+        min_seconds: int = MIN_SECONDS) -> Report:
+    """``quota_file``, ``client_quotas``: the quotas in force where the usage log does not say (see the module)."""
     all_lines, malformed, lines = read_usage(spark, usage_dir)
-    usage, blocks, topic_lines = split_lines(all_lines)
+    usage, blocks, topic_lines, snapshot_lines = split_lines(all_lines)
+    quotas = QuotasInForce([(row["time"], [entry.asDict() for entry in row[QUOTAS_FIELD]])
+                            for row in snapshot_lines.collect()], given_quotas(quota_file, client_quotas))
     ledger = read_ledger(spark, ledger_dir) if ledger_dir else None
     summary = [row.asDict() for row in summarize(usage).collect()]
+    for row in summary:
+        for quota_type, column in ((QuotaType.PRODUCER_BYTE_RATE, "producer_quota"),
+                                   (QuotaType.CONSUMER_BYTE_RATE, "consumer_quota")):
+            step = quotas.steps(quota_type, row["user"], row["client_id"], row["first_time"], row["last_time"])[-1]
+            row[column] = step.limit
+            row[f"{column}_source"] = step.source + (" (observed)" if step.observed else "")
+        row["recommendation"] = too_little_data(row["seconds"], min_seconds) or "recommended"
     top = [row.asDict() for row in churners(usage, ledger).collect()]
     block_hours = [row.asDict() for row in cluster_block_hours(blocks).collect()]
     per_broker = [row.asDict() for row in broker_block_hours(blocks).collect()]
@@ -283,8 +344,8 @@ def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | No
         {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top,
          "producer_id_blocks_per_hour": block_hours, "producer_id_blocks_per_broker_hour": per_broker,
          "topics": topics}, indent=1))
-    (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom, topics))
-    write_report(out_dir, usage, summary, top, malformed, lines, quota_file, block_hours, per_broker)
+    (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom, topics, min_seconds))
+    write_report(out_dir, usage, summary, top, malformed, lines, quotas, block_hours, per_broker)
     return Report(summary, top, malformed, lines, block_hours, per_broker, topics)
 
 
@@ -303,16 +364,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--master", help="Spark master (default local[*]); e.g. spark://host:7077")
     parser.add_argument("--headroom", type=float, default=1.5, help="recommended quota = p99 x this (default 1.5)")
-    parser.add_argument("--quota-file", type=Path, help="quotas in force, drawn on the charts")
+    parser.add_argument("--quota-file", type=Path, help="the proxy's quota file: the quotas in force where the "
+                        "usage log does not say (a log of a proxy older than its lines of the quotas in force)")
+    parser.add_argument("--client-quotas", type=Path, help="the quotas set through AlterClientQuotas, laid over "
+                        f"--quota-file's as the proxy does (default: {OVERRIDES_FILE} of the state directory the usage "
+                        "log is in, when there is one)")
+    parser.add_argument("--min-seconds", type=int, default=MIN_SECONDS, help="seconds with traffic a principal or "
+                        f"topic needs for a recommendation (default {MIN_SECONDS})")
     parser.add_argument("--driver-memory", help="Spark driver memory, e.g. 4g (local mode does all work there)")
     args = parser.parse_args(argv)
     if args.headroom <= 0:
         parser.error("--headroom must be positive")
     if not Path(args.usage).is_dir() and "://" not in args.usage:
         parser.error(f"--usage {args.usage}: not a directory")
+    if args.min_seconds < 1:
+        parser.error("--min-seconds must be at least 1")
+    for flag, path in (("--quota-file", args.quota_file), ("--client-quotas", args.client_quotas)):
+        if path is not None and not path.is_file():
+            parser.error(f"{flag} {path}: no such file")
+    client_quotas = args.client_quotas
+    beside_usage = Path(args.usage).parent / OVERRIDES_FILE
+    if client_quotas is None and "://" not in args.usage and beside_usage.is_file():
+        client_quotas = beside_usage
     spark = spark_session(args.master or "local[*]", args.driver_memory)
     try:
-        report = run(spark, args.usage, args.out, args.ledger, args.headroom, args.quota_file)
+        report = run(spark, args.usage, args.out, args.ledger, args.headroom, args.quota_file, client_quotas,
+                     args.min_seconds)
     finally:
         spark.stop()
     print(f"{report.lines} usage lines ({report.malformed_lines} malformed), {len(report.summary)} principals, "

@@ -8,8 +8,9 @@ writes them; ``malformed`` broken lines are mixed in.
 from __future__ import annotations
 
 import json
+import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,65 @@ def stream_usage_log(directory: Path, count: int, seed: int = 7,
     finally:
         if file is not None:
             file.close()
+
+
+WEEK_S = 7 * 86400
+WEEK_PRINCIPALS = {"steady": ("alice", "billing"), "nightly": ("bob", "etl"), "observed": ("carol", "app"),
+                   "brief": ("dave", "probe")}
+"""A week's principals: a daily cycle held to its quota at its peaks (raised through AlterClientQuotas on the third
+day), a batch job writing two hours a night and nothing else, a consumer under an observed quota, and one with 20
+seconds of traffic in the whole week (too few for a recommendation)."""
+FILE_QUOTA = "quotas.toml line 3"
+ALTERED = "AlterClientQuotas (state/client-quotas.json)"
+RAISED_AT = START + 2 * 86400 + 12 * 3600
+"""When alice's quota was raised."""
+
+
+def week_quotas(time_s: int) -> list[dict[str, Any]]:
+    """The quotas in force at ``time_s`` of the week, as the proxy lists them (``QUOTAS_FIELD``)."""
+    raised = time_s >= RAISED_AT
+    return [{"user": "alice", "client_id": None, "ip": None, "topic": None, "quota_type": "producer_byte_rate",
+             "limit": 4_000_000.0 if raised else 2_500_000.0, "mode": "enforce",
+             "source": ALTERED if raised else FILE_QUOTA},
+            {"user": "carol", "client_id": None, "ip": None, "topic": None, "quota_type": "consumer_byte_rate",
+             "limit": 1_000_000.0, "mode": "observe", "source": "quotas.toml line 7"}]
+
+
+def week_rows(step_s: int = 60, seed: int = 7) -> Iterator[dict[str, Any]]:
+    """A week of usage from ``START``, a line every ``step_s`` seconds for each principal with traffic then, and the
+    quotas in force atop each hour and when they change, in the proxy's format."""
+    generator = random.Random(seed)
+    for time_s in range(START, START + WEEK_S, step_s):
+        if time_s % 3600 == 0 or time_s - step_s < RAISED_AT <= time_s:
+            yield {"time": time_s, "quotas": week_quotas(time_s)}
+        hour = (time_s % 86400) / 3600
+        daily = 0.55 + 0.45 * math.sin((hour - 8) / 24 * 2 * math.pi)  # lowest at 02:00, highest at 14:00
+        limit = week_quotas(time_s)[0]["limit"]
+        wanted = 3_600_000 * daily * generator.uniform(0.9, 1.1)
+        yield _line(time_s, WEEK_PRINCIPALS["steady"], bytes=int(min(wanted, limit)), fetch_bytes=int(2 * wanted),
+                    throttle_ms=int(1000 * (wanted - limit) / limit) if wanted > limit else 0)
+        if 2 <= hour < 4:
+            yield _line(time_s, WEEK_PRINCIPALS["nightly"], bytes=generator.randrange(15_000_000, 25_000_000))
+        consumed = int(1_300_000 * daily * generator.uniform(0.8, 1.2))
+        yield _line(time_s, WEEK_PRINCIPALS["observed"], fetch_bytes=consumed,
+                    observed_throttled=int(consumed > 1_000_000),
+                    observed_throttle_ms=int(1000 * (consumed - 1_000_000) / 1_000_000) if consumed > 1_000_000 else 0)
+        if time_s - START < 20 * step_s:
+            yield _line(time_s, WEEK_PRINCIPALS["brief"], bytes=generator.randrange(1_000, 5_000))
+
+
+def _line(time_s: int, principal: tuple[str, str], **counters: int) -> dict[str, Any]:
+    user, client_id = principal
+    return {"time": time_s, "user": user, "client_id": client_id, "bytes": 0, "produce_requests": 1, "new_pids": 0,
+            "mutations": 0, "throttle_ms": 0, "rejections": 0, "fetch_bytes": 0, "observed_throttled": 0,
+            "observed_throttle_ms": 0, **counters}
+
+
+def write_lines(directory: Path, lines: Iterable[dict[str, Any]]) -> None:
+    """``lines`` into the hourly files the proxy would have written them to."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files: dict[str, list[str]] = {}
+    for line in lines:
+        files.setdefault(usage_file_name(line["time"]), []).append(json.dumps(line, separators=(",", ":")))
+    for name, texts in files.items():
+        (directory / name).write_text("\n".join(texts) + "\n")

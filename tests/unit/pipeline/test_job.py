@@ -24,9 +24,20 @@ from pipeline.job import (
     spark_session,
     throttling_quota_column,
 )
-from pipeline.synthetic import MISBEHAVING, write_usage_log
+from pipeline.synthetic import (
+    ALTERED,
+    FILE_QUOTA,
+    MISBEHAVING,
+    RAISED_AT,
+    START,
+    WEEK_PRINCIPALS,
+    week_rows,
+    write_lines,
+    write_usage_log,
+)
 from proxy.state.pid_ledger import LedgerFilters
 from quotas.config import QuotaType, load_quota_file
+from quotas.overrides import ALTERED_ORIGIN, OVERRIDES_FILE
 from quotas.usage_record import usage_file_name
 
 ROWS = 100_000
@@ -222,7 +233,7 @@ def test_topics_get_their_percentiles_over_every_user_and_a_recommended_topic_qu
     lines.append({"time": start, "user": "carol", "topic": "quiet", "topic_bytes": 0, "topic_fetch_bytes": 7})
     lines.append({"time": start, "user": "dave", "topic_bytes": 5})  # neither client id nor topic: malformed
     (usage / usage_file_name(start)).write_text("".join(json.dumps(line) + "\n" for line in lines))
-    result = run(spark, str(usage), tmp_path / "out", headroom=2.0)
+    result = run(spark, str(usage), tmp_path / "out", headroom=2.0, min_seconds=1)
     assert result.malformed_lines == 1 and [row["user"] for row in result.summary] == ["alice"]
     orders, quiet = result.topics
     per_second = list(written.values())
@@ -237,3 +248,116 @@ def test_topics_get_their_percentiles_over_every_user_and_a_recommended_topic_qu
     assert fetched is not None and fetched.limit == 14 and quiet["seconds"] == 1
     with (tmp_path / "out" / "topics.csv").open() as file:
         assert [row["topic"] for row in csv.DictReader(file)] == ["orders", "quiet"]
+
+
+# ---- what a person looks at -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def week(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    base = tmp_path_factory.mktemp("week")
+    write_lines(base / "usage", week_rows())
+    return run(spark, str(base / "usage"), base / "out"), base / "out"
+
+
+def charts(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(chart["user"], chart["client_id"]): chart for chart in json.loads((out / "charts.json").read_text())}
+
+
+def line(panel: dict[str, Any], label_start: str) -> dict[str, Any]:
+    return next(drawn for drawn in panel["lines"] if drawn["label"].startswith(label_start))
+
+
+def test_every_chart_covers_its_principals_traffic_and_each_line_has_its_points(week: tuple[Any, Path]) -> None:
+    """A week in quarter hours (at most 720 steps), the batch job's two hours a night among them; each chart's time
+    axis from its first step to the end of its last, every line drawn across it."""
+    result, out = week
+    drawn = charts(out)
+    assert set(drawn) == set(WEEK_PRINCIPALS.values())
+    for row in result.summary:
+        chart = drawn[(row["user"], row["client_id"])]
+        size = chart["bin_seconds"]
+        low, high = chart["x_range"]
+        assert low == row["first_time"] - row["first_time"] % size
+        assert high == row["last_time"] - row["last_time"] % size + size
+        assert (high - low) / size <= 720
+        for panel in chart["panels"]:
+            for drawn_line in panel["lines"]:
+                assert drawn_line["points"] >= 2 and (drawn_line["first"], drawn_line["last"]) == (low, high), (
+                    row["user"], panel["ylabel"], drawn_line)
+    assert drawn[WEEK_PRINCIPALS["steady"]]["bin_seconds"] == 900
+    nightly = drawn[WEEK_PRINCIPALS["nightly"]]
+    assert nightly["panels"][0]["lines"][0]["points"] == (nightly["x_range"][1] - nightly["x_range"][0]) // 900 + 1
+    assert [panel["ylabel"].split("\n")[0] for panel in nightly["panels"]] == ["produced", "throttle"]
+
+
+def test_the_quota_in_force_is_drawn_with_where_it_was_set_and_when_it_changed(week: tuple[Any, Path]) -> None:
+    result, out = week
+    steady = charts(out)[WEEK_PRINCIPALS["steady"]]
+    quota = line(steady["panels"][0], "quota in force")
+    assert quota["label"] == f"quota in force: 2.5 MB/s ({FILE_QUOTA}); then 4 MB/s ({ALTERED})"
+    assert (quota["points"], quota["max"]) == (3, 4_000_000)  # a step at RAISED_AT, and the end
+    throttle = line(steady["panels"][-1], "throttle given")
+    assert throttle["max"] > 0  # held at the quota at its peaks before the raise
+    row = next(row for row in result.summary if (row["user"], row["client_id"]) == WEEK_PRINCIPALS["steady"])
+    assert (row["producer_quota"], row["producer_quota_source"]) == (4_000_000, ALTERED)
+    assert row["first_time"] < RAISED_AT < row["last_time"]
+    observed = charts(out)[WEEK_PRINCIPALS["observed"]]
+    fetched = next(panel for panel in observed["panels"] if panel["ylabel"].startswith("fetched"))
+    assert line(fetched, "quota in force")["label"] == "quota in force: 1 MB/s (quotas.toml line 7, observed)"
+    assert line(observed["panels"][-1], "throttle observe mode would have given")["max"] > 0
+
+
+def test_too_little_traffic_gets_its_figures_and_the_reason_instead_of_a_recommendation(
+        week: tuple[Any, Path]) -> None:
+    result, out = week
+    user, client_id = WEEK_PRINCIPALS["brief"]
+    row = next(row for row in result.summary if (row["user"], row["client_id"]) == (user, client_id))
+    reason = "20 seconds with traffic, fewer than the 3,600 a recommendation needs (--min-seconds)"
+    assert row["seconds"] == 20 and row["byte_rate_p99"] > 0 and row["recommendation"] == reason
+    text = (out / "recommended-quotas.toml").read_text()
+    assert f'# user = "{user}" client-id = "{client_id}": no recommendation: {reason}' in text
+    config = load_quota_file(out / "recommended-quotas.toml")
+    assert config.resolve(QuotaType.PRODUCER_BYTE_RATE, user, client_id) is None
+    assert config.resolve(QuotaType.PRODUCER_BYTE_RATE, *WEEK_PRINCIPALS["steady"]) is not None
+    assert reason in (out / "report.html").read_text()
+
+
+def test_a_short_run_is_charted_second_by_second_against_the_quota_set_through_the_api(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A log without lines of the quotas in force (an older proxy's): the quota file and the overrides given."""
+    usage = tmp_path / "state" / "usage"
+    write_lines(usage, [{"time": START + second, "user": "ANONYMOUS", "client_id": "perf", "bytes": 1_000_000,
+                         "produce_requests": 3, "throttle_ms": 40 * (second > 3)} for second in range(13)])
+    overrides = tmp_path / "state" / OVERRIDES_FILE
+    overrides.write_text(json.dumps({"entries": [{"user": "ANONYMOUS", "quotas": {"producer_byte_rate": 1048576}}]}))
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\nproducer_byte_rate = 10485760\n')
+    result = run(spark, str(usage), tmp_path / "out", quota_file=quota_file, client_quotas=overrides)
+    chart = charts(tmp_path / "out")[("ANONYMOUS", "perf")]
+    assert (chart["bin_seconds"], chart["x_range"]) == (1, [START, START + 13])
+    produced = chart["panels"][0]
+    assert line(produced, "produced")["points"] == 14 and line(produced, "produced")["max"] == 1_000_000
+    assert line(produced, "quota in force")["label"] == f"quota in force: 1.05 MB/s ({ALTERED_ORIGIN} ({overrides}))"
+    assert line(chart["panels"][-1], "throttle given")["max"] == 40
+    [row] = result.summary
+    assert (row["producer_quota"], row["producer_quota_source"]) == (1048576, f"{ALTERED_ORIGIN} ({overrides})")
+    assert row["recommendation"].startswith("13 seconds with traffic")
+
+
+def test_the_tables_name_their_units_once_and_sort_by_the_numbers_behind_them(week: tuple[Any, Path]) -> None:
+    _, out = week
+    page = (out / "report.html").read_text()
+    principals = page[page.index('<table class="sortable" id="principals">'):]
+    principals = principals[:principals.index("</table>")]
+    headers = re.findall(r"<th[^>]*>(.*?)</th>", principals)
+    assert "produce p99<br><small>(MB/s)</small>" in headers and "produced<br><small>(GB)</small>" in headers
+    assert "throttled seconds<br><small>(%)</small>" in headers
+    rows = re.findall(r"<tr>(.*?)</tr>", principals[principals.index("<tbody>"):], re.S)
+    assert len(rows) == len(WEEK_PRINCIPALS)
+    column = headers.index("produce p99<br><small>(MB/s)</small>")
+    for row in rows:
+        cell = re.findall(r"<td[^>]*>.*?</td>", row)[column]
+        value, shown = re.fullmatch(r'<td data-v="([^"]+)">([^<]+)</td>', cell).groups()  # type: ignore[union-attr]
+        assert shown == f"{float(value) / 1e6:,.2f}"
+    assert page.index("<h2>Moving the most bytes</h2>") < page.index("<h2>Every principal</h2>")
+    assert "table.sortable th" in page  # the sorting script
