@@ -13,11 +13,12 @@ topic, with no throttle at all.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -94,6 +95,16 @@ def login(user: str) -> list[bytes]:
                            auth_bytes=plain_token(user, PASSWORDS[user]))]
 
 
+@contextlib.contextmanager
+def logged_in(proxy: ProxyProcess, user: str) -> Iterator[socket.socket]:
+    """A connection to the proxy on which ``user`` has logged in (SASL PLAIN, raw frames)."""
+    with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
+        for frame in login(user):
+            sock.sendall(frame)
+            assert read_frame(sock), "the login was not answered"
+        yield sock
+
+
 def topic_id(cluster: str, topic: str) -> uuid.UUID:
     host, port = cluster.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as sock:
@@ -114,10 +125,7 @@ def pipelined_produce(proxy: ProxyProcess, user: str, topic: str | uuid.UUID, ba
                              topic_data=[{**named, "partition_data": [{"index": 0, "records": batch}]}])
               for i, batch in enumerate(batches)]
     answered = []
-    with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
-        for frame in login(user):
-            sock.sendall(frame)
-            assert read_frame(sock), "the login was not answered"
+    with logged_in(proxy, user) as sock:
         started.wait()
         began = time.monotonic()
         writer = threading.Thread(target=sock.sendall, args=(b"".join(frames),))
@@ -228,10 +236,7 @@ def pipelined_fetch(proxy: ProxyProcess, user: str, topic: str | uuid.UUID, batc
         assert [(p.error_code, len(p.records or b"")) for p in partitions] == [(0, batch_bytes)]
         return True
 
-    with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
-        for frame in login(user):
-            sock.sendall(frame)
-            assert read_frame(sock), "the login was not answered"
+    with logged_in(proxy, user) as sock:
         started.wait()
         began = time.monotonic()
         writer = threading.Thread(target=sock.sendall, args=(b"".join(fetch(offset) for offset in range(batches)),))
