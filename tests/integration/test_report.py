@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from quotas.config import QuotaType, load_quota_file
-from quotas.overrides import ALTERED_ORIGIN
+from quotas.overrides import ALTERED_ORIGIN, OVERRIDES_FILE
 from tests.fidelity import java_tool
 from tests.integration.test_kafka_tools import configs
 from tests.support import admin_config, proxy_command
@@ -36,6 +36,7 @@ def test_a_tour_through_the_proxy_becomes_a_report_of_what_happened(own_proxy, t
                          "--command-property", f"bootstrap.servers={proxy.bootstrap}", "acks=all")
     assert f"{RECORDS} records sent" in produced, produced
     assert proxy.stop() == 0  # the last second of the usage log is written at shutdown
+    (proxy.state_dir / OVERRIDES_FILE).unlink()  # the usage log alone says which quota was in force
     out = tmp_path / "report"
     done = subprocess.run([*proxy_command(), "report", "--usage", str(proxy.state_dir / "usage"),
                            "--ledger", str(proxy.state_dir / "pid-ledger"), "--out", str(out), "--master", "local[1]"],
