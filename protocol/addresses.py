@@ -44,20 +44,20 @@ def _rewrite(entry: Any, node_id: int, advertise: Advertise) -> None:
 
 
 def _rewrite_brokers(message: Any, advertise: Advertise) -> bool:
-    for broker in message.brokers or ():
+    for broker in message.brokers:
         _rewrite(broker, broker.node_id, advertise)
     return True
 
 
 def _rewrite_described_cluster(message: Any, advertise: Advertise) -> bool:
-    for broker in message.brokers or ():
+    for broker in message.brokers:
         _rewrite(broker, broker.broker_id, advertise)
     return True
 
 
 def _rewrite_coordinators(message: Any, advertise: Advertise) -> bool:
     if message.version >= 4:
-        live = [c for c in message.coordinators or () if c.node_id >= 0]  # a broken broker may send null
+        live = [c for c in message.coordinators if c.node_id >= 0]
         for coordinator in live:
             _rewrite(coordinator, coordinator.node_id, advertise)
         return bool(live)
@@ -68,7 +68,7 @@ def _rewrite_coordinators(message: Any, advertise: Advertise) -> bool:
 
 
 def _rewrite_node_endpoints(message: Any, advertise: Advertise) -> bool:
-    for endpoint in message.node_endpoints or ():
+    for endpoint in message.node_endpoints or ():  # a tagged field: absent, it reads as None
         _rewrite(endpoint, endpoint.node_id, advertise)
     return bool(message.node_endpoints)
 

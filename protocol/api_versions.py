@@ -7,7 +7,6 @@ from typing import NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_response, encode_response, max_version
-from protocol.errors import ProtocolError
 
 NEWEST_API_VERSIONS = max_version(Api.API_VERSIONS)
 """The newest ApiVersions the proxy parses: a newer one is answered in v0 (KIP-511)."""
@@ -28,9 +27,6 @@ def adapt_api_versions(body: bytes | memoryview, api_version: int, ceilings: Map
     UNSUPPORTED_VERSION; that body is decoded and re-encoded as v0 too, and left without additions.
     """
     message = decode_response(Api.API_VERSIONS, api_version, body)
-    if message.api_keys is None:  # not nullable in Kafka's schema: a broker never sends it
-        raise ProtocolError("ApiVersions response with a null api_keys array", api_key=Api.API_VERSIONS,
-                            api_version=api_version)
     changed = False
     for api in message.api_keys:
         ceiling = ceilings.get(api.api_key)

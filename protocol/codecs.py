@@ -1,7 +1,9 @@
 """Full decode and encode of the messages the proxy intercepts, on kafka-python's schema classes.
 
 Every failure, whatever kafka-python raised, becomes a ``ProtocolError`` naming api key, version
-and the byte offset reached; a body must be consumed exactly (no overrun, no trailing bytes).
+and the byte offset reached; a body must be consumed exactly (no overrun, no trailing bytes), and a field its
+schema does not let be null must not be (kafka-python reads a length of -1 as None wherever it is; Kafka's own
+parser refuses the message, "non-nullable field ... was serialized as null").
 """
 
 from __future__ import annotations
@@ -27,6 +29,54 @@ def max_version(api_key: int) -> int:
     return int(min(request_class(api_key).max_version, response_class(api_key).max_version))
 
 
+_MAY_READ_AS_NULL = frozenset({"string", "bytes", "records"})
+"""Besides arrays and structs, the types kafka-python reads as None when their length is -1."""
+
+NullCheck = tuple[str, bool, bool, bool, tuple[Any, ...]]
+"""A field's name; whether it must not be null; whether its elements (strings or bytes) must not be; whether it is
+an array of structs; the checks of its struct's fields."""
+_null_checks_cache: dict[tuple[int, int], tuple[Any, tuple[NullCheck, ...]]] = {}
+
+
+def _null_checks(struct: Any, version: int) -> tuple[NullCheck, ...]:
+    """What ``_null_field`` looks at in a ``struct`` of ``version``: the fields that may read as null, and the structs
+    holding such fields (made once a struct and version; kafka-python's fields are not hashable)."""
+    key = (id(struct), version)
+    cached = _null_checks_cache.get(key)
+    if cached is None:
+        checks = []
+        fields = struct.fields or {}
+        for field in fields.values() if isinstance(fields, dict) else fields:  # a struct's by name
+            if not field.for_version_q(version) or field.tagged_field_q(version):
+                continue
+            forbidden = (field.is_array() or field.is_struct() or field.type_str in _MAY_READ_AS_NULL) \
+                and not field.nullable_for_version_q(version)
+            # Kafka's arrays of strings or bytes ([]string) never hold a null
+            elements = field.is_array() and not field.is_struct_array() and field.array_of.type_str in _MAY_READ_AS_NULL
+            inner = _null_checks(field, version) if field.is_struct() or field.is_struct_array() else ()
+            if forbidden or elements or inner:
+                checks.append((field.name, forbidden, elements, field.is_struct_array(), inner))
+        cached = _null_checks_cache[key] = (struct, tuple(checks))  # the struct kept: its id stays its own
+    return cached[1]
+
+
+def _null_field(message: Any, checks: tuple[NullCheck, ...]) -> str | None:
+    """The path of the first field of ``message`` that is null where its schema does not allow it, or None."""
+    for name, forbidden, elements, many, inner in checks:
+        value = getattr(message, name, None)
+        if value is None:
+            if forbidden:
+                return name
+            continue
+        if elements and any(element is None for element in value):
+            return f"{name} element"
+        for item in value if many else (value,) if inner else ():
+            found = _null_field(item, inner)
+            if found is not None:
+                return f"{name}.{found}"
+    return None
+
+
 def _decode(cls: Any, api_key: int, version: int, body: bytes | memoryview) -> Any:
     if not 0 <= version <= cls.max_version:
         raise ProtocolError(f"version not supported (newest parsed: {cls.max_version})", api_key=api_key,
@@ -42,6 +92,10 @@ def _decode(cls: Any, api_key: int, version: int, body: bytes | memoryview) -> A
     if end != len(view):
         what = "ends past the frame" if end > len(view) else f"{len(view) - end} trailing bytes"
         raise ProtocolError(f"{cls.__name__} {what}", api_key=api_key, api_version=version, offset=min(end, len(view)))
+    null = _null_field(message, _null_checks(cls._struct, version))
+    if null is not None:
+        raise ProtocolError(f"{cls.__name__} has a null {null}, which is not nullable", api_key=api_key,
+                            api_version=version)
     return message
 
 

@@ -10,6 +10,7 @@ no partitions at all (``FetchContext.getThrottledResponse``).
 
 from __future__ import annotations
 
+import uuid
 from struct import Struct
 from typing import NamedTuple
 
@@ -112,6 +113,8 @@ def throttled_fetch_response_body(version: int, throttle_ms: int, session_id: in
                                                 "session_id": session_id, "responses": []})
 
 
+_ZERO_TOPIC_ID = uuid.UUID(int=0)
+"""Kafka's ``Uuid.ZERO_UUID``: no topic has it, so the cluster answers UNKNOWN_TOPIC_ID."""
 TopicRef = str | bytes
 """A topic as a Fetch names it: its name (until v12) or its 16-byte id (v13 on)."""
 
@@ -120,8 +123,8 @@ def fetch_request_topics(frame: bytes | memoryview, header: RequestHeader) -> li
     """The topics a Fetch request asks for, in its order (a fetch session's incremental request may name
     none: the session holds them)."""
     request = decode_request(Api.FETCH, header.api_version, frame[header.length:])
-    if header.api_version >= FIRST_TOPIC_ID_FETCH_VERSION:
-        return [topic.topic_id.bytes for topic in request.topics]
+    if header.api_version >= FIRST_TOPIC_ID_FETCH_VERSION:  # kafka-python reads Kafka's zero id as None
+        return [(topic.topic_id or _ZERO_TOPIC_ID).bytes for topic in request.topics]
     return [topic.topic for topic in request.topics]
 
 

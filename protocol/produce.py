@@ -220,6 +220,8 @@ def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
             topic_id = bytes(cursor.buf[start:start + 16])
         else:
             name = yield from _string(cursor, "topic name")
+            if name is None:  # not nullable: Kafka's parser refuses the request
+                raise cursor.fail("topic name is null, which is not nullable")
         partitions = []
         for _ in range((yield from _array_count(cursor, "partition_data"))):
             partitions.append((yield from _walk_partition(cursor)))

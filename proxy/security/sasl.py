@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from protocol.apis import Api
-from protocol.codecs import decode_request, encode_response
+from protocol.codecs import encode_response
 from protocol.errors import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from protocol.header import RequestHeader, read_request_header
 from proxy.decision.outcome import Decided, Outcome, local_answer
@@ -32,6 +32,7 @@ from proxy.security.sasl_messages import (
     parse_oauthbearer_token,
     parse_plain_token,
     parse_scram_client_first,
+    sasl_request_field,
     scram_attributes,
 )
 from proxy.security.users import (
@@ -239,10 +240,10 @@ class SaslServer:
         if api_key not in (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE):
             raise ProtocolError("request before SASL authentication completed", api_key=api_key,
                                 api_version=version, offset=0)
-        request = decode_request(api_key, version, frame[header.length:])
-        if api_key == Api.SASL_HANDSHAKE:
-            return self._handshake(header, request.mechanism)
-        return self._authenticate(header, bytes(request.auth_bytes))
+        field = sasl_request_field(frame, header)
+        if isinstance(field, str):
+            return self._handshake(header, field)
+        return self._authenticate(header, field)
 
     def _handshake(self, header: RequestHeader, mechanism: str) -> Decided:
         enabled = self.mechanisms

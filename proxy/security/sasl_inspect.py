@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.apis import Api
-from protocol.codecs import decode_request, decode_response, encode_response
+from protocol.codecs import decode_response, encode_response
 from protocol.errors import UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from protocol.header import RequestHeader, read_request_header
 from proxy.decision.outcome import FORWARD, Decided, Outcome, local_answer
@@ -23,6 +23,7 @@ from proxy.security.sasl_messages import (
     parse_oauthbearer_token,
     parse_plain_token,
     parse_scram_client_first,
+    sasl_request_field,
 )
 from proxy.security.users import PLAIN, SCRAM_HASHES
 
@@ -56,13 +57,12 @@ class SaslInspector:
     def handle(self, frame: memoryview) -> Decided:
         """A SaslHandshake or SaslAuthenticate (other requests never come here)."""
         header = read_request_header(frame)
-        if header.api_key == Api.SASL_HANDSHAKE:
-            return self._handshake(header, decode_request(Api.SASL_HANDSHAKE, header.api_version,
-                                                          frame[header.length:]).mechanism)
-        if not self.done:
-            request = decode_request(Api.SASL_AUTHENTICATE, header.api_version, frame[header.length:])
-            return self._authenticate(header, bytes(request.auth_bytes))
-        return FORWARD  # a re-authentication: the cluster keeps the principal
+        if header.api_key != Api.SASL_HANDSHAKE and self.done:
+            return FORWARD  # a re-authentication: the cluster keeps the principal
+        field = sasl_request_field(frame, header)
+        if isinstance(field, str):
+            return self._handshake(header, field)
+        return self._authenticate(header, field)
 
     def _handshake(self, header: RequestHeader, mechanism: str) -> Outcome:
         if header.api_version < 1:

@@ -11,7 +11,18 @@ import json
 import secrets
 from typing import Any, NamedTuple
 
+from protocol.apis import Api
+from protocol.codecs import decode_request
+from protocol.header import RequestHeader
 from proxy.security.users import SCRAM_HASHES, b64, saslprep
+
+
+def sasl_request_field(frame: memoryview, header: RequestHeader) -> str | bytes:
+    """A SaslHandshake's mechanism, or a SaslAuthenticate's token."""
+    request = decode_request(header.api_key, header.api_version, frame[header.length:])
+    if header.api_key == Api.SASL_HANDSHAKE:
+        return str(request.mechanism)
+    return bytes(request.auth_bytes)
 
 
 class AuthenticationFailed(Exception):

@@ -44,3 +44,25 @@ def test_allocate_producer_ids_wire_format_matches_spec() -> None:
     assert response == bytes.fromhex("00000001" "0000" "0001000000000000" "000003e8" "00")
     decoded = decode_response(67, 0, response)
     assert (decoded.producer_id_start, decoded.producer_id_len) == (1 << 48, 1000)
+
+
+# found by the fuzz targets (tests/fuzz): kafka-python reads a length of -1 as None wherever it is, and the handlers
+# iterated or copied what Kafka's own parser never lets be null
+@pytest.mark.parametrize(("api_key", "version", "body", "path"), [
+    (48, 0, b"\xff\xff\xff\xff\x00", "components"),  # DescribeClientQuotas: a null filter
+    (20, 0, b"\x00\x00\x00\x01\xff\xff\x00\x00\x75\x30", "topic_names element"),  # DeleteTopics: a null topic name
+    (36, 0, b"\xff\xff\xff\xff", "auth_bytes"),  # SaslAuthenticate before a login: a null token
+    (36, 2, b"\x00\x00", "auth_bytes"),  # its flexible form
+    (19, 5, b"\x00\x00\x00\x75\x30\x00\x00", "topics"),  # CreateTopics: a null topic list
+])
+def test_a_null_where_the_schema_allows_none_is_a_protocol_error(api_key: int, version: int, body: bytes,
+                                                                 path: str) -> None:
+    with pytest.raises(ProtocolError, match=f"null {path}, which is not nullable"):
+        decode_request(api_key, version, body)
+
+
+def test_nulls_the_schema_allows_are_read_as_none() -> None:
+    # InitProducerId's transactional_id and DescribeClientQuotas' match are nullable
+    assert decode_request(22, 0, b"\xff\xff\x00\x00\xea\x60").transactional_id is None
+    [component] = decode_request(48, 0, b"\x00\x00\x00\x01\x00\x04user\x02\xff\xff\x00").components
+    assert component.match is None

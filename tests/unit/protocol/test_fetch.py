@@ -123,3 +123,16 @@ def test_the_topics_a_request_asks_for_are_its_names_or_its_ids(data: st.DataObj
     header = parse_request_header(frame, version >= 12)
     expected = [topic.topic_id.bytes if version >= 13 else topic.topic for topic in message.topics]
     assert fetch_request_topics(frame, header) == expected
+
+
+def test_a_topic_id_of_zeros_is_asked_for_as_it_is() -> None:
+    """Found by the fuzz target: kafka-python reads Kafka's zero id as None, which the proxy took for an id. The
+    cluster knows no topic by it (UNKNOWN_TOPIC_ID): it is looked up, named by nothing, and charged nothing."""
+    import uuid
+
+    from tests.support import encode_request
+
+    frame = encode_request(Api.FETCH, 13, correlation_id=7, client_id="c", replica_id=-1, max_wait_ms=0, min_bytes=1,
+                           max_bytes=100, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                           forgotten_topics_data=[], topics=[{"topic_id": uuid.UUID(int=0), "partitions": []}])[4:]
+    assert fetch_request_topics(frame, parse_request_header(frame, True)) == [bytes(16)]

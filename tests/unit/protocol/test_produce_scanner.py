@@ -213,3 +213,17 @@ def test_a_streamed_request_that_does_not_fit_its_frame_fails_as_soon_as_that_sh
     scan = StreamedProduceScan(header, len(frame) + 5)  # type: ignore[arg-type]
     with pytest.raises(ProtocolError, match="5 trailing bytes"):
         scan.feed(frame)
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+def test_a_null_topic_name_is_a_protocol_error(version: int) -> None:
+    """Found by the fuzz target: the scan took a null name, and the proxy's answers to the request carried it (a
+    Produce response the client cannot read). Kafka's parser refuses the request."""
+    flexible = version >= 9
+    header = struct.pack(">hhih", 0, version, 1, 1) + b"c" + (b"\x00" if flexible else b"")
+    null_string, one = (b"\x00", b"\x02") if flexible else (b"\xff\xff", b"\x00\x00\x00\x01")
+    no_partitions = b"\x01" if flexible else b"\x00\x00\x00\x00"
+    tagged = b"\x00" if flexible else b""
+    frame = header + null_string + struct.pack(">hi", 1, 30_000) + one + null_string + no_partitions + tagged + tagged
+    with pytest.raises(ProtocolError, match="topic name is null"):
+        scan_produce(frame, parse_request_header(frame, flexible))
