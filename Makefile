@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-cluster unit integration lint bench soak clean prometheus-tools
+.PHONY: run test test-cluster unit integration lint bench soak fuzz clean prometheus-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.relay_floor --out bench/relay-floor-results.json
 	$(BIN)/python -m bench.relay_floor --sink-receive-buffer 102400 --out bench/relay-floor-kafka-buffer-results.json
 	$(BIN)/python -m bench.topic_quotas --out bench/topic-quotas-results.json
+
+# Every fuzz target 10 minutes under atheris, then 10 minutes of mutated frames at a live proxy beside well-behaved
+# clients (not part of `make test`, which fuzzes each target for seconds)
+fuzz: $(STAMP)
+	$(BIN)/python -m bench.fuzz --out bench/fuzz-results.json
+	$(BIN)/python -m bench.live_fuzz --out bench/live-fuzz-results.json
 
 # 20 minutes of mixed traffic with a broker restart and a proxy SIGKILL (not part of `make test`)
 soak: $(STAMP)
