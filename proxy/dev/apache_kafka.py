@@ -151,8 +151,11 @@ class KafkaNode:
     """One Apache Kafka process: broker, controller or both (KRaft combined mode)."""
 
     def __init__(self, directory: Path, node_id: int, *, broker: bool, controller: bool, users: SaslUsers,
-                 log_path: Path, heap_mb: int = 512) -> None:
+                 log_path: Path, heap_mb: int = 512, advertised_host: str = LOOPBACK) -> None:
+        """``advertised_host``: where clients are told the broker's listeners are (their ports the same): another
+        loopback address, where a fault injector forwards them on (``proxy.dev.toxiproxy``)."""
         self.node_id = node_id
+        self.advertised_host = advertised_host
         self.directory = directory
         self.log_path = log_path
         self.roles = tuple(role for role, present in (("broker", broker), ("controller", controller)) if present)
@@ -185,8 +188,12 @@ class KafkaNode:
 
     def properties(self, quorum_voters: str, extra: Mapping[str, str]) -> dict[str, str]:
         listeners = []
+        advertised = {}
         if self.plaintext_port is not None:
             listeners += [f"PLAINTEXT://{LOOPBACK}:{self.plaintext_port}", f"SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port}"]
+            if self.advertised_host != LOOPBACK:
+                advertised["advertised.listeners"] = (f"PLAINTEXT://{self.advertised_host}:{self.plaintext_port},"
+                                                      f"SASL_PLAINTEXT://{self.advertised_host}:{self.sasl_port}")
         if self.controller_port is not None:
             listeners.append(f"CONTROLLER://{LOOPBACK}:{self.controller_port}")
         plain_users = " ".join(f"user_{name}={_jaas_value(password)}" for name, password in self._users.plain.items())
@@ -220,7 +227,7 @@ class KafkaNode:
             "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         }
-        return values | dict(extra)
+        return values | advertised | dict(extra)
 
     def write_config(self, quorum_voters: str, extra: Mapping[str, str]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -300,14 +307,14 @@ class KafkaCluster:
     ``dedicated_controller``: a controller alone (node 3000) and ``brokers`` brokers; ``start`` may then
     be told the address the brokers reach the controller at (a forwarding proxy in front of it).
     ``log_directory`` keeps each node's log (``kafka-<id>.log``) after ``stop``; default: the cluster's
-    own directory, removed with it.
+    own directory, removed with it. ``advertised_host``: see ``KafkaNode``.
     """
 
     CONTROLLER_ID = 3000
 
     def __init__(self, brokers: int = 1, *, dedicated_controller: bool = False, users: SaslUsers | None = None,
                  directory: Path | None = None, log_directory: Path | None = None, heap_mb: int = 512,
-                 extra_properties: Mapping[str, str] | None = None) -> None:
+                 extra_properties: Mapping[str, str] | None = None, advertised_host: str = LOOPBACK) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self._own_directory = directory is None
@@ -319,7 +326,8 @@ class KafkaCluster:
 
         def node(node_id: int, broker: bool, controller: bool) -> KafkaNode:
             return KafkaNode(self.directory / f"node-{node_id}", node_id, broker=broker, controller=controller,
-                             users=users, log_path=logs / f"kafka-{node_id}.log", heap_mb=heap_mb)
+                             users=users, log_path=logs / f"kafka-{node_id}.log", heap_mb=heap_mb,
+                             advertised_host=advertised_host)
 
         if dedicated_controller:
             self.controller = node(self.CONTROLLER_ID, broker=False, controller=True)
