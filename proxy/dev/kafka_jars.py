@@ -82,15 +82,23 @@ def maven_libs(name: str, what: str, artifacts: tuple[str, ...], check: Callable
     half-resolved directory is never used; ``check`` may refuse what was resolved)."""
     root = cache_directory() / name
     libs = root / "lib"
-    if libs.is_dir():
-        return libs
+    dependencies = "\n".join(_DEPENDENCY.format(*artifact.split(":")) for artifact in artifacts)
+    return made_once(root, libs, lambda: _resolve(root, libs, what, _POM.format(name=name, dependencies=dependencies),
+                                                  check))
+
+
+def made_once(root: Path, product: Path, make: Callable[[], None]) -> Path:
+    """``product`` (in ``root``, a directory of the cache), made by ``make`` the first time it is asked for: a lock
+    keeps two processes from making it at once, and ``make`` puts it in place last, so a half-made one is never
+    used."""
+    if product.exists():
+        return product
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not libs.is_dir():
-            dependencies = "\n".join(_DEPENDENCY.format(*artifact.split(":")) for artifact in artifacts)
-            _resolve(root, libs, what, _POM.format(name=name, dependencies=dependencies), check)
-    return libs
+        if not product.exists():
+            make()
+    return product
 
 
 def _resolve(root: Path, libs: Path, what: str, pom: str, check: Callable[[Path], None] | None) -> None:

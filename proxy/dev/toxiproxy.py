@@ -10,7 +10,6 @@ route can be disabled (a partition: its listener closed, its connections cut).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from proxy.dev.apache_kafka import LOOPBACK, KafkaCluster, free_port
-from proxy.dev.kafka_jars import cache_directory
+from proxy.dev.kafka_jars import cache_directory, made_once
 
 TOXIPROXY_VERSION = "2.5.0"
 _MODULE = f"github.com/Shopify/toxiproxy/v2/cmd/server@v{TOXIPROXY_VERSION}"
@@ -40,14 +39,7 @@ def toxiproxy_server() -> Path:
     a half-built binary is never used)."""
     root = cache_directory() / f"toxiproxy-{TOXIPROXY_VERSION}"
     server = root / "bin" / "server"
-    if server.is_file():
-        return server
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not server.is_file():
-            _build(root, server)
-    return server
+    return made_once(root, server, lambda: _build(root, server))
 
 
 def _build(root: Path, server: Path) -> None:

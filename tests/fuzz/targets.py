@@ -16,7 +16,7 @@ import struct
 import tempfile
 import uuid
 from array import array
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 from pathlib import Path
@@ -37,7 +37,7 @@ from protocol.fetch import (
     fetch_response_topic_bytes,
     fetch_session_epoch,
 )
-from protocol.framing import FrameSplitter
+from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import (
     REQUEST_PREFIX_BYTES,
     encode_response_header,
@@ -270,6 +270,26 @@ def request_header_target(data: bytes) -> None:
         protocol_errors(lambda: read_request_header(frame))
 
 
+def read_as_a_connection(splitter: FrameSplitter, stream: bytes, read_size: int
+                         ) -> Iterator[tuple[int, bytes | bytearray, FrameEnds]]:
+    """``stream`` read as the proxy's BufferedProtocol reads it, ``read_size`` at most a read: into the frame being
+    read whole (``frame_space``) while there is one, else fed. After each read: how much was read in all, and the
+    whole frames it completed."""
+    at = 0
+    while at < len(stream):
+        space = splitter.frame_space()
+        if space is None:
+            chunk, ends = splitter.feed(stream[at:at + read_size])
+            at += min(read_size, len(stream) - at)
+        else:
+            size = min(len(space), read_size, len(stream) - at)
+            space[:size] = stream[at:at + size]
+            at += size
+            whole = splitter.frame_filled(size)
+            chunk, ends = whole if whole is not None else (b"", array("q"))
+        yield at, chunk, ends
+
+
 def framing_target(data: bytes) -> None:
     """A stream cut into reads of any size, with or without a frame read whole: every whole frame comes out once,
     in order, until the stream is refused."""
@@ -278,19 +298,8 @@ def framing_target(data: bytes) -> None:
     stream = reader.rest()
     splitter = FrameSplitter(max_frame_bytes=1 << 16, min_frame_bytes=8)
     out = bytearray()
-    at = 0
     try:
-        while at < len(stream):
-            space = splitter.frame_space()
-            if space is None:
-                chunk, ends = splitter.feed(stream[at:at + read_size])
-                at += min(read_size, len(stream) - at)
-            else:
-                size = min(len(space), read_size, len(stream) - at)
-                space[:size] = stream[at:at + size]
-                at += size
-                whole = splitter.frame_filled(size)
-                chunk, ends = whole if whole is not None else (b"", array("q"))
+        for at, chunk, ends in read_as_a_connection(splitter, stream, read_size):
             assert not ends or ends[-1] == len(chunk)
             out += chunk
             if at >= whole_after * 16:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from protocol.errors import ProtocolError
 from protocol.framing import FrameSplitter
+from tests.fuzz.targets import read_as_a_connection
 
 
 def frame(payload: bytes) -> bytes:
@@ -68,23 +69,8 @@ def test_partial_frame_can_be_handed_over() -> None:
 
 
 def read_into_frame(splitter: FrameSplitter, data: bytes, read_size: int) -> list[tuple[bytes | bytearray, list[int]]]:
-    """``data`` read as a BufferedProtocol reads it: into ``frame_space`` while there is one, else fed."""
-    out: list[tuple[bytes | bytearray, list[int]]] = []
-    at = 0
-    while at < len(data):
-        space = splitter.frame_space()
-        if space is None:
-            chunk, ends = splitter.feed(data[at:at + read_size])
-            at += min(read_size, len(data) - at)
-        else:
-            size = min(len(space), read_size, len(data) - at)
-            space[:size] = data[at:at + size]
-            at += size
-            whole = splitter.frame_filled(size)
-            chunk, ends = whole if whole is not None else (b"", [])
-        if len(ends):
-            out.append((chunk, list(ends)))
-    return out
+    """``data`` read as a BufferedProtocol reads it (``read_as_a_connection``): the reads that completed frames."""
+    return [(chunk, list(ends)) for _, chunk, ends in read_as_a_connection(splitter, data, read_size) if len(ends)]
 
 
 def test_a_frame_read_whole_is_read_into_one_buffer_of_its_size() -> None:
