@@ -16,6 +16,7 @@ from proxy.cluster.upstream import UPSTREAM_ERRORS, open_upstream
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.login import LoginSteps
 from proxy.connection.muting import Muting
+from proxy.connection.outbox import Outbox
 from proxy.connection.requests import RequestSide
 from proxy.connection.responses import ResponseSide
 from proxy.connection.state import READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
@@ -38,10 +39,10 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._client.upstream_buffer_updated(nbytes)
 
     def pause_writing(self) -> None:
-        self._client.gate.pause(PauseReason.PEER_BACKPRESSURE)
+        self._client.upstream_busy()
 
     def resume_writing(self) -> None:
-        self._client.gate.resume(PauseReason.PEER_BACKPRESSURE)
+        self._client.upstream_drained()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._client.upstream_lost(exc)
@@ -93,6 +94,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.gate = ReadGate(transport)
+        self._to_client = Outbox(transport, self._buffer_high, self._client_fell_behind, self._client_caught_up)
         self._context.connection_opened(self)  # sets the buffer share
         self._loop = loop = asyncio.get_running_loop()
         ssl_object = transport.get_extra_info("ssl_object")
@@ -132,6 +134,20 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         return None
 
     def pause_writing(self) -> None:
+        self._to_client.busy()
+
+    def resume_writing(self) -> None:
+        self._to_client.drained()
+
+    def upstream_busy(self) -> None:
+        if self._to_cluster is not None:
+            self._to_cluster.busy()
+
+    def upstream_drained(self) -> None:
+        if self._to_cluster is not None:
+            self._to_cluster.drained()
+
+    def _client_fell_behind(self) -> None:
         """The client reads less than it is sent: nothing more is read from the cluster for it, and
         none of its requests is read or decided, whoever would answer it (the proxy's own answers
         included), until it catches up."""
@@ -140,7 +156,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         if self._upstream_gate is not None:
             self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)
 
-    def resume_writing(self) -> None:
+    def _client_caught_up(self) -> None:
         self._client_backlogged = False
         self.gate.resume(PauseReason.CLIENT_BACKLOG)
         if self._upstream_gate is not None:
@@ -175,7 +191,8 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         if self._closed:
             transport.close()
             return
-        transport.set_write_buffer_limits(high=self._buffer_high)
+        self._to_cluster = Outbox(transport, self._buffer_high, lambda: self.gate.pause(PauseReason.PEER_BACKPRESSURE),
+                                  lambda: self.gate.resume(PauseReason.PEER_BACKPRESSURE))
         peer = transport.get_extra_info("peername")
         self._upstream_broker = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(target)
         self._upstream = transport
@@ -230,7 +247,10 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
             if splice is not None:
                 splice.stop()
         if self._transport is not None:
+            self._to_client.close()
             self._transport.close()
+        if self._to_cluster is not None:
+            self._to_cluster.close()
         if self._upstream is not None:
             self._upstream.close()
         self._in_flight.clear()
@@ -239,9 +259,9 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
     def set_buffer_share(self, high_bytes: int) -> None:
         self._buffer_high = high_bytes
         self._read_bytes = read_bytes_for(high_bytes)
-        for transport in (self._transport, self._upstream):
-            if transport is not None and not transport.is_closing():
-                transport.set_write_buffer_limits(high=high_bytes)
+        for outbox in (self._to_client, self._to_cluster):
+            if outbox is not None:
+                outbox.high_bytes = high_bytes
 
     def abort(self) -> None:
         """Force-close without waiting for buffered writes (shutdown past its grace period)."""

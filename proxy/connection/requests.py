@@ -9,7 +9,6 @@ channel (``SocketServer``): a client that pipelines gets no more than one that w
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +20,7 @@ from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import peek_request
 from proxy.connection.flow import PauseReason
+from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice, can_splice
 from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, throttled_at_least
@@ -78,7 +78,7 @@ class RequestSide(ConnectionState):
         the rest wait (``_holding``)."""
         view = memoryview(chunk)
         start = forward_from = ends[first - 1] if first else 0
-        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
+        upstream = cast(Outbox, self._to_cluster)  # only None before a login, when nothing is forwarded
         for index in range(first, len(ends)):
             end = ends[index]
             frame = view[start + SIZE_PREFIX_BYTES:end]
@@ -211,7 +211,7 @@ class RequestSide(ConnectionState):
         self._release_held()
 
     def _carry_out_decided(self, outcome: Outcome, frame: bytes) -> None:
-        upstream = cast(asyncio.Transport, self._upstream)  # only None before a login, when nothing is forwarded
+        upstream = cast(Outbox, self._to_cluster)  # only None before a login, when nothing is forwarded
         if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
             upstream.write(frame)
         elif outcome.forward and outcome.replacement is not None:
@@ -255,8 +255,8 @@ class RequestSide(ConnectionState):
             self._cut_through_scan.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
         self._cut_through_remaining = frame_bytes - len(taken)
         self._carry_out(outcome, frame)
-        assert self._upstream is not None
-        self._upstream.write(taken)
+        assert self._to_cluster is not None
+        self._to_cluster.write(taken)
         self._splice_unread_bytes()
 
     def _splice_unread_bytes(self) -> None:
@@ -271,6 +271,8 @@ class RequestSide(ConnectionState):
         if self._splice is None:
             self._splice = FrameSplice(self._loop, ("client", "cluster"), self._spliced_read, self._splice_done,
                                        self._splice_failed)
+        assert self._to_cluster is not None
+        self._to_cluster.hand_over()  # the spliced bytes follow what the cluster was sent before them
         try:
             self._splice.start(self._transport, self._upstream, unread, self._read_bytes)
         except OSError as error:  # they are cut through as they are read
@@ -317,10 +319,10 @@ class RequestSide(ConnectionState):
 
     def _cut_through(self, data: bytes) -> bytes:
         """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
-        assert self._upstream is not None
+        assert self._to_cluster is not None
         taken = min(len(data), self._cut_through_remaining)
         part = data if taken == len(data) else memoryview(data)[:taken]
-        self._upstream.write(part)
+        self._to_cluster.write(part)
         self._cut_through_remaining -= taken
         if self._cut_through_scan is not None:
             self._cut_through_scan.feed(part)

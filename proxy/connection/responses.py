@@ -102,13 +102,12 @@ class ResponseSide(ConnectionState):
                 pieces.append(replacement)
                 untouched_from = end
             start = end
-        assert self._transport is not None
         if not pieces:
-            self._transport.write(chunk)
+            self._to_client.write(chunk)
         else:
             if untouched_from < len(chunk):
                 pieces.append(view[untouched_from:])
-            self._transport.writelines(pieces)
+            self._to_client.writelines(pieces)
         self._responses_sent(mute_ms)
 
     def _answered_request(self, frame: memoryview, frame_bytes: int, offset: int) -> InFlight:
@@ -162,10 +161,9 @@ class ResponseSide(ConnectionState):
         request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)
         taken = self._responses.take_partial_frame()
         self._response_cut_through_remaining = frame_bytes - len(taken)
-        assert self._transport is not None
         if request.answer_body is not None:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
-            self._transport.write(_with_header(frame, header_length, request.answer_body))
+            self._to_client.write(_with_header(frame, header_length, request.answer_body))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
             self._mute(request.throttle_ms)
             self._dropping_cut_through = True
@@ -177,7 +175,7 @@ class ResponseSide(ConnectionState):
             body = raise_throttle(request.api_key, request.api_version, frame[header_length:], request.throttle_ms)
             if body is not None:
                 head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
-        self._transport.writelines((head, memoryview(taken)[len(prefix):]))
+        self._to_client.writelines((head, memoryview(taken)[len(prefix):]))
         self._mute_after_cut_through_ms = request.throttle_ms if request.holds_later_requests else None
         if self._response_cut_through_remaining >= SPLICE_AFTER_BYTES:
             self._splice_rest_of_response()
@@ -192,6 +190,7 @@ class ResponseSide(ConnectionState):
         if self._response_splice is None:
             self._response_splice = FrameSplice(self._loop, ("cluster", "client"), self._spliced_response_read,
                                                 self._spliced_response, self._response_splice_failed)
+        self._to_client.hand_over()  # the spliced bytes follow what the client was sent before them
         try:
             self._response_splice.start(upstream, transport, self._response_cut_through_remaining, self._read_bytes)
         except OSError as error:  # the rest is cut through as it is read
@@ -220,10 +219,9 @@ class ResponseSide(ConnectionState):
     def _cut_through_response(self, data: bytes) -> bytes:
         """Send the client the part of ``data`` that belongs to the response being cut through (or drop
         it); return the rest."""
-        assert self._transport is not None
         taken = min(len(data), self._response_cut_through_remaining)
         if not self._dropping_cut_through:
-            self._transport.write(data if taken == len(data) else memoryview(data)[:taken])
+            self._to_client.write(data if taken == len(data) else memoryview(data)[:taken])
         self._response_cut_through_remaining -= taken
         if not self._response_cut_through_remaining:
             self._dropping_cut_through = False
@@ -250,8 +248,7 @@ class ResponseSide(ConnectionState):
     def _send_local_responses_in_turn(self) -> None:
         due = self._local_responses_due()
         if due:
-            assert self._transport is not None
-            self._transport.writelines(due)
+            self._to_client.writelines(due)
             if self._close_after_write:
                 self.close("closed after its last response")
                 return

@@ -17,6 +17,7 @@ from protocol.header import REQUEST_PREFIX_BYTES
 from protocol.produce import StreamedProduceScan
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice
 from proxy.decision.outcome import ResponseCharge, ResponseFinisher
 from proxy.security.sasl import SaslServer
@@ -119,6 +120,10 @@ class ConnectionState:
         self._upstream: asyncio.Transport | None = None
         self._upstream_gate: ReadGate | None = None
         self.gate: ReadGate
+        self._to_client: Outbox
+        """Everything the client is sent goes through it (``outbox``)."""
+        self._to_cluster: Outbox | None = None
+        """Everything the cluster is sent on this connection goes through it, once connected."""
         self._peer = "?"
         self._closed = False
         self._draining = False
@@ -155,7 +160,7 @@ class ConnectionState:
         """Requests that wait behind a request whose handler asks the cluster first, a throttle, a backlog
         or too many requests in flight (``_holding``)."""
         self._client_backlogged = False
-        """The client's write buffer is above its high-water mark (``pause_writing``)."""
+        """What the client has not read yet is above its high-water mark (``Outbox.behind``)."""
         self._buffer_high = self._config.write_buffer_high_bytes
         """Either side stops being read while the other has this much unsent: ``write_buffer_high_bytes`` or
         the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
