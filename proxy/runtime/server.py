@@ -51,6 +51,7 @@ from proxy.producer_ids.sources import (
 from proxy.reporting.metrics import ProxyMetrics, serve_metrics, worker_labelled
 from proxy.reporting.usage_log import STORE as USAGE_LOG_STORE
 from proxy.reporting.usage_log import UsageLog
+from proxy.runtime.memory import FreedMemory
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
 from proxy.security.tls import PrincipalMapper, ReloadingContext
@@ -171,6 +172,7 @@ class ProxyServer:
         """Open client connections and the IP each counts against."""
         self._buffer_share = self.metrics.buffer_share_bytes = self.config.write_buffer_high_bytes
         self._address_rewrites = RewriteMemo(_ADDRESS_REWRITE_BYTES)
+        self._freed_memory = FreedMemory()
         self._admitted: dict[Connection, str] = {}
         """Connections accepted and counted, not yet attached to their socket."""
         self._slot_freed = asyncio.Event()
@@ -218,6 +220,7 @@ class ProxyServer:
         if ip is not None:
             self.metrics.open_connections -= 1
             self._share_buffers()
+            self._freed_memory.connection_closed()
         else:
             ip = self._admitted.pop(connection, None)  # its socket could not be attached
         if ip is not None:
@@ -406,7 +409,8 @@ class ProxyServer:
             await self.refresh_brokers()
         self.usage.start()
         loop = asyncio.get_running_loop()
-        self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
+        self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage()),
+                             loop.create_task(self._freed_memory.return_periodically())]
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
         settings = self.allocator_settings
