@@ -1,22 +1,24 @@
-"""Clients that pipeline requests and never read their answers: the proxy's memory stays bounded (the
-README's caps are measured here, within what ``ALLOWED_GROWTH`` allows), and a well-behaved client on the
-same proxy keeps being served.
+"""Clients that pipeline requests and never read their answers: the proxy's resident memory stays within the
+configured total (``max-buffered-bytes``) plus a quarter, and a well-behaved client on the same proxy is served
+within a second meanwhile.
 
-Each kind of request a client can flood with, as raw pipelined frames: answered by the proxy itself
-(an ApiVersions newer than it parses), answered by the cluster (Metadata), Produce with acks, Fetch
-data, Produce held back behind a throttle, and large Produce requests cut through. The figure checked
-is the growth of the proxy's resident memory while the flooders send as fast as the proxy reads.
+Each kind of request a client can flood with, as raw pipelined frames: answered by the proxy itself (an
+ApiVersions newer than it parses), many small answers from the cluster (Metadata of a small cluster), few
+large ones (Metadata naming a thousand topics that do not exist, which the proxy reads whole to rewrite), Produce
+with acks, large Produce requests cut through, Produce held back behind a throttle, Fetch data, and SASL
+handshakes before any login (connections the proxy closes, opened again at once). One proxy per kind and
+setting takes 1, then 20, then 100 such connections (each step's flooders close before the next opens): the
+growth checked is its RSS at every moment against what it was before the first, so memory a step freed but
+kept counts against the later ones.
 """
 
 from __future__ import annotations
 
-import select
 import socket
 import struct
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -26,82 +28,69 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
 
 from protocol.api_versions import NEWEST_API_VERSIONS
-from tests.support import ProxyProcess, call, encode_request, produce_request, record_batch
+from protocol.apis import Api
+from proxy.security.sasl_messages import plain_token
+from tests.integration.flooders import flooding
+from tests.integration.test_sasl import add_user
+from tests.support import LOOPBACK, ProxyProcess, call, encode_request, produce_request, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
-SHARE = MIB
-"""``write-buffer-high-bytes`` of these proxies."""
-TOTAL = 32 * MIB
-"""``max-buffered-bytes`` of these proxies."""
-ALLOWED_GROWTH = {1: 16 * MIB, 100: int(TOTAL * 1.1)}
-"""What the test allows, by connections: ``TOTAL`` plus 10% for 100 connections; for one, the README's cap
-(3 x ``SHARE``) is a measured figure, not asserted, because a fresh proxy's RSS moves by up to 10 MiB with its
-allocator's arenas from run to run. Before the caps, with the 4 MiB default mark, one ApiVersions connection grew it by
-97-105 MiB, twenty by 227 MiB, and a well-behaved client beside twenty got no answer in 5 s."""
-FLOOD_S = 8.0
+SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
+    # name: (max-buffered-bytes, the proxy's flags)
+    "defaults": (256 * MIB, ()),
+    "32 MiB total": (32 * MIB, ("--max-buffered-bytes", str(32 * MIB))),
+}
+ALLOWED_OVER_TOTAL = 1.25
+"""RSS growth allowed, as a multiple of ``max-buffered-bytes``: what the proxy holds beyond the bytes it counts
+(objects, the allocator's rounding) fits in the quarter."""
+CONNECTIONS = (1, 20, 100)
+STEP_S = 3.0
+"""Each step's flood: the growth levels off within a second of the flooders' first bytes."""
+SERVED_WITHIN_S = 1.0
+NOT_YET_HELD: dict[tuple[str, str], tuple[float, float]] = {
+    # (kind, setting): (RSS growth allowed as a multiple of the total, seconds the well-behaved client may wait)
+    ("few large answers from the cluster", "32 MiB total"): (1.5, SERVED_WITHIN_S),
+    ("many small answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 2.0),
+}
+"""Where the proxy does not hold the aims yet, and what the test holds it to meanwhile (README, "Bounded memory").
+With 100 connections a 32 MiB total leaves each side 166 KB, and a 68 KB answer read whole to be rewritten is held
+outside it (one being read, one past the mark, as a broker holds a response per connection): +37.8 to +41.5 MiB in
+four runs of this file, +31.4 in a run of its own. With the defaults, a client connecting while 100 others each
+pipeline 32 tiny requests at a time took 0.4-1.4 s in five runs to be served: it needs five or six turns of the event
+loop (accepted, attached, connected upstream, forwarded, answered), and each turn relays every flooder's answers;
+later in the flood 0.03-0.35 s."""
 
 
-def _flood(port: int, payload: bytes, stop: threading.Event) -> None:
-    """Send ``payload`` again and again as fast as the proxy reads it, never reading an answer."""
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        view = memoryview(payload)
-        sent = 0
-        while not stop.is_set():
-            if select.select([], [sock], [], 0.1)[1]:
-                try:
-                    sent = (sent + sock.send(view[sent:])) % len(payload)
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    return
-
-
-@contextmanager
-def flooding(port: int, payload: bytes, connections: int) -> Iterator[None]:
-    stop = threading.Event()
-    threads = [threading.Thread(target=_flood, args=(port, payload, stop), daemon=True) for _ in range(connections)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
-
-
-def rss_growth_while_serving(proxy: ProxyProcess, flood_port: int, payload: bytes,
-                             connections: int) -> tuple[int, float]:
-    """The peak growth of the proxy's RSS over ``FLOOD_S`` of flooding, and the slowest Metadata round trip
-    of a client that connects anew each time meanwhile."""
-    assert proxy.process is not None
-    process = psutil.Process(proxy.process.pid)
-    before = process.memory_info().rss
-    peak = 0
-    slowest = 0.0
-    with flooding(flood_port, payload, connections):
-        deadline = time.monotonic() + FLOOD_S
-        while time.monotonic() < deadline:
-            started = time.monotonic()
-            with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as good:
-                call(good, 3, 1, topics=None)
-            slowest = max(slowest, time.monotonic() - started)
-            peak = max(peak, process.memory_info().rss - before)
-            time.sleep(0.2)
-    return peak, slowest
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
 
 def fill_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    create_topic(bootstrap, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for _ in range(2 * 64):
         producer.produce(topic, b"p" * 16384)
         producer.poll(0)
     assert producer.flush(60) == 0
+
+
+def login_frames(user: str, password: str) -> list[bytes]:
+    return [encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=1000, mechanism="PLAIN"),
+            encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=1001, auth_bytes=plain_token(user, password))]
+
+
+@dataclass(frozen=True)
+class Flood:
+    requests: Callable[[str], bytes]
+    to_leader: bool = False
+    """Sent to the partition leader's listener, not the bootstrap."""
+    topic_filled: bool = False
+    quota: str | None = None
+    """The quota file's text, when the kind needs one."""
+    sasl: bool = False
+    """The proxy terminates SASL: flooders never log in (and are closed), the well-behaved client logs in."""
 
 
 def api_versions_too_new(topic: str) -> bytes:
@@ -110,9 +99,17 @@ def api_versions_too_new(topic: str) -> bytes:
 
 
 def metadata(topic: str) -> bytes:
-    """Metadata of every topic: its answers' size depends on the topics of the cluster, which holds only the
-    test's own when it is the session's (every test deletes what it made: ``tests.cluster_state``)."""
+    """Metadata of every topic: small answers, the session's cluster holding only the tests' own topics (every
+    test deletes what it made: ``tests.cluster_state``)."""
     return b"".join(encode_request(3, 1, correlation_id=i, topics=None) for i in range(1000))
+
+
+def metadata_of_missing_topics(topic: str) -> bytes:
+    """Metadata naming a thousand topics that do not exist (and are not created): answers of 68 KB, which the
+    proxy reads whole to rewrite the brokers in them."""
+    names = [{"name": f"{topic}-missing-{i:05}-{'x' * 40}"} for i in range(1000)]
+    return b"".join(encode_request(3, 4, correlation_id=i, topics=names, allow_auto_topic_creation=False)
+                    for i in range(4))
 
 
 def produce_small(topic: str) -> bytes:
@@ -133,42 +130,90 @@ def fetch(topic: str) -> bytes:
         for i in range(100))
 
 
-KINDS: dict[str, tuple[Callable[[str], bytes], bool]] = {
-    # name: (requests, sent to the partition leader's listener)
-    "answered by the proxy": (api_versions_too_new, False),
-    "answered by the cluster": (metadata, False),
-    "produce acks": (produce_small, True),
-    "produce cut through": (produce_large, True),
-    "produce held back by a throttle": (produce_small, True),
-    "fetch data": (fetch, True),
+def sasl_handshakes(topic: str) -> bytes:
+    """SaslHandshakes before any login: the first is answered, the second refused and the connection closed."""
+    return b"".join(encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=i, mechanism="PLAIN") for i in range(100))
+
+
+KINDS = {
+    "answered by the proxy": Flood(api_versions_too_new),
+    "many small answers from the cluster": Flood(metadata),
+    "few large answers from the cluster": Flood(metadata_of_missing_topics),
+    "produce acks": Flood(produce_small, to_leader=True),
+    "produce cut through": Flood(produce_large, to_leader=True),
+    "produce held back by a throttle": Flood(produce_small, to_leader=True,
+                                             quota='[[quota]]\nuser = "ANONYMOUS"\nproducer_byte_rate = 100000\n'),
+    "fetch data": Flood(fetch, to_leader=True, topic_filled=True),
+    "sasl handshakes": Flood(sasl_handshakes, sasl=True),
 }
 
 
-OVER_THE_TOTAL_WITH_100 = {"answered by the cluster", "produce acks"}
-"""Kinds that 100 connections still take past ``TOTAL``: many small responses (measured +55 to +92 MiB against
-32 for Metadata); Produce acks +38.8 MiB in a clean-clone run and +46 MiB in CI, but +8-10 MiB alone: the growth
-in 8 s follows how fast a warmed broker answers (+22 to +34 MiB after other tests, 30 s floods included). Not
-claimed until fixed (README). Fetch data went from there to +5-8 MiB once large Fetch responses were spliced."""
+def served_once(proxy: ProxyProcess, sasl: bool) -> float:
+    """Seconds a client connecting anew takes to get Metadata answered (logged in first, under SASL)."""
+    started = time.monotonic()
+    with socket.create_connection((LOOPBACK, proxy.port), timeout=10) as good:
+        if sasl:
+            for frame in login_frames("bob", "bob-secret"):
+                good.sendall(frame)
+                read_frame(good)
+        call(good, 3, 1, topics=None)
+    return time.monotonic() - started
 
 
-@pytest.mark.parametrize(("kind", "connections"), [(kind, 1) for kind in KINDS] + [
-    (kind, 100) for kind in KINDS if kind not in OVER_THE_TOTAL_WITH_100])
-def test_clients_that_never_read_grow_the_proxy_boundedly_and_others_are_served(  # type: ignore[no-untyped-def]
-        own_proxy, tmp_path: Path, topic: str, kind: str, connections: int) -> None:
-    arguments = ["--write-buffer-high-bytes", str(SHARE), "--max-buffered-bytes", str(TOTAL)]
-    if kind == "produce held back by a throttle":
+@dataclass
+class Step:
+    connections: int
+    peak_growth: int = 0
+    slowest_s: float = 0.0
+
+
+def flood_in_steps(proxy: ProxyProcess, port: int, payload: bytes, flood: Flood) -> list[Step]:
+    """1, 20 and 100 flooding connections in turn, each for ``STEP_S``: the peak RSS growth over the proxy's RSS
+    before the first, and the slowest answer a well-behaved client got meanwhile."""
+    assert proxy.process is not None
+    process = psutil.Process(proxy.process.pid)
+    before = process.memory_info().rss
+    steps = []
+    for connections in CONNECTIONS:
+        step = Step(connections)
+        with flooding(port, payload, connections, reconnect=flood.sasl):
+            deadline = time.monotonic() + STEP_S
+            while time.monotonic() < deadline:
+                step.slowest_s = max(step.slowest_s, served_once(proxy, flood.sasl))
+                step.peak_growth = max(step.peak_growth, process.memory_info().rss - before)
+                time.sleep(0.1)
+        steps.append(step)
+    return steps
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_clients_that_never_read_hold_the_proxy_to_its_total_and_others_are_served(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str, kind: str, settings: str) -> None:
+    total, arguments = SETTINGS[settings]
+    flood = KINDS[kind]
+    extra: list[str] = []
+    if flood.quota is not None:
         quotas = tmp_path / "quotas.toml"
-        quotas.write_text('[[quota]]\nuser = "ANONYMOUS"\nproducer_byte_rate = 100000\n')
-        arguments += ["--quota-file", str(quotas)]
-    proxy = own_proxy(*arguments)
-    requests, to_leader = KINDS[kind]
-    fill_topic(proxy.bootstrap, topic)
-    time.sleep(1)  # the proxy's own allocations for the filling settle
-    port = proxy.broker_port_base + 1 if to_leader else proxy.port
-    growth, slowest = rss_growth_while_serving(proxy, port, requests(topic), connections)
-    allowed = ALLOWED_GROWTH[connections]
-    assert growth <= allowed, f"{kind}, {connections} connections: RSS +{growth / MIB:.1f} MiB, allowed {allowed}"
-    # measured 0.15-1.4 s beside 100 flooders (2 shared cores); the proxy before this test: 9.7 s, or no answer
-    assert slowest < 3.0, f"{kind}, {connections} connections: a well-behaved client waited {slowest:.2f} s"
-    print(f"{kind}, {connections} connections: RSS +{growth / MIB:.1f} MiB, "
-          f"slowest Metadata {slowest * 1000:.0f} ms")
+        quotas.write_text(flood.quota)
+        extra += ["--quota-file", str(quotas)]
+    if flood.sasl:
+        users = tmp_path / "users.toml"
+        add_user(users, "bob", "PLAIN")
+        extra += ["--sasl-users", str(users)]
+    proxy = own_proxy(*arguments, *extra)
+    if flood.topic_filled:
+        fill_topic(proxy.bootstrap, topic)
+    elif flood.to_leader:
+        create_topic(proxy.bootstrap, topic)
+    served_once(proxy, flood.sasl)
+    time.sleep(1)  # the proxy's own allocations for the set-up settle
+    port = proxy.broker_port_base + 1 if flood.to_leader else proxy.port
+    steps = flood_in_steps(proxy, port, flood.requests(topic), flood)
+    report = ", ".join(f"{step.connections}: +{step.peak_growth / MIB:.1f} MiB, {step.slowest_s * 1000:.0f} ms"
+                       for step in steps)
+    print(f"{kind}, {settings}: {report}")
+    over_total, served_within_s = NOT_YET_HELD.get((kind, settings), (ALLOWED_OVER_TOTAL, SERVED_WITHIN_S))
+    allowed = int(total * over_total)
+    assert all(step.peak_growth <= allowed for step in steps), f"{kind}, {settings}: allowed {allowed}; {report}"
+    assert all(step.slowest_s < served_within_s for step in steps), f"{kind}, {settings}: {report}"
