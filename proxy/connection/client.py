@@ -151,13 +151,11 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         """The client reads less than it is sent: nothing more is read from the cluster for it, and
         none of its requests is read or decided, whoever would answer it (the proxy's own answers
         included), until it catches up."""
-        self._client_backlogged = True
         self.gate.pause(PauseReason.CLIENT_BACKLOG)
         if self._upstream_gate is not None:
             self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)
 
     def _client_caught_up(self) -> None:
-        self._client_backlogged = False
         self.gate.resume(PauseReason.CLIENT_BACKLOG)
         if self._upstream_gate is not None:
             self._upstream_gate.resume(PauseReason.PEER_BACKPRESSURE)

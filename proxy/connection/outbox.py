@@ -97,6 +97,7 @@ class Outbox:
             self._caught_up()
 
     def _check_behind(self) -> None:
-        if not self._behind and self.queued_bytes() >= self.high_bytes:
+        # a transport that is not busy sent everything at once, and nothing is gathered: nothing to count
+        if self._busy and not self._behind and self.queued_bytes() >= self.high_bytes:
             self._behind = True
             self._fell_behind()

@@ -377,7 +377,7 @@ class RequestSide(ConnectionState):
         waited_s = time.perf_counter() - max(self._in_flight[0].read_at, self._upstream_heard_at)
         awaiting_verdict = self._upstream_gate is not None and self._upstream_gate.paused_for(
             PauseReason.AWAITING_VERDICT)
-        if waited_s >= timeout_s and not (self._client_backlogged or self._cut_through_remaining or awaiting_verdict):
+        if waited_s >= timeout_s and not (self._to_client.behind or self._cut_through_remaining or awaiting_verdict):
             self._metrics.upstream_request_timeouts += 1
             request = self._in_flight[0]
             self.close(f"the cluster sent nothing for request {request.correlation_id} (api {request.api_key}) "

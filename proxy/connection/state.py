@@ -159,8 +159,6 @@ class ConnectionState:
         self._held = HeldFrames()
         """Requests that wait behind a request whose handler asks the cluster first, a throttle, a backlog
         or too many requests in flight (``_holding``)."""
-        self._client_backlogged = False
-        """What the client has not read yet is above its high-water mark (``Outbox.behind``)."""
         self._buffer_high = self._config.write_buffer_high_bytes
         """Either side stops being read while the other has this much unsent: ``write_buffer_high_bytes`` or
         the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
@@ -191,7 +189,7 @@ class ConnectionState:
         the client to read its answers, or for the cluster to answer some of the requests out."""
         return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
                 or self._close_when_answered or (self._connect_task is not None and self._upstream is None)
-                or self._login_step_pending or self._client_backlogged
+                or self._login_step_pending or self._to_client.behind
                 or self._local_answer_bytes >= self._buffer_high
                 or len(self._in_flight) >= self._config.max_in_flight_requests)
 
