@@ -24,15 +24,15 @@ from pathlib import Path
 import psutil
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
 
 from protocol.api_versions import NEWEST_API_VERSIONS
 from protocol.apis import Api
-from proxy.security.sasl_messages import plain_token
 from tests.integration.flooders import flooding
+from tests.integration.test_produce_quotas import create_topic
 from tests.integration.test_sasl import add_user
-from tests.support import LOOPBACK, ProxyProcess, call, encode_request, produce_request, read_frame, record_batch
+from tests.integration.test_topic_quotas import logged_in
+from tests.support import LOOPBACK, ProxyProcess, call, encode_request, produce_request, record_batch
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -62,11 +62,6 @@ loop (accepted, attached, connected upstream, forwarded, answered), and each tur
 later in the flood 0.03-0.35 s."""
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-
-
 def fill_topic(bootstrap: str, topic: str) -> None:
     create_topic(bootstrap, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -74,11 +69,6 @@ def fill_topic(bootstrap: str, topic: str) -> None:
         producer.produce(topic, b"p" * 16384)
         producer.poll(0)
     assert producer.flush(60) == 0
-
-
-def login_frames(user: str, password: str) -> list[bytes]:
-    return [encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=1000, mechanism="PLAIN"),
-            encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=1001, auth_bytes=plain_token(user, password))]
 
 
 @dataclass(frozen=True)
@@ -151,11 +141,7 @@ KINDS = {
 def served_once(proxy: ProxyProcess, sasl: bool) -> float:
     """Seconds a client connecting anew takes to get Metadata answered (logged in first, under SASL)."""
     started = time.monotonic()
-    with socket.create_connection((LOOPBACK, proxy.port), timeout=10) as good:
-        if sasl:
-            for frame in login_frames("bob", "bob-secret"):
-                good.sendall(frame)
-                read_frame(good)
+    with logged_in(proxy, "bob") if sasl else socket.create_connection((LOOPBACK, proxy.port), timeout=10) as good:
         call(good, 3, 1, topics=None)
     return time.monotonic() - started
 
