@@ -37,7 +37,7 @@ def given_quotas(quota_file: Path | None, client_quotas: Path | None) -> QuotaCo
     file_config = load_quota_file(quota_file) if quota_file is not None else QuotaConfig()
     if client_quotas is None:
         return file_config
-    return overlaid(file_config, read_overrides(client_quotas), client_quotas)
+    return overlaid(file_config, read_overrides(client_quotas), str(client_quotas))
 
 
 class QuotasInForce:

@@ -158,7 +158,8 @@ def _explain(args: argparse.Namespace) -> int:
     if args.state_dir is not None and not args.state_dir.is_dir():
         raise ConfigError(f"--state-dir {args.state_dir}: not a directory")
     overrides = read_overrides(overrides_path) if overrides_path is not None and overrides_path.exists() else {}
-    explanations = explain(overlaid(file_config, overrides, overrides_path), who)
+    explanations = explain(overlaid(file_config, overrides, None if overrides_path is None else str(overrides_path)),
+                           who)
     if args.json:
         print(json.dumps({"user": who.user, "client_id": who.client_id, "ip": who.ip, "topic": who.topic,
                           "quotas": [explanation.as_json() for explanation in explanations]}, indent=1))

@@ -65,6 +65,16 @@ class Record:
     offset: int
     timestamp_ms: int
     value: bytes
+    key: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    records: list[Record]
+    next_offset: int
+    """The offset to ask next."""
+    high_watermark: int
+    """The partition's end, as far as consumers may read: ``next_offset`` has reached it once read up."""
 
 
 @dataclass
@@ -138,13 +148,15 @@ class ClusterClient:
                 raise ClusterError(f"{self.topic} was created but has no leader yet")
         return partition
 
-    async def produce(self, values: Sequence[bytes], idempotent: bool = False) -> int:
-        """Append ``values`` as one batch, acks=all; the offset of the first. Idempotent: a retried batch
-        (same producer id and sequence) is stored once and answered with its first offset."""
+    async def produce(self, values: Sequence[bytes], idempotent: bool = False,
+                      keys: Sequence[bytes] | None = None) -> int:
+        """Append ``values`` (with ``keys``, for a compacted topic) as one batch, acks=all; the offset of the
+        first. Idempotent: a retried batch (same producer id and sequence) is stored once and answered with its
+        first offset."""
         if idempotent and self._idempotent is None:
             self._idempotent = await self._init_producer_id()
         state = self._idempotent if idempotent else None
-        batch = _record_batch(values, state)
+        batch = _record_batch(values, state, keys)
         response = await self._call(Api.PRODUCE, _PRODUCE_VERSION, {
             "transactional_id": None, "acks": -1, "timeout_ms": int(self._timeout_s * 1000),
             "topic_data": [{"name": self.topic, "partition_data": [{"index": PARTITION, "records": batch}]}]})
@@ -161,8 +173,9 @@ class ClusterClient:
             raise ClusterError(f"produce to {self.topic}: no offset in the answer ({answer.base_offset})")
         return int(answer.base_offset)
 
-    async def fetch(self, offset: int, max_wait_ms: int, max_bytes: int) -> tuple[list[Record], int]:
-        """Records from ``offset`` on (waiting up to ``max_wait_ms`` for some) and the offset to ask next."""
+    async def fetch(self, offset: int, max_wait_ms: int, max_bytes: int) -> Fetched:
+        """Records from ``offset`` on (waiting up to ``max_wait_ms`` for some), the offset to ask next, and
+        the partition's high watermark."""
         response = await self._call(Api.FETCH, _FETCH_VERSION, {
             "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
             "isolation_level": 0, "session_id": 0, "session_epoch": -1,
@@ -180,9 +193,11 @@ class ClusterClient:
             while (batch := batches.next_batch()) is not None:
                 for record in batch:
                     if record.offset >= offset and record.value is not None:
-                        records.append(Record(record.offset, record.timestamp, bytes(record.value)))
-                    next_offset = max(next_offset, record.offset + 1)
-        return records, next_offset
+                        key = None if record.key is None else bytes(record.key)
+                        records.append(Record(record.offset, record.timestamp, bytes(record.value), key))
+                # a compacted topic's batch may end past its last kept record: read on from the batch's end
+                next_offset = max(next_offset, batch.next_offset)
+        return Fetched(records, next_offset, int(answer.high_watermark))
 
     async def offset_at(self, timestamp_ms: int) -> int:
         """The first offset at or after ``timestamp_ms`` (or LATEST), the end when none is."""
@@ -242,14 +257,14 @@ class ClusterClient:
         self._partition = None
 
 
-def _record_batch(values: Sequence[bytes], state: _IdempotentState | None) -> bytes:
+def _record_batch(values: Sequence[bytes], state: _IdempotentState | None, keys: Sequence[bytes] | None) -> bytes:
     builder = MemoryRecordsBuilder(
         magic=2, compression_type=0, batch_size=max(1 << 16, 2 * sum(map(len, values))),
         producer_id=-1 if state is None else state.producer_id,
         producer_epoch=-1 if state is None else state.epoch,
         base_sequence=-1 if state is None else state.sequence)
     now_ms = int(time.time() * 1000)
-    for value in values:
-        builder.append(now_ms, None, value)
+    for index, value in enumerate(values):
+        builder.append(now_ms, None if keys is None else keys[index], value)
     builder.close()
     return bytes(builder.buffer())

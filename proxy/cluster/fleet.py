@@ -27,6 +27,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from proxy.cluster.client import ClusterClient, ClusterError, Record
+from proxy.cluster.shared_overrides import SharedOverrides
+from proxy.cluster.topic_link import TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
@@ -37,6 +39,7 @@ from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager
 log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "__kafka_quota_proxy_usage"
+DEFAULT_QUOTAS_TOPIC = "__kafka_quota_proxy_quotas"
 TOPIC_RETENTION_MS = 600_000
 """``retention.ms`` of the usage topic when the proxy creates it: a member reads back one window at start."""
 RETRY_BACKOFF_S = 1.0
@@ -46,7 +49,6 @@ MIN_PUBLISH_GAP_S = 0.01
 """An urgent publication follows the previous one no sooner than this: at most 100 records a second."""
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 OFFSET_OUT_OF_RANGE = 1
-_FAILURE_LOG_INTERVAL_S = 60.0
 USAGE_AGE_BUCKETS_S = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 11.0, 60.0)
 
 
@@ -58,6 +60,8 @@ class FleetSettings:
     instance_id: str = ""
     """Unique in the fleet; "" means the advertised host:port of the bootstrap listener."""
     publish_interval_ms: int = 200
+    quotas_topic: str = DEFAULT_QUOTAS_TOPIC
+    """Where the fleet keeps the quotas set through AlterClientQuotas (``SharedOverrides``)."""
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> FleetSettings | None:
@@ -71,13 +75,17 @@ class FleetSettings:
         try:
             settings = cls(topic=str(table.pop("topic", DEFAULT_TOPIC)),
                            instance_id=str(table.pop("instance-id", "")),
-                           publish_interval_ms=int(table.pop("publish-interval-ms", 200)))
+                           publish_interval_ms=int(table.pop("publish-interval-ms", 200)),
+                           quotas_topic=str(table.pop("quotas-topic", DEFAULT_QUOTAS_TOPIC)))
         except (TypeError, ValueError) as error:
             raise ConfigError(f"[fleet]: {error}") from None
         if table:
             raise ConfigError(f"[fleet]: unknown key(s) {', '.join(sorted(table))}")
-        if not settings.topic or len(settings.topic) > 249:
-            raise ConfigError("[fleet] topic: a topic name of 1 to 249 characters")
+        for key, topic in (("topic", settings.topic), ("quotas-topic", settings.quotas_topic)):
+            if not topic or len(topic) > 249:  # the cluster judges the rest (a member says so in the log)
+                raise ConfigError(f"[fleet] {key}: a topic name of 1 to 249 characters")
+        if settings.topic == settings.quotas_topic:
+            raise ConfigError(f"[fleet] topic and quotas-topic: two topics, not one ({settings.topic})")
         if not 10 <= settings.publish_interval_ms <= 60_000:
             raise ConfigError(f"[fleet] publish-interval-ms: 10..60000, got {settings.publish_interval_ms}")
         return settings
@@ -89,30 +97,6 @@ class FleetSettings:
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _Link:
-    """Whether the topic answers, logging a change (and a continuing failure at most once a minute)."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.up = False
-        self.failures = 0
-        self._logged_at = float("-inf")
-
-    def succeeded(self) -> None:
-        if not self.up:
-            log.info("fleet: can %s the usage topic", self.what)
-        self.up = True
-
-    def failed(self, error: BaseException) -> None:
-        self.failures += 1
-        now = time.monotonic()
-        if self.up or now - self._logged_at >= _FAILURE_LOG_INTERVAL_S:
-            self._logged_at = now
-            log.warning("fleet: cannot %s the usage topic (%s): enforcing on this proxy's usage alone until it can",
-                        self.what, error or type(error).__name__)
-        self.up = False
 
 
 class Fleet(Collector):
@@ -132,8 +116,8 @@ class Fleet(Collector):
 
         self._publisher = client()
         self._reader = client()
-        self._publishing = _Link("publish to")
-        self._reading = _Link("read")
+        self._publishing = self._link("publish to")
+        self._reading = self._link("read")
         self._unsent: deque[Publication] = deque()
         self._taken_at = wall_ms()
         """When the usage not yet taken from the share started."""
@@ -145,15 +129,22 @@ class Fleet(Collector):
         self._usage_age = Observations(USAGE_AGE_BUCKETS_S)
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_ready = asyncio.Event()
+        self.overrides = SharedOverrides(settings.quotas_topic, quotas, config, access, registry)
         registry.register(self)
+
+    @staticmethod
+    def _link(action: str) -> TopicLink:
+        return TopicLink("fleet", action, "the usage topic", "enforcing on this proxy's usage alone until it can")
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._publish_forever()), loop.create_task(self._read_forever())]
+        self.overrides.start()
         log.info("fleet: member %s of the fleet on topic %s (publishing every %d ms)", self.instance,
                  self.settings.topic, self.settings.publish_interval_ms)
 
     async def stop(self) -> None:
+        await self.overrides.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -224,7 +215,7 @@ class Fleet(Collector):
             try:
                 if offset is None:
                     offset = await self._reader.offset_at(wall_ms() - self._catch_up_ms())
-                records, offset = await self._reader.fetch(offset, interval_ms, FETCH_MAX_BYTES)
+                fetched = await self._reader.fetch(offset, interval_ms, FETCH_MAX_BYTES)
             except UPSTREAM_ERRORS as error:
                 if isinstance(error, ClusterError) and error.error_code == OFFSET_OUT_OF_RANGE:
                     offset = None  # the topic's retention passed us by: read back one window from now
@@ -232,7 +223,8 @@ class Fleet(Collector):
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             self._reading.succeeded()
-            for record in records:
+            offset = fetched.next_offset
+            for record in fetched.records:
                 self.apply(record)
 
     def _catch_up_ms(self) -> int:

@@ -1,22 +1,24 @@
 """The quota engines as the proxy runs them: one configuration, five managers, live reloads.
 
 The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas,
-which are kept in ``<state-dir>/client-quotas.json`` (so they survive restarts) and win over the
-file for the same entity and quota type; a removal through the API is kept as a tombstone, so
-it also hides the file's value. A change is saved (on a worker thread: a stalled disk must not stall
-every connection) before it is applied: one whose save fails is neither applied nor carried into a
-later save. The quota file is re-read when it changes; a bad file keeps the
-running configuration and logs why. Time for quota decisions is ``now_ms()``, read once per
-request by the caller.
+which win over the file for the same entity and quota type; a removal through the API is kept as a
+tombstone, so it also hides the file's value. A proxy alone keeps them in
+``<state-dir>/client-quotas.json`` (so they survive restarts): a change is saved (on a worker thread: a
+stalled disk must not stall every connection) before it is applied, and one whose save fails is
+neither applied nor carried into a later save. A fleet keeps them in a topic of the cluster
+(``share_overrides``): a change is published there and applied as each member reads it back, and the
+file is a copy of what was read, in force at a start until the topic is read. The quota file is
+re-read when it changes; a bad file keeps the running configuration and logs why. Time for quota
+decisions is ``now_ms()``, read once per request by the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -34,7 +36,7 @@ from quotas.managers import (
     UserConnectionRateManager,
 )
 from quotas.metrics import QuotaMetrics
-from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, read_overrides
+from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, overrides_document, read_overrides
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ STORE = "client-quotas"
 """The overrides' name in ``kafka_quota_proxy_state_write_errors_total``."""
 
 QuotaManager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
+OverrideChanges = Mapping[QuotaEntity, Mapping[QuotaType, float | None]]
 
 
 def now_ms() -> int:
@@ -55,6 +58,12 @@ class QuotaService:
                  connection_limits: ConnectionLimits | None = None, write_errors: WriteErrors | None = None) -> None:
         self._quota_file = None if quota_file is None else WatchedFile(quota_file)
         self._overrides_path = None if state_dir is None else state_dir / OVERRIDES_FILE
+        self._kept_in = None if self._overrides_path is None else str(self._overrides_path)
+        """Where the overrides are kept, as ``quotas explain`` names their origin."""
+        self._publish: Callable[[OverrideChanges], Awaitable[None]] | None = None
+        """With a fleet: hands a change to the fleet's topic, returning once it is there (and read back)."""
+        self._copying: set[asyncio.Task[None]] = set()
+        """Copies of the fleet's overrides being written to the state directory (kept: a task unreferenced may go)."""
         self._write_errors = write_errors or WriteErrors()
         self._saving = asyncio.Lock()
         """Changes are saved one after another, each over the one before."""
@@ -93,7 +102,7 @@ class QuotaService:
         return config
 
     def _effective(self, overrides: Overrides) -> QuotaConfig:
-        return overlaid(self._file_config, overrides, self._overrides_path)
+        return overlaid(self._file_config, overrides, self._kept_in)
 
     def explain(self, who: Client) -> list[dict[str, object]]:
         """``explain`` of the quotas in force, each with its bucket's current rate and usage ratio (None when
@@ -142,23 +151,55 @@ class QuotaService:
 
     # ---- overrides set through AlterClientQuotas ------------------------------------------------
 
-    async def override(self, changes: Mapping[QuotaEntity, Mapping[QuotaType, float | None]]) -> None:
-        """Save (write, fsync, rename, on a worker thread), then apply, API changes. Raises
-        QuotaConfigError if invalid, OSError if the save failed: either way nothing changed."""
+    def share_overrides(self, topic: str, publish: Callable[[OverrideChanges], Awaitable[None]]) -> None:
+        """Keep the overrides in the fleet's ``topic``: ``override`` hands a change to ``publish``, and
+        ``replace_overrides`` puts in force what is read from the topic."""
+        self._publish = publish
+        self._kept_in = f"topic {topic}"
+
+    async def override(self, changes: OverrideChanges) -> None:
+        """Save (write, fsync, rename, on a worker thread) or publish to the fleet's topic, then apply, API
+        changes. Raises QuotaConfigError if invalid, OSError if the save or the publication failed: either way
+        nothing changed."""
         async with self._saving:
             overrides = {entity: dict(quotas) for entity, quotas in self.overrides.items()}
             for entity, quotas in changes.items():
                 overrides.setdefault(entity, {}).update(quotas)
             config = self._effective(overrides)
+            if self._publish is not None:
+                await self._publish(changes)  # in force once read back from the topic (replace_overrides)
+                return
             if self._overrides_path is not None:
-                try:
-                    await asyncio.get_running_loop().run_in_executor(None, self._save_overrides, overrides)
-                except OSError as error:
-                    self._write_errors.failed(STORE, error)
-                    raise
-                self._write_errors.succeeded(STORE)
+                await self._save(overrides)
             self.overrides = overrides
             self.apply(config)
+
+    def replace_overrides(self, overrides: Overrides) -> None:
+        """Put in force the overrides read from the fleet's topic (raises QuotaConfigError, changing nothing,
+        when they do not make a valid configuration), and copy them to the state directory in the background."""
+        config = self._effective(overrides)
+        self.overrides = overrides
+        self.apply(config)
+        if self._overrides_path is not None:
+            self._copying.add(task := asyncio.get_running_loop().create_task(self._copy_overrides(overrides)))
+            task.add_done_callback(self._copying.discard)
+
+    async def _copy_overrides(self, overrides: Overrides) -> None:
+        async with self._saving:
+            if overrides is not self.overrides:
+                return  # a later copy follows
+            with contextlib.suppress(OSError):  # counted and logged; the topic still has them
+                await self._save(overrides)
+
+    async def _save(self, overrides: Overrides) -> None:
+        """Write ``overrides`` to the state directory (write, fsync, rename, on a worker thread), the outcome
+        counted; raises OSError."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._save_overrides, overrides)
+        except OSError as error:
+            self._write_errors.failed(STORE, error)
+            raise
+        self._write_errors.succeeded(STORE)
 
     def _load_overrides(self) -> Overrides:
         path = self._overrides_path
@@ -171,15 +212,8 @@ class QuotaService:
     def _save_overrides(self, overrides: Overrides) -> None:
         path = self._overrides_path
         assert path is not None
-        entries = []
-        for entity, quotas in overrides.items():
-            raw: dict[str, object] = {name: value for name, value in (
-                ("user", entity.user), ("client-id", entity.client_id), ("ip", entity.ip), ("topic", entity.topic))
-                if value is not None}
-            raw["quotas"] = {str(key): value for key, value in quotas.items()}
-            entries.append(raw)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(path, json.dumps({"entries": entries}, indent=1).encode())
+        write_durably(path, overrides_document(overrides))
 
     async def maintain(self) -> None:
         """Reload the file when it changes and drop expired producer-ID filters (KIP-936 cleanup)."""

@@ -15,34 +15,41 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from protocol.apis import Api
+from tests.integration.test_kafka_tools import configs
 from tests.integration.test_mutation_quotas import creatable, create
 from tests.integration.test_produce_quotas import create_topic, metrics
 from tests.integration.test_produce_refusals import idempotent_request, partition_errors, producer_id_from
-from tests.support import Cluster, ProxyProcess, call, connect_to_leader, read_frame
+from tests.support import Cluster, ProxyProcess, call, connect_to_leader, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
 MIB = 1 << 20
 THROTTLING_QUOTA_EXCEEDED = 89
 
 
-def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3) -> list[ProxyProcess]:  # type: ignore[no-untyped-def]
-    """``members`` proxies sharing a fresh usage topic, with ``quotas`` in cluster scope."""
+def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3,  # type: ignore[no-untyped-def]
+                quotas_topic: str | None = None, first: int = 0) -> list[ProxyProcess]:
+    """``members`` proxies sharing a fresh usage topic (and quota topic, unless named), with ``quotas`` in cluster
+    scope; ANONYMOUS may set quotas (``[admin]``)."""
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text(quotas.replace("[settings]\n", '[settings]\n"quota.scope" = "cluster"\n'))
     usage_topic = f"usage-{uuid.uuid4().hex[:8]}"
+    quotas_topic = quotas_topic or f"quotas-{uuid.uuid4().hex[:8]}"
     proxies = []
-    for member in range(members):
+    for member in range(first, first + members):
         config = tmp_path / f"fleet{member}.toml"
-        config.write_text(f'[fleet]\ntopic = "{usage_topic}"\ninstance-id = "proxy-{member}"\n'
-                          'publish-interval-ms = 200\n')
+        config.write_text(f'[fleet]\ntopic = "{usage_topic}"\nquotas-topic = "{quotas_topic}"\n'
+                          f'instance-id = "proxy-{member}"\npublish-interval-ms = 200\n'
+                          '[admin]\nprincipals = ["User:ANONYMOUS"]\n')
         proxies.append(own_proxy("--quota-file", str(quota_file), "--config", str(config)))
     for proxy in proxies:
         proxy.wait_for_log("fleet: can read the usage topic", timeout_s=30)
+        proxy.wait_for_log("client quotas: can read the quota topic", timeout_s=30)
     return proxies
 
 
@@ -117,6 +124,83 @@ def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(
     assert members["kafka_quota_proxy_fleet_members"] == 2  # the killed one dropped out
     assert members["kafka_quota_proxy_fleet_reachable"] == 1
     assert members['kafka_quota_proxy_fleet_records_received_total{outcome="applied"}'] > 100
+
+
+def described_producer_rate(proxy: ProxyProcess, user: str) -> float | None:
+    """The ``producer_byte_rate`` the member describes for ``user`` (DescribeClientQuotas, strict)."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        described = call(sock, Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=True,
+                         components=[{"entity_type": "user", "match_type": 0, "match": user}])
+    values = {value.key: value.value for entry in described.entries  # type: ignore[attr-defined]
+              for value in entry.values}
+    return values.get("producer_byte_rate")
+
+
+def seconds_until_every_member_describes(proxies: list[ProxyProcess], user: str, rate: float | None) -> float:
+    """Seconds until each member describes ``rate`` for ``user``, polled every 20 ms (30 s at most)."""
+    started = time.monotonic()
+    waiting = list(proxies)
+    while waiting and time.monotonic() - started < 30:
+        waiting = [proxy for proxy in waiting if described_producer_rate(proxy, user) != rate]
+        time.sleep(0.02)
+    assert not waiting, f"{len(waiting)} members do not describe {rate} for {user}"
+    return time.monotonic() - started
+
+
+def produce_throttle_ms(proxy: ProxyProcess, topic: str) -> int:
+    """The throttle of one 1 MiB Produce through ``proxy``."""
+    with connect_to_leader(proxy, topic) as sock:
+        answer = call(sock, Api.PRODUCE, 7, transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
+            {"name": topic, "partition_data": [{"index": 0, "records": record_batch([b"q" * MIB])}]}])
+    return int(answer.throttle_time_ms)  # type: ignore[attr-defined]
+
+
+def test_a_quota_set_with_kafka_configs_through_one_member_reaches_all_and_outlives_them(  # type: ignore[no-untyped-def]
+        own_proxy, tmp_path: Path, topic: str) -> None:
+    quotas_topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    proxies = start_fleet(own_proxy, tmp_path, "[settings]\n", quotas_topic=quotas_topic)
+    create_topic(proxies[0].bootstrap, topic)
+    assert all(produce_throttle_ms(proxy, topic) == 0 for proxy in proxies)
+    configs(proxies[0], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+            "--add-config", "producer_byte_rate=50000")
+    # Kafka's controller has a change at every broker within its metadata propagation; here within a fetch
+    assert seconds_until_every_member_describes(proxies, "ANONYMOUS", 50_000) < 1.0
+    for proxy in proxies:  # Kafka's own tool, through each member
+        assert "Quota configs for user-principal 'ANONYMOUS' are producer_byte_rate=50000.0" in configs(
+            proxy, "--describe", "--entity-type", "users", "--entity-name", "ANONYMOUS")
+        assert produce_throttle_ms(proxy, topic) > 0  # 1 MiB against 50 kB/s: enforced at every member
+        assert metrics(proxy)["kafka_quota_proxy_quota_store_reachable"] == 1
+    configs(proxies[2], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+            "--add-config", "producer_byte_rate=70000")
+    assert seconds_until_every_member_describes(proxies, "ANONYMOUS", 70_000) < 1.0
+
+    for proxy in proxies:  # all of them gone: the topic keeps the quota for the next fleet
+        proxy.stop()
+    restarted = start_fleet(own_proxy, tmp_path, "[settings]\n", quotas_topic=quotas_topic, first=3)
+    assert all(described_producer_rate(proxy, "ANONYMOUS") == 70_000 for proxy in restarted)
+    configs(restarted[1], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+            "--delete-config", "producer_byte_rate")
+    assert seconds_until_every_member_describes(restarted, "ANONYMOUS", None) < 1.0
+
+
+def test_members_keep_the_quotas_they_read_while_the_topic_is_gone_and_give_them_back(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path) -> None:
+    quotas_topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    proxies = start_fleet(own_proxy, tmp_path, "[settings]\n", members=2, quotas_topic=quotas_topic)
+    configs(proxies[0], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+            "--add-config", "producer_byte_rate=50000")
+    seconds_until_every_member_describes(proxies, "ANONYMOUS", 50_000)
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        deleted = call(sock, Api.DELETE_TOPICS, 4, topic_names=[quotas_topic], timeout_ms=30_000)
+    assert deleted.responses[0].error_code == 0  # type: ignore[attr-defined]
+    for proxy in proxies:
+        proxy.wait_for_log("client quotas: cannot read the quota topic", timeout_s=30)
+        assert described_producer_rate(proxy, "ANONYMOUS") == 50_000  # kept meanwhile
+    # made again by a member, and given the overrides in force: a member that starts now reads them
+    proxies[0].wait_for_log("is new: publishing the 1 overrides in force", timeout_s=60)
+    (late,) = start_fleet(own_proxy, tmp_path, "[settings]\n", members=1, quotas_topic=quotas_topic, first=2)
+    assert described_producer_rate(late, "ANONYMOUS") == 50_000
+    assert all(metrics(proxy)["kafka_quota_proxy_quota_store_reachable"] == 1 for proxy in (*proxies, late))
 
 
 def test_topics_created_through_three_proxies_follow_one_mutation_bucket(  # type: ignore[no-untyped-def]
@@ -360,6 +444,29 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
     assert restarted['process_start_time_seconds{worker="1"}'] >= killed_at - 0.5
     proxy.wait_for_log("ready: ", timeout_s=30, occurrence=3)
     assert proxy.stop() == 0
+
+
+def test_a_quota_set_through_one_worker_is_in_force_at_both(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import urllib.request
+
+    quotas_topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "workers.toml"
+    config.write_text(f'[fleet]\ntopic = "usage-{uuid.uuid4().hex[:8]}"\nquotas-topic = "{quotas_topic}"\n'
+                      '[admin]\nprincipals = ["User:ANONYMOUS"]\n')
+    proxy = own_proxy("--workers", "2", "--config", str(config))
+    proxy.wait_for_log("client quotas: can read the quota topic", timeout_s=30, occurrence=2)
+    configs(proxy, "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+            "--add-config", "producer_byte_rate=50000")  # through whichever worker the kernel chose
+
+    def in_force(worker: int) -> list[Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port + worker}/quotas/explain?user=ANONYMOUS",
+                                    timeout=10) as response:
+            return [(answer["quota"], answer["origin"]) for answer in json.load(response)["quotas"]
+                    if answer["quota_type"] == "producer_byte_rate"]
+
+    for worker in (0, 1):  # each worker's own endpoint: both have it, from the topic
+        assert in_force(worker) == [(50_000, f"AlterClientQuotas (topic {quotas_topic})")]
 
 
 def metrics_of(port: int, timeout_s: float = 10) -> dict[str, float]:

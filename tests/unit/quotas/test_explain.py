@@ -67,7 +67,7 @@ def test_each_quota_type_names_its_entity_level_mode_and_line(quota_file: Path) 
 def test_a_quota_set_through_the_api_says_so(quota_file: Path, tmp_path: Path) -> None:
     overrides_path = tmp_path / OVERRIDES_FILE
     config = overlaid(load_quota_file(quota_file), {QuotaEntity("alice"): {QuotaType.PRODUCER_BYTE_RATE: 500.0}},
-                      overrides_path)
+                      str(overrides_path))
     produce, = (e for e in explain(config, parse_client("alice", "")) if e.quota_type is QuotaType.PRODUCER_BYTE_RATE)
     assert (produce.limit, produce.mode, produce.origin) == (500, QuotaMode.ENFORCE,
                                                              f"{ALTERED_ORIGIN} ({overrides_path})")
