@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from quotas.config import TOPIC_TYPES, QuotaKey, QuotaType
 
@@ -27,6 +27,16 @@ MAX_ENTRIES_PER_RECORD = 2_000
 MAX_PENDING_ENTRIES = 100_000
 """Buckets and producer IDs waiting for publication; beyond it (the topic unreachable for long under a
 storm of new entities) new ones are counted as dropped rather than held."""
+
+
+class HeldBuckets(Protocol):
+    """The buckets a reader keeps, whose usage by the others it adds (``Publication.decode``)."""
+
+    def users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
+        """The users of the buckets of ``quota_type`` (a topic's, when ``topic``) it keeps; None: it keeps them all."""
+
+    def holds(self, quota_type: QuotaType, key: QuotaKey) -> bool:
+        """Whether it keeps the bucket."""
 
 
 class FleetRecordError(ValueError):
@@ -68,14 +78,14 @@ class Publication:
         }, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, value: bytes) -> Publication:
+    def decode(cls, value: bytes, held: HeldBuckets | None = None) -> Publication:
+        """``held``: the buckets the reader keeps; the usage of the others is left out, unchecked (``None``: every
+        entry is kept)."""
         try:
             document = json.loads(value)
             if document["v"] != FORMAT_VERSION:
                 raise FleetRecordError(f"format version {document['v']}, this proxy reads {FORMAT_VERSION}")
-            usage = tuple(SharedUsage(QuotaType(kind), QuotaKey(str(user), str(client), topic=str(_one(topic))),
-                                      float(amount), float(limit))
-                          for kind, user, client, amount, limit, *topic in document["usage"])
+            usage = _usage_entries(document["usage"], held)
             pids = tuple(SharedProducerIds(str(user), float(limit), tuple(int(pid) for pid in ids))
                          for user, limit, ids in document["pids"])
             publication = cls(str(document["instance"]), int(document["oldest_ms"]), usage, pids)
@@ -97,10 +107,35 @@ def _topic_of(key: QuotaKey) -> list[str]:
     return [key.topic] if key.topic else []
 
 
-def _one(topic: list[object]) -> object:
-    if len(topic) > 1:
-        raise FleetRecordError(f"a usage entry has {5 + len(topic)} elements, not 5 or 6")
-    return topic[0] if topic else ""
+_QUOTA_TYPES = {str(quota_type): quota_type for quota_type in QuotaType}
+"""Looked up by name: ``QuotaType(name)`` costs a member reading a fleet of a hundred a third of its decoding."""
+
+
+def _usage_entries(entries: list[list[object]], held: HeldBuckets | None) -> tuple[SharedUsage, ...]:
+    # a member of a fleet of a hundred reads 100,000 entries a second, most of them of buckets it does not keep:
+    # those are passed over on their user, before anything is made of them
+    users = None if held is None else {
+        name: (held.users(quota_type, topic=False), held.users(quota_type, topic=True))
+        for name, quota_type in _QUOTA_TYPES.items()}
+    usage = []
+    for entry in entries:
+        if len(entry) == 5:
+            kind, user, client, amount, limit = entry
+            topic: object = ""
+        elif len(entry) == 6:
+            kind, user, client, amount, limit, topic = entry
+        else:
+            raise FleetRecordError(f"a usage entry has {len(entry)} elements, not 5 or 6")
+        quota_type = _QUOTA_TYPES[kind]  # type: ignore[index]
+        if users is not None:
+            kept = users[kind][len(entry) == 6]  # type: ignore[index]
+            if kept is not None and user not in kept:
+                continue
+        # _make: a NamedTuple's own constructor costs a Python call each
+        key = QuotaKey._make((str(user), str(client), "", str(topic)))
+        if held is None or held.holds(quota_type, key):
+            usage.append(SharedUsage._make((quota_type, key, float(amount), float(limit))))  # type: ignore[arg-type]
+    return tuple(usage)
 
 
 def _positive(number: float) -> bool:
@@ -121,38 +156,75 @@ def _check_usage(entry: SharedUsage) -> None:
         raise FleetRecordError(f"usage of {entry.key}: a negative amount {entry.amount} of {entry.quota_type}")
 
 
+HOLD_MS = 1_000
+"""How long a bucket used here below its share of the limit may wait before it is published (``UsageShare.take``)."""
+HELD_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.REQUEST_RATE})
+"""Rates, which a second's delay of a small share barely moves; mutations and producer IDs are never held."""
+HELD_BELOW_LIMIT = 0.5
+"""A rate's bucket whose rate, the whole fleet's as this member measures it, is below this share of its limit is
+held too: far from its limit, a second's delay changes no decision."""
+
+
+class _Pending:
+    """One bucket's usage not published yet."""
+
+    __slots__ = ("amount", "limit", "rate", "since_ms", "this_interval")
+
+    def __init__(self, amount: float, limit: float, rate: float | None) -> None:
+        self.amount = amount
+        self.limit = limit
+        self.rate = rate
+        """The bucket's rate (the fleet's, as this member measured it) at its last charge; None: not measured."""
+        self.since_ms: int | None = None
+        """The start of the interval it was first charged in (set at the first take that holds it)."""
+        self.this_interval = amount
+        """What was charged since the last take: what ``on_urgent`` judges."""
+
+
 @dataclass
 class UsageShare:
     """What this instance charged since its last publication, merged per bucket.
 
-    A bucket charged ``limit x urgent_after_s`` or more since the last publication (this proxy alone
+    A bucket charged ``limit x urgent_after_s`` or more within a publish interval (this proxy alone
     used up the whole budget of a publish interval) calls ``on_urgent``: the others would otherwise
     learn it a whole interval late, while the budget is contended, which lets the fleet overshoot by
     what each member admits in that time.
+
+    A rate's bucket used here below its share of the limit (``limit / members``), or whose fleet-wide rate
+    is below half its limit, is held, its usage adding up, and published once neither holds or it is
+    ``HOLD_MS`` old: in a fleet of a hundred most principals use a sliver of their quota at each member,
+    and publishing each of them every interval made every member read more than it could
+    (``bench/fleet_scale.py``). What the others miss meanwhile is at most a second of usage, of buckets
+    far from their limit or of members' small shares: it can hide no overshoot larger than about one
+    second of the limit in Kafka's 11-s window, and once a bucket nears its limit the members carrying it
+    publish it every interval.
     """
 
     urgent_after_s: float = 0.0
     on_urgent: Callable[[], None] | None = None
 
-    usage: dict[tuple[QuotaType, QuotaKey], list[float]] = field(default_factory=dict)
-    """(type, key) -> [amount, limit]."""
+    usage: dict[tuple[QuotaType, QuotaKey], _Pending] = field(default_factory=dict)
     producer_ids: dict[str, tuple[float, list[int]]] = field(default_factory=dict)
     """user -> (limit, new producer ids)."""
     dropped: int = 0
     """Entries not kept because MAX_PENDING_ENTRIES were waiting."""
     _pending_pids: int = field(default=0, init=False)
 
-    def charged(self, quota_type: QuotaType, key: QuotaKey, amount: float, limit: float) -> None:
+    def charged(self, quota_type: QuotaType, key: QuotaKey, amount: float, limit: float,
+                rate: float | None = None) -> None:
+        """``rate``: the bucket's rate after the charge, when the charging manager measured it."""
         entry = self.usage.get((quota_type, key))
         if entry is None:
             if len(self.usage) + self._pending_pids >= MAX_PENDING_ENTRIES:
                 self.dropped += 1
                 return
-            entry = self.usage[(quota_type, key)] = [amount, limit]
+            entry = self.usage[(quota_type, key)] = _Pending(amount, limit, rate)
         else:
-            entry[0] += amount
-            entry[1] = limit
-        self._check_urgent(entry[0], limit)
+            entry.amount += amount
+            entry.this_interval += amount
+            entry.limit = limit
+            entry.rate = rate
+        self._check_urgent(entry.this_interval, limit)
 
     def _check_urgent(self, amount: float, limit: float) -> None:
         if self.on_urgent is not None and amount >= limit * self.urgent_after_s:
@@ -174,18 +246,34 @@ class UsageShare:
     def __bool__(self) -> bool:
         return bool(self.usage or self.producer_ids)
 
-    def take(self, instance: str, oldest_ms: int) -> list[Publication]:
-        """Everything pending, as publications of at most MAX_ENTRIES_PER_RECORD entries; the share empties.
-        ``oldest_ms``: the wall-clock time the pending usage started (the previous take)."""
+    def take(self, instance: str, oldest_ms: int, now_ms: int | None = None, members: int = 1) -> list[Publication]:
+        """What is due, as publications of at most MAX_ENTRIES_PER_RECORD entries, each headed by the start of the
+        interval its usage was first charged in. ``oldest_ms``: when the interval now ending started (the previous
+        take); ``now_ms``: now (None: nothing is held); ``members``: the fleet's, this one included."""
         if not self:
             return []
-        usage = [SharedUsage(kind, key, amount, limit) for (kind, key), (amount, limit) in self.usage.items()
-                 if amount]
+        interval_ms = self.urgent_after_s * 1000
+        due: dict[int, list[SharedUsage]] = {}
+        held: dict[tuple[QuotaType, QuotaKey], _Pending] = {}
+        for (kind, key), entry in self.usage.items():
+            since = oldest_ms if entry.since_ms is None else entry.since_ms
+            if not entry.amount:
+                continue
+            if now_ms is not None and kind in HELD_TYPES and now_ms - since + interval_ms < HOLD_MS and (
+                    entry.amount * members < entry.limit * max(now_ms - since, interval_ms) / 1000
+                    or (entry.rate is not None and entry.rate < HELD_BELOW_LIMIT * entry.limit)):
+                entry.since_ms, entry.this_interval = since, 0.0
+                held[(kind, key)] = entry
+                continue
+            due.setdefault(since, []).append(SharedUsage(kind, key, entry.amount, entry.limit))
         pids = [SharedProducerIds(user, limit, tuple(ids[i:i + MAX_ENTRIES_PER_RECORD]))
                 for user, (limit, ids) in self.producer_ids.items()
                 for i in range(0, len(ids), MAX_ENTRIES_PER_RECORD)]
-        self.usage, self.producer_ids, self._pending_pids = {}, {}, 0
-        return list(_chunks(instance, oldest_ms, usage, pids))
+        if pids:
+            due.setdefault(oldest_ms, [])
+        self.usage, self.producer_ids, self._pending_pids = held, {}, 0
+        return [publication for since, usage in sorted(due.items())
+                for publication in _chunks(instance, since, usage, pids if since == oldest_ms else [])]
 
 
 def _chunks(instance: str, oldest_ms: int, usage: list[SharedUsage],

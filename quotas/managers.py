@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from quotas.bloom import Probe, TimeControlledBloomFilter
@@ -104,14 +104,22 @@ State = TypeVar("State", bound=EntityState)
 Key = TypeVar("Key", bound=Hashable)
 
 
+def _user_of(key: QuotaKey) -> str:
+    return key.user
+
+
 class EntityTable(Generic[Key, State]):
     """Per-entity state, least recently used first; idle entries go as new ones arrive."""
 
-    __slots__ = ("_entries", "_idle_expiry_ms")
+    __slots__ = ("_entries", "_idle_expiry_ms", "_index", "indexed")
 
-    def __init__(self, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+    def __init__(self, idle_expiry_ms: int = IDLE_EXPIRY_MS, index: Callable[[Key], Hashable] | None = None) -> None:
+        """``index``: a part of the keys whose values ``indexed`` counts (a key's user: whether any bucket of a
+        user is here is then a dict look-up)."""
         self._entries: OrderedDict[Key, State] = OrderedDict()
         self._idle_expiry_ms = idle_expiry_ms
+        self._index = index
+        self.indexed: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -122,6 +130,9 @@ class EntityTable(Generic[Key, State]):
         if state is None:
             self.expire(now_ms)
             state = entries[key] = create()
+            if self._index is not None:
+                part = self._index(key)
+                self.indexed[part] = self.indexed.get(part, 0) + 1
         else:
             entries.move_to_end(key)
         state.last_used_ms = now_ms
@@ -134,6 +145,12 @@ class EntityTable(Generic[Key, State]):
             if now_ms - state.last_used_ms < self._idle_expiry_ms:
                 return
             del entries[key]
+            if self._index is not None:
+                part = self._index(key)
+                if self.indexed[part] == 1:
+                    del self.indexed[part]
+                else:
+                    self.indexed[part] -= 1
 
     def get(self, key: Key) -> State | None:
         """The entity's state, without touching its idle time."""
@@ -196,9 +213,9 @@ class _Counters:
         self.share: UsageShare | None = None
         """Set when this proxy is a member of a fleet: charges go there too in ``cluster`` scope."""
 
-    def _shared(self, key: QuotaKey, amount: float, limit: float) -> None:
+    def _shared(self, key: QuotaKey, amount: float, limit: float, rate: float | None = None) -> None:
         if self.share is not None and self.config.settings.quota_scope is QuotaScope.CLUSTER:
-            self.share.charged(self.quota_type, key, amount, limit)
+            self.share.charged(self.quota_type, key, amount, limit, rate)
 
 
 # ---- produce and fetch bytes (KIP-13) ---------------------------------------------------------
@@ -225,7 +242,7 @@ class ClientQuotaManager(_Counters):
         super().__init__()
         self.config = config
         self.quota_type = quota_type
-        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms)
+        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms, _user_of)
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
@@ -270,7 +287,7 @@ class ClientQuotaManager(_Counters):
             if taken_back_when_throttled:
                 state.rate.record(-size_bytes, now_ms, window)
                 return Decision(False, throttle_ms, key)
-        self._shared(key, size_bytes, quota.limit)
+        self._shared(key, size_bytes, quota.limit, rate)
         return Decision(True, throttle_ms, key)
 
     @staticmethod
@@ -312,9 +329,25 @@ class ClientQuotaManager(_Counters):
         if state.shadow is not None:
             state.shadow.rate.record(-size_bytes, state.shadow.arrival(now_ms), window)
 
+    def holds(self, key: QuotaKey) -> bool:
+        """Whether this proxy has charged the bucket (within the idle expiry): only then are the fleet's bytes of it
+        added (``absorb``)."""
+        return self.entities.get(key) is not None
+
+    @property
+    def held_users(self) -> Container[str]:
+        """The users some bucket of whom this proxy holds (``holds``)."""
+        return self.entities.indexed  # type: ignore[return-value]
+
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:
-        """Another fleet member's bytes: they count in this proxy's rate (and observed shadow) from now on."""
-        state = self.entities.get_or_create(usage.key, now_ms, ByteRateState)
+        """Another fleet member's bytes of a bucket this proxy holds: they count in its rate (and observed shadow)
+        from now on. A bucket it does not hold, whose principal has no client here, is left alone: a member of a
+        fleet of a hundred would otherwise keep and update every principal's bucket, a hundred thousand of them.
+        The first charge here starts the bucket, from when on the others' bytes count: for one window it misses
+        what they charged before, as a Kafka broker that a client first connects to knows nothing of the others'."""
+        state = self.entities.get(usage.key)
+        if state is None:
+            return
         window = self.config.settings.byte_rate_window
         state.rate.record(usage.amount, now_ms, window)
         if state.shadow is not None:

@@ -1,10 +1,12 @@
 """A fleet of proxies that enforces one quota, through the Kafka cluster behind them (``[fleet]``).
 
 Every ``publish-interval-ms`` each member publishes what it charged since its last publication
-(``quotas.fleet``) as records on one single-partition topic of the cluster, and reads everyone
-else's from it, adding their usage into its own rates and buckets. In ``quota.scope = "cluster"``
-a principal's budget is therefore the fleet's: a member sees the others' usage one publish interval
-plus the cluster's produce-to-fetch latency late (``kafka_quota_proxy_fleet_usage_age_seconds``).
+(``quotas.fleet``; a rate far from its limit, or used here below its share, waits up to a second)
+as records on one single-partition topic of the cluster, and reads everyone else's from it, adding
+their usage into its own rates and buckets (a rate's only into the buckets it holds: its own
+clients'). In ``quota.scope = "cluster"`` a principal's budget is therefore the fleet's: a member
+sees the others' usage one publish interval plus the cluster's produce-to-fetch latency late
+(``kafka_quota_proxy_fleet_usage_age_seconds``).
 A member that stops publishing drops out of the sum as its usage leaves the windows: after one byte
 window (11 s) for byte rates, as its charges refill for the buckets. When the topic cannot be reached
 a member enforces on its own usage alone (and says so in the log and in /metrics); what it charged
@@ -19,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -33,6 +35,7 @@ from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.state.quota_service import QuotaService, now_ms
+from quotas.config import QuotaKey, QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager
 
@@ -184,8 +187,9 @@ class Fleet(Collector):
     async def _publish_pending(self) -> None:
         """Send what was not sent yet, then what was charged since; a failure keeps both for the next turn."""
         if not self._unsent:
-            self._unsent.extend(self.share.take(self.instance, self._taken_at))
-            self._taken_at = wall_ms()
+            now = wall_ms()
+            self._unsent.extend(self.share.take(self.instance, self._taken_at, now, self.members()))
+            self._taken_at = now
         if not self._unsent:
             return
         self._bound_unsent()
@@ -235,7 +239,7 @@ class Fleet(Collector):
 
     def apply(self, record: Record) -> None:
         try:
-            publication = Publication.decode(record.value)
+            publication = Publication.decode(record.value, self)
         except FleetRecordError as error:
             self.received["unreadable"] += 1
             log.debug("fleet: skipping offset %d of %s: %s", record.offset, self.settings.topic, error)
@@ -249,14 +253,29 @@ class Fleet(Collector):
         self._usage_age.observe(age_s)
         quotas, now = self._quotas, now_ms()
         settings = quotas.config.settings
+        # looked up once a publication, not once an entry: a member of a fleet of a hundred reads a hundred
+        # thousand entries a second
+        absorbers = {quota_type: (manager.absorb, quotas.topic_managers[quota_type].absorb
+                                  if quota_type in quotas.topic_managers else None)
+                     for quota_type, manager in quotas.managers.items()
+                     if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager)
+                     and age_s <= settings.window_for(quota_type).length_s}  # else it left the window already
         for usage in publication.usage:
-            if age_s > settings.window_for(usage.quota_type).length_s:
-                continue  # it would have left the window already
-            manager = quotas.topic_managers[usage.quota_type] if usage.key.topic else quotas.managers[usage.quota_type]
-            if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager):
-                manager.absorb(usage, now)
+            absorb = absorbers.get(usage.quota_type)
+            if absorb is not None:
+                (absorb[1] if usage.key.topic else absorb[0])(usage, now)  # type: ignore[misc]
         for shared in publication.producer_ids:
             quotas.producer_ids.absorb_producer_ids(shared, now)
+
+    # ---- HeldBuckets: another's usage of a rate is kept only for the buckets charged here (ClientQuotaManager.absorb)
+
+    def users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
+        manager = (self._quotas.topic_managers if topic else self._quotas.managers).get(quota_type)
+        return manager.held_users if isinstance(manager, ClientQuotaManager) else None
+
+    def holds(self, quota_type: QuotaType, key: QuotaKey) -> bool:
+        manager = (self._quotas.topic_managers if key.topic else self._quotas.managers).get(quota_type)
+        return not isinstance(manager, ClientQuotaManager) or manager.holds(key)
 
     def members(self) -> int:
         """Instances heard from within one byte window, this one included."""

@@ -39,6 +39,9 @@ def test_a_members_bytes_count_in_anothers_rate_only_in_cluster_scope() -> None:
             continue
         (usage,) = exchange(here.share).usage
         assert usage == SharedUsage(BYTES, ALICE, 10 * MIB, MIB)
+        there.absorb(usage, clock())  # alice has no client there yet: nothing is kept
+        assert there.rate_of(ALICE, clock()) is None and not there.holds(ALICE)
+        there.record("alice", "c2", 0, clock())  # now she has
         there.absorb(usage, clock())
         # alone, 1 MiB more would be 11 MiB / 10 s: throttled by Kafka's formula as if it had charged them
         decision = there.record("alice", "c2", MIB, clock())
@@ -138,3 +141,83 @@ def test_publication_round_trip() -> None:
     usage = SharedUsage(QuotaType.CONSUMER_BYTE_RATE, QuotaKey("u", "c"), 5.0, 9.0)
     publication = Publication("proxy-1", 123, (usage,), (SharedProducerIds("u", 2.0, (7, 8)),))
     assert Publication.decode(publication.encode()) == publication
+
+
+def test_a_rate_used_below_its_share_waits_up_to_a_second_and_one_over_it_does_not() -> None:
+    """Of 100 members, a bucket's share of a 1 MiB/s limit is 10 KiB/s: 1 KiB each 200 ms is below it, 3 KiB
+    over it."""
+    share = UsageShare(urgent_after_s=0.2)
+    small, large = QuotaKey("small", ""), QuotaKey("large", "")
+    published: list[Publication] = []
+    for interval in range(10):
+        start = 1_000_000 + 200 * interval
+        share.charged(BYTES, small, 1024, MIB)
+        share.charged(BYTES, large, 3 * 1024, MIB)
+        share.charged(MUTATIONS, small, 1, 1000)  # a sliver of its limit, never held
+        published += share.take("a", start, start + 200, members=100)
+    by_bucket: dict[QuotaKey, list[tuple[int, float]]] = {}
+    for publication in published:
+        for usage in publication.usage:
+            if usage.quota_type is BYTES:
+                by_bucket.setdefault(usage.key, []).append((publication.oldest_ms, usage.amount))
+    assert by_bucket[large] == [(1_000_000 + 200 * i, 3 * 1024) for i in range(10)]
+    # four intervals added up, published at the take that would otherwise leave it a second old
+    assert by_bucket[small] == [(1_000_000, 4 * 1024), (1_000_800, 4 * 1024)]
+    assert sum(1 for p in published for u in p.usage if u.quota_type is MUTATIONS) == 10
+    assert share  # the last two intervals of the small bucket wait still
+    assert [u.amount for p in share.take("a", 1_002_000) for u in p.usage] == [2 * 1024]  # no clock: all due
+
+
+def test_a_held_bucket_asks_for_an_urgent_publication_only_for_what_it_charged_since_the_last_take() -> None:
+    """Of two members, a bucket's share of 1 MiB/s is 0.1 MiB per 200 ms: 0.09 MiB each interval is held."""
+    urgent: list[bool] = []
+    share = UsageShare(urgent_after_s=0.2, on_urgent=lambda: urgent.append(True))
+    for interval in range(3):
+        share.charged(BYTES, ALICE, 0.09 * MIB, MIB)
+        assert share.take("a", 200 * interval, 200 * interval + 200, members=2) == []
+    assert not urgent  # 0.27 MiB held: over 200 ms of the limit (0.2 MiB), but no interval's charge was
+    share.charged(BYTES, ALICE, 0.25 * MIB, MIB)
+    assert urgent == [True]
+    (publication,) = share.take("a", 600, 800, members=2)
+    assert (publication.oldest_ms, [usage.amount for usage in publication.usage]) == (0, [0.52 * MIB])
+
+
+def test_a_rate_far_from_its_limit_fleet_wide_waits_even_over_its_share() -> None:
+    """Two members: the share of 1 MiB/s is 0.1 MiB per 200 ms, and 0.3 MiB each interval is over it; the bucket
+    waits while the fleet's rate, as this member measured it, is below half the limit."""
+    share = UsageShare(urgent_after_s=0.2)
+    share.charged(BYTES, ALICE, 0.3 * MIB, MIB, rate=0.4 * MIB)
+    assert share.take("a", 0, 200, members=2) == []
+    share.charged(BYTES, ALICE, 0.3 * MIB, MIB, rate=0.6 * MIB)  # past half the limit: due now
+    (publication,) = share.take("a", 200, 400, members=2)
+    assert (publication.oldest_ms, [usage.amount for usage in publication.usage]) == (0, [0.6 * MIB])
+    share.charged(BYTES, ALICE, 0.3 * MIB, MIB)  # not measured (an observed quota): its share decides
+    assert len(share.take("a", 400, 600, members=2)) == 1
+
+
+def test_a_member_charging_a_bucket_shares_the_rate_it_measured() -> None:
+    clock = FakeClock()
+    quotas = config({QuotaEntity("alice", None): {BYTES: 10 * MIB}}, quota_scope=QuotaScope.CLUSTER)
+    here = ClientQuotaManager(quotas)
+    here.share = UsageShare(urgent_after_s=0.2)
+    here.record("alice", "c", 10 * MIB, clock())  # 1 MiB/s over Kafka's 10-s floor: a tenth of the limit
+    assert here.share.take("a", 0, 200, members=100) == []  # far below the limit fleet-wide: held
+    here.record("alice", "c", 50 * MIB, clock())  # 6 MiB/s
+    assert len(here.share.take("a", 200, 400, members=100)) == 1
+
+
+def test_a_reader_takes_only_the_usage_of_buckets_it_holds() -> None:
+    """The others' usage of buckets it does not hold is left out, unchecked: it is never added."""
+    value = usage_record('["producer_byte_rate","held","",5,10],["producer_byte_rate","elsewhere","",-1,10]')
+    with pytest.raises(FleetRecordError):  # every entry is checked that a reader keeps
+        Publication.decode(value)
+
+    class Holding:
+        def users(self, quota_type: QuotaType, topic: bool) -> set[str]:
+            return {"held"}
+
+        def holds(self, quota_type: QuotaType, key: QuotaKey) -> bool:
+            return key == QuotaKey("held", "")
+
+    decoded = Publication.decode(value, Holding())
+    assert decoded.usage == (SharedUsage(BYTES, QuotaKey("held", ""), 5.0, 10.0),)

@@ -358,3 +358,13 @@ def test_metrics_keep_the_busiest_entities_and_sum_the_rest() -> None:
     assert len([line for line in text.splitlines() if line.startswith("kafka_quota_controller_mutation_tokens{")]) \
         == MAX_ENTITY_SERIES
     assert len(text) < 2_000_000
+
+
+def test_a_bucket_table_counts_the_users_it_holds_as_buckets_come_and_go() -> None:
+    manager = ClientQuotaManager(config({QuotaEntity("<default>", "<default>"): {BYTES: MIB}}), idle_expiry_ms=1000)
+    for user, client in (("alice", "a"), ("alice", "b"), ("bob", "a")):
+        manager.record(user, client, 1, 0)
+    assert dict(manager.entities.indexed) == {"alice": 2, "bob": 1} and "alice" in manager.held_users
+    manager.record("alice", "b", 1, 900)
+    manager.record("carol", "a", 1, 1500)  # a new bucket expires the idle ones: alice's "a" and bob's
+    assert dict(manager.entities.indexed) == {"alice": 1, "carol": 1} and "bob" not in manager.held_users

@@ -155,6 +155,7 @@ def test_a_topic_buckets_usage_crosses_the_fleet_with_its_topic() -> None:
             Publication.decode(bad)
     clock = FakeClock()
     topics = manager({QuotaEntity(topic="orders"): {PRODUCE: MB}})
+    topics.record_topics("bob", {"orders": 0}, clock())  # a producer of the topic here: the bucket is held
     topics.absorb(decoded.usage[0], clock())
     assert topics.rate_of(QuotaKey("", "", topic="orders"), clock()) == 0.5
 

@@ -39,16 +39,17 @@ def test_usage_charged_while_the_topic_is_down_is_published_once_it_is_back() ->
         fleet = Fleet(FleetSettings(), "p1:9092", quotas, config, PLAINTEXT, registry)
         topic = FlakyTopic()
         fleet._publisher = topic  # type: ignore[assignment]
-        quotas.produce.record("alice", "c", 600, 0)
+        # over half the limit (Kafka's 10-s floor: 600 B/s): published at once, never held (UsageShare)
+        quotas.produce.record("alice", "c", 6000, 0)
         await fleet._publish_pending()
-        quotas.produce.record("alice", "c", 400, 1)
+        quotas.produce.record("alice", "c", 4000, 1)
         await fleet._publish_pending()  # still down: both kept
         assert topic.sent == [] and registry.get_sample_value("kafka_quota_proxy_fleet_reachable") == 0
         assert registry.get_sample_value("kafka_quota_proxy_fleet_topic_failures_total", {"operation": "publish"}) == 2
         topic.down = False
         await fleet._publish_pending()  # the first take, kept since the first failure
         await fleet._publish_pending()  # what was charged while it waited
-        assert [usage.amount for publication in topic.sent for usage in publication.usage] == [600, 400]
+        assert [usage.amount for publication in topic.sent for usage in publication.usage] == [6000, 4000]
         await fleet._publish_pending()
         assert len(topic.sent) == 2  # nothing twice
         assert registry.get_sample_value("kafka_quota_proxy_fleet_publications_total") == 2
