@@ -143,7 +143,7 @@ class SharedOverrides(Collector):
         try:
             await self._writer.produce(values, keys=keys)
         except UPSTREAM_ERRORS as error:
-            log.warning("client quotas: cannot publish the state directory's overrides to %s (%s): trying again",
+            log.warning("client quotas: cannot publish the overrides in force to %s (%s): trying again",
                         self.topic, error)
 
     def _take(self, record: Record) -> None:
