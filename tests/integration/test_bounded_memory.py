@@ -50,6 +50,7 @@ STEP_S = 3.0
 SERVED_WITHIN_S = 1.0
 NOT_YET_HELD: dict[tuple[str, str], tuple[float, float]] = {
     # (kind, setting): (RSS growth allowed as a multiple of the total, seconds the well-behaved client may wait)
+    ("few large answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 3.0),
     ("few large answers from the cluster", "32 MiB total"): (1.5, SERVED_WITHIN_S),
     ("many small answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 2.0),
     ("many small answers from the cluster", "32 MiB total"): (ALLOWED_OVER_TOTAL, 2.0),
@@ -61,7 +62,8 @@ five runs of this file. With the defaults, a client connecting while 100 others 
 pipeline 32 tiny requests at a time took 0.4-1.4 s in seven runs to be served (with the 32 MiB total 0.26-0.70 s here,
 over 1 s in a clean-clone CI run): it needs five or six turns of the event
 loop (accepted, attached, connected upstream, forwarded, answered), and each turn relays every flooder's answers;
-later in the flood 0.03-0.35 s."""
+later in the flood 0.03-0.35 s. The same with the defaults under 100 connections reading 68 KB answers: 0.26-0.49 s
+in four runs here, 1.53 s in one clean-clone CI run."""
 
 
 def fill_topic(bootstrap: str, topic: str) -> None:
