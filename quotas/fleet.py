@@ -157,7 +157,8 @@ def _check_usage(entry: SharedUsage) -> None:
 
 
 HOLD_MS = 1_000
-"""How long a bucket used here below its share of the limit may wait before it is published (``UsageShare.take``)."""
+"""How long a rate's bucket far from its limit, or used here below its share, may wait before it is published
+(``UsageShare.take``)."""
 HELD_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.REQUEST_RATE})
 """Rates, which a second's delay of a small share barely moves; mutations and producer IDs are never held."""
 HELD_BELOW_LIMIT = 0.5
