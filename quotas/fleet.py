@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from quotas.config import TOPIC_TYPES, QuotaKey, QuotaType
 
@@ -29,14 +29,9 @@ MAX_PENDING_ENTRIES = 100_000
 storm of new entities) new ones are counted as dropped rather than held."""
 
 
-class HeldBuckets(Protocol):
-    """The buckets a reader keeps, whose usage by the others it adds (``Publication.decode``)."""
-
-    def users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
-        """The users of the buckets of ``quota_type`` (a topic's, when ``topic``) it keeps; None: it keeps them all."""
-
-    def holds(self, quota_type: QuotaType, key: QuotaKey) -> bool:
-        """Whether it keeps the bucket."""
+HeldUsers = Callable[[QuotaType, bool], Container[str] | None]
+"""The users of the buckets of a quota type (a topic's, when the flag is set) a reader keeps, whose usage by the others
+it adds (``Publication.decode``); None: it keeps them all."""
 
 
 class FleetRecordError(ValueError):
@@ -78,9 +73,9 @@ class Publication:
         }, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, value: bytes, held: HeldBuckets | None = None) -> Publication:
-        """``held``: the buckets the reader keeps; the usage of the others is left out, unchecked (``None``: every
-        entry is kept)."""
+    def decode(cls, value: bytes, held: HeldUsers | None = None) -> Publication:
+        """``held``: the users whose buckets the reader keeps; the usage of the others is left out, unchecked
+        (``None``: every entry is kept)."""
         try:
             document = json.loads(value)
             if document["v"] != FORMAT_VERSION:
@@ -111,11 +106,11 @@ _QUOTA_TYPES = {str(quota_type): quota_type for quota_type in QuotaType}
 """Looked up by name: ``QuotaType(name)`` costs a member reading a fleet of a hundred a third of its decoding."""
 
 
-def _usage_entries(entries: list[list[object]], held: HeldBuckets | None) -> tuple[SharedUsage, ...]:
+def _usage_entries(entries: list[list[object]], held: HeldUsers | None) -> tuple[SharedUsage, ...]:
     # a member of a fleet of a hundred reads 100,000 entries a second, most of them of buckets it does not keep:
     # those are passed over on their user, before anything is made of them
     users = None if held is None else {
-        name: (held.users(quota_type, topic=False), held.users(quota_type, topic=True))
+        name: (held(quota_type, False), held(quota_type, True))
         for name, quota_type in _QUOTA_TYPES.items()}
     usage = []
     for entry in entries:
@@ -131,10 +126,10 @@ def _usage_entries(entries: list[list[object]], held: HeldBuckets | None) -> tup
             kept = users[kind][len(entry) == 6]  # type: ignore[index]
             if kept is not None and user not in kept:
                 continue
-        # _make: a NamedTuple's own constructor costs a Python call each
+        # _make: a NamedTuple's own constructor costs a Python call each; a bucket of a kept user that is not kept
+        # itself (another client id) is passed over by ``absorb``
         key = QuotaKey._make((str(user), str(client), "", str(topic)))
-        if held is None or held.holds(quota_type, key):
-            usage.append(SharedUsage._make((quota_type, key, float(amount), float(limit))))  # type: ignore[arg-type]
+        usage.append(SharedUsage._make((quota_type, key, float(amount), float(limit))))  # type: ignore[arg-type]
     return tuple(usage)
 
 

@@ -329,14 +329,10 @@ class ClientQuotaManager(_Counters):
         if state.shadow is not None:
             state.shadow.rate.record(-size_bytes, state.shadow.arrival(now_ms), window)
 
-    def holds(self, key: QuotaKey) -> bool:
-        """Whether this proxy has charged the bucket (within the idle expiry): only then are the fleet's bytes of it
-        added (``absorb``)."""
-        return self.entities.get(key) is not None
-
     @property
     def held_users(self) -> Container[str]:
-        """The users some bucket of whom this proxy holds (``holds``)."""
+        """The users some bucket of whom this proxy holds: charged here within the idle expiry, the only buckets the
+        fleet's bytes are added to (``absorb``)."""
         return self.entities.indexed  # type: ignore[return-value]
 
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:

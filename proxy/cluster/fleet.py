@@ -35,7 +35,7 @@ from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.state.quota_service import QuotaService, now_ms
-from quotas.config import QuotaKey, QuotaType
+from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
 from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager
 
@@ -239,7 +239,7 @@ class Fleet(Collector):
 
     def apply(self, record: Record) -> None:
         try:
-            publication = Publication.decode(record.value, self)
+            publication = Publication.decode(record.value, self._held_users)
         except FleetRecordError as error:
             self.received["unreadable"] += 1
             log.debug("fleet: skipping offset %d of %s: %s", record.offset, self.settings.topic, error)
@@ -267,15 +267,10 @@ class Fleet(Collector):
         for shared in publication.producer_ids:
             quotas.producer_ids.absorb_producer_ids(shared, now)
 
-    # ---- HeldBuckets: another's usage of a rate is kept only for the buckets charged here (ClientQuotaManager.absorb)
-
-    def users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
+    def _held_users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
+        """Another's usage of a rate is kept only for the buckets charged here (``ClientQuotaManager.absorb``)."""
         manager = (self._quotas.topic_managers if topic else self._quotas.managers).get(quota_type)
         return manager.held_users if isinstance(manager, ClientQuotaManager) else None
-
-    def holds(self, quota_type: QuotaType, key: QuotaKey) -> bool:
-        manager = (self._quotas.topic_managers if key.topic else self._quotas.managers).get(quota_type)
-        return not isinstance(manager, ClientQuotaManager) or manager.holds(key)
 
     def members(self) -> int:
         """Instances heard from within one byte window, this one included."""

@@ -40,7 +40,7 @@ def test_a_members_bytes_count_in_anothers_rate_only_in_cluster_scope() -> None:
         (usage,) = exchange(here.share).usage
         assert usage == SharedUsage(BYTES, ALICE, 10 * MIB, MIB)
         there.absorb(usage, clock())  # alice has no client there yet: nothing is kept
-        assert there.rate_of(ALICE, clock()) is None and not there.holds(ALICE)
+        assert there.rate_of(ALICE, clock()) is None and there.entities.get(ALICE) is None
         there.record("alice", "c2", 0, clock())  # now she has
         there.absorb(usage, clock())
         # alone, 1 MiB more would be 11 MiB / 10 s: throttled by Kafka's formula as if it had charged them
@@ -211,13 +211,5 @@ def test_a_reader_takes_only_the_usage_of_buckets_it_holds() -> None:
     value = usage_record('["producer_byte_rate","held","",5,10],["producer_byte_rate","elsewhere","",-1,10]')
     with pytest.raises(FleetRecordError):  # every entry is checked that a reader keeps
         Publication.decode(value)
-
-    class Holding:
-        def users(self, quota_type: QuotaType, topic: bool) -> set[str]:
-            return {"held"}
-
-        def holds(self, quota_type: QuotaType, key: QuotaKey) -> bool:
-            return key == QuotaKey("held", "")
-
-    decoded = Publication.decode(value, Holding())
+    decoded = Publication.decode(value, lambda quota_type, topic: {"held"})
     assert decoded.usage == (SharedUsage(BYTES, QuotaKey("held", ""), 5.0, 10.0),)
