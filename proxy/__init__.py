@@ -19,3 +19,6 @@ top floor down (a room imports only rooms below it; ``tests/unit/test_architectu
 The connection engine and the handlers stand side by side: neither imports the other; the runtime
 hands the handlers to each connection.
 """
+
+__version__ = "0.1.0"
+"""The one place the version is written: the package's metadata (``pyproject.toml``) and ``--version`` read it."""

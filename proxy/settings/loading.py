@@ -7,6 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from proxy import __version__
 from proxy.decision.outcome import PRINCIPAL_PREFIX
 from proxy.files.toml_file import read_toml
 from proxy.security.sasl import LoginSettings
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kafka-quota-proxy",
         description="Kafka-protocol proxy enforcing Kafka quota semantics per principal.")
     add = parser.add_argument
+    add("--version", action="version", version=f"%(prog)s {__version__}")
     add("--upstream", help="bootstrap servers of the cluster: HOST:PORT[,HOST:PORT...]")
     add("--listen", help="bootstrap listener HOST:PORT (default 127.0.0.1:9092)")
     add("--advertised-host", help="host clients are told to connect to (default: the listen host)")
