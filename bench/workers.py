@@ -7,8 +7,8 @@ Saturation: several librdkafka producers at once, each on its own topic and conn
 1 KB records in large batches. Both proxies are fleet members (``[fleet]``, as ``--workers 2`` requires) with
 quotas in cluster scope that never bind, so the whole enforcement path and the fleet's publications run.
 Paced load: the same producers, each sending its share of ``--paced-mb-s`` for ``--paced-seconds``; each worker's
-CPU seconds (``process_cpu_seconds_total``) and bytes from clients (``kafka_proxy_bytes_in_total``) are read from
-its own metrics endpoint before and after. Writes bench/workers-results.json.
+CPU seconds (``process_cpu_seconds_total``) and bytes from clients (``kafka_quota_proxy_client_received_bytes_total``)
+are read from its own metrics endpoint before and after. Writes bench/workers-results.json.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def worker_counters(proxy: ProxyProcess, workers: int) -> list[tuple[float, floa
                            if line and not line.startswith("#"))
         label = "" if workers == 1 else f'{{worker="{worker}"}}'
         counters.append((float(samples[f"process_cpu_seconds_total{label}"]),
-                         float(samples[f"kafka_proxy_bytes_in_total{label}"]) / 1e6))
+                         float(samples[f"kafka_quota_proxy_client_received_bytes_total{label}"]) / 1e6))
     return counters
 
 

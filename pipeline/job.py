@@ -7,7 +7,7 @@ Every usage line is one second with traffic of one (user, client id) (``proxy.re
 line's counters are that second's rates. Per principal the job computes Spark's exact
 ``percentile`` (p50/p95/p99) and the max of the byte rate, new-PID rate and mutation rate over
 its seconds with traffic, the share of those seconds that were throttled, and the rejections; the
-headroom view of ``kafka_quota_usage_ratio``: for each rate, the quota that would have throttled the
+headroom view of ``kafka_quota_proxy_usage_ratio``: for each rate, the quota that would have throttled the
 principal N% of the time (``THROTTLED_SHARES``);
 per user the new PIDs per hour (top churners, from the usage log and, when given, the PID
 ledger's first-seen times); per topic (from its lines, written while a topic quota measured it) the same

@@ -106,15 +106,15 @@ class QuotaMetrics(Collector):
             produce = topics.quota_type is QuotaType.PRODUCER_BYTE_RATE
             yield from self._rate_metrics("produce_byte_rate" if produce else "consume_byte_rate",
                                           "Record bytes/s of a topic produced" if produce else
-                                          "Record bytes/s of a topic fetched", topics, now_ms, "kafka_quota_topic",
-                                          _topic_entity, _TOPIC_RATE_LABELS)
+                                          "Record bytes/s of a topic fetched", topics, now_ms,
+                                          "kafka_quota_proxy_topic", _topic_entity, _TOPIC_RATE_LABELS)
         yield from self._bucket_metrics("controller_mutation", "partition mutations", self._mutations, now_ms,
                                         _ENTITY_LABELS)
         yield from self._bucket_metrics("producer_id", "new producer IDs", self._producer_ids, now_ms, ["user"])
-        throttled = CounterMetricFamily("kafka_quota_throttled_requests",
+        throttled = CounterMetricFamily("kafka_quota_proxy_throttled_requests",
                                         "Requests answered with a throttle time, by quota type",
                                         labels=["quota_type"])
-        rejected = CounterMetricFamily("kafka_quota_rejected_requests",
+        rejected = CounterMetricFamily("kafka_quota_proxy_rejected_requests",
                                        "Requests (or their topics) refused with THROTTLING_QUOTA_EXCEEDED",
                                        labels=["quota_type"])
         for manager in self._managers:
@@ -123,20 +123,20 @@ class QuotaMetrics(Collector):
         yield throttled
         yield rejected
         if self._topic_managers:
-            topic_throttled = CounterMetricFamily("kafka_quota_topic_throttled_requests",
+            topic_throttled = CounterMetricFamily("kafka_quota_proxy_topic_throttled_requests",
                                                   "Requests answered with a topic quota's throttle time",
                                                   labels=["quota_type"])
             for topics in self._topic_managers:
                 topic_throttled.add_metric([topics.quota_type.value], topics.throttled)
             yield topic_throttled
-        yield CounterMetricFamily("kafka_quota_producer_ids_admitted", "New producer IDs charged to a quota",
+        yield CounterMetricFamily("kafka_quota_proxy_producer_ids_admitted", "New producer IDs charged to a quota",
                                   value=self._producer_ids.admitted_pids)
         yield from self._usage_metrics(now_ms)
 
     def _usage_metrics(self, now_ms: int) -> Iterator[Metric]:
         """Headroom (rate over limit), the throttles given and what observed quotas would have done, per quota
-        type and entity; a topic quota's under ``kafka_quota_topic_``, per user and topic."""
-        principals = _UsageFamilies("kafka_quota", _ENTITY_LABELS)
+        type and entity; a topic quota's under ``kafka_quota_proxy_topic_``, per user and topic."""
+        principals = _UsageFamilies("kafka_quota_proxy", _ENTITY_LABELS)
         for manager in self._managers:
             principals.add(manager, now_ms, _principal)
         connections = self._connections
@@ -147,16 +147,16 @@ class QuotaMetrics(Collector):
             principals.observed_ms.add_metric(labels, connections.observed_delay_ms)
         yield from principals.families()
         if self._topic_managers:
-            topics = _UsageFamilies("kafka_quota_topic", _TOPIC_LABELS)
+            topics = _UsageFamilies("kafka_quota_proxy_topic", _TOPIC_LABELS)
             for topic_manager in self._topic_managers:
                 topics.add(topic_manager, now_ms, _topic_entity)
             yield from topics.families()
 
     @staticmethod
     def _rate_metrics(rate_name: str, what: str, manager: ClientQuotaManager, now_ms: int,
-                      name_prefix: str = "kafka_quota", entity_of: EntityOf = _principal,
+                      name_prefix: str = "kafka_quota_proxy", entity_of: EntityOf = _principal,
                       labels: list[str] = _BYTE_RATE_LABELS) -> Iterator[Metric]:
-        """``kafka_quota_{rate_name}`` and the throttle beside it: ``produce_byte_rate`` goes with
+        """``kafka_quota_proxy_{rate_name}`` and the throttle beside it: ``produce_byte_rate`` goes with
         ``produce_throttle_time_ms``."""
         prefix = rate_name.removesuffix("_rate").removesuffix("_byte")
         rate = GaugeMetricFamily(f"{name_prefix}_{rate_name}", f"{what} (Kafka's {prefix} rate); broker is empty "
@@ -178,10 +178,10 @@ class QuotaMetrics(Collector):
     @staticmethod
     def _bucket_metrics(prefix: str, what: str, manager: ControllerMutationQuotaManager | ProducerIdQuotaManager,
                         now_ms: int, labels: list[str]) -> Iterator[Metric]:
-        rate = GaugeMetricFamily(f"kafka_quota_{prefix}_rate", f"{what.capitalize()} per second", labels=labels)
-        tokens = GaugeMetricFamily(f"kafka_quota_{prefix}_tokens",
+        rate = GaugeMetricFamily(f"kafka_quota_proxy_{prefix}_rate", f"{what.capitalize()} per second", labels=labels)
+        tokens = GaugeMetricFamily(f"kafka_quota_proxy_{prefix}_tokens",
                                    f"Tokens left for {what}; below zero means throttling", labels=labels)
-        throttle = GaugeMetricFamily(f"kafka_quota_{prefix}_throttle_time_ms",
+        throttle = GaugeMetricFamily(f"kafka_quota_proxy_{prefix}_throttle_time_ms",
                                      f"Last throttle time given for {what}", labels=labels)
         window = manager.config.settings.window_for(manager.quota_type)
         kept, others = busiest(manager.entities.items(), lambda state: state.rate.measure(now_ms, window))

@@ -114,7 +114,7 @@ class ProxyMetrics(Collector):
         return self._listeners.setdefault(listener, ListenerCounts())
 
     def _connection_metrics(self) -> Iterator[Metric]:
-        outcomes = CounterMetricFamily("kafka_proxy_listener_connections",
+        outcomes = CounterMetricFamily("kafka_quota_proxy_listener_connections",
                                        "Connections taken by a listener's acceptor, by outcome: accepted, refused "
                                        "(the IP's maximum), throttled (the IP's creation rate: closed after a "
                                        "delay), delayed (accepted after waiting for the creation rate or "
@@ -123,13 +123,13 @@ class ProxyMetrics(Collector):
             for outcome in ListenerCounts.__slots__:
                 outcomes.add_metric([listener, outcome], getattr(counts, outcome))
         yield outcomes
-        per_ip = GaugeMetricFamily("kafka_proxy_client_connections_per_ip",
+        per_ip = GaugeMetricFamily("kafka_quota_proxy_client_connections_per_ip",
                                    f"Open client connections of the {BUSIEST_IPS} IPs with the most", labels=["ip"])
         for ip, count in self.busiest_ips(BUSIEST_IPS):
             per_ip.add_metric([ip], count)
         yield per_ip
-        logins = CounterMetricFamily("kafka_proxy_sasl_logins", "SASL logins by mechanism and outcome (succeeded, "
-                                     "failed); with sasl-mode inspect, as the cluster answered them",
+        logins = CounterMetricFamily("kafka_quota_proxy_sasl_logins", "SASL logins by mechanism and outcome "
+                                     "(succeeded, failed); with sasl-mode inspect, as the cluster answered them",
                                      labels=["mechanism", "outcome"])
         for (mechanism, outcome), count in sorted(self._logins.items()):
             logins.add_metric([mechanism, outcome], count)
@@ -142,38 +142,38 @@ class ProxyMetrics(Collector):
         observations.observe(seconds)
 
     def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily("kafka_proxy_client_connections", "Open client connections",
+        yield GaugeMetricFamily("kafka_quota_proxy_client_connections", "Open client connections",
                                 value=self.open_connections)
         yield from self._connection_metrics()
-        yield GaugeMetricFamily("kafka_proxy_muted_connections", "Client connections muted for a quota throttle",
+        yield GaugeMetricFamily("kafka_quota_proxy_muted_connections", "Client connections muted for a quota throttle",
                                 value=self.muted_connections)
-        yield GaugeMetricFamily("kafka_proxy_connection_buffer_bytes",
+        yield GaugeMetricFamily("kafka_quota_proxy_connection_buffer_bytes",
                                 "Unsent bytes each side of a connection may hold: write-buffer-high-bytes or an "
                                 "equal share of max-buffered-bytes, whichever is smaller",
                                 value=self.buffer_share_bytes)
         simple = (
-            ("kafka_proxy_client_connections_accepted", "Client connections accepted", self.connections_accepted),
-            ("kafka_proxy_bytes_in", "Bytes received from clients", self.bytes_in),
-            ("kafka_proxy_bytes_out", "Bytes sent to clients", self.bytes_out),
-            ("kafka_proxy_bytes_spliced", "Bytes received from clients that went upstream inside the kernel "
-             "(splice), never read by the proxy", self.bytes_spliced),
-            ("kafka_proxy_bytes_spliced_out", "Bytes sent to clients that came from the cluster inside the kernel "
-             "(splice), never read by the proxy", self.bytes_spliced_out),
-            ("kafka_proxy_upstream_connect_failures", "Upstream connections that could not be opened",
+            ("kafka_quota_proxy_client_connections_accepted", "Client connections accepted", self.connections_accepted),
+            ("kafka_quota_proxy_client_received_bytes", "Bytes received from clients", self.bytes_in),
+            ("kafka_quota_proxy_client_sent_bytes", "Bytes sent to clients", self.bytes_out),
+            ("kafka_quota_proxy_client_received_spliced_bytes", "Bytes received from clients that went upstream "
+             "inside the kernel (splice), never read by the proxy", self.bytes_spliced),
+            ("kafka_quota_proxy_client_sent_spliced_bytes", "Bytes sent to clients that came from the cluster "
+             "inside the kernel (splice), never read by the proxy", self.bytes_spliced_out),
+            ("kafka_quota_proxy_upstream_connect_failures", "Upstream connections that could not be opened",
              self.upstream_connect_failures),
-            ("kafka_proxy_upstream_request_timeouts", "Connections closed because the cluster did not answer a "
+            ("kafka_quota_proxy_upstream_request_timeouts", "Connections closed because the cluster did not answer a "
              "request within request-timeout-seconds", self.upstream_request_timeouts),
-            ("kafka_proxy_connections_closed_bad_input", "Connections closed for malformed or truncated frames",
+            ("kafka_quota_proxy_connections_closed_bad_input", "Connections closed for malformed or truncated frames",
              self.closed_for_bad_input),
         )
         for name, documentation, value in simple:
             yield CounterMetricFamily(name, documentation, value=value)
-        requests = CounterMetricFamily("kafka_proxy_requests", "Requests received, by api", labels=["api"])
+        requests = CounterMetricFamily("kafka_quota_proxy_requests", "Requests received, by api", labels=["api"])
         for api_key, count in enumerate(self.requests_by_api):
             if count:
                 requests.add_metric([_API_NAMES.get(api_key, str(api_key))], count)
         yield requests
-        latency = HistogramMetricFamily("kafka_proxy_request_latency_seconds",
+        latency = HistogramMetricFamily("kafka_quota_proxy_request_latency_seconds",
                                         "From a request's last byte read to its response written, by api",
                                         labels=["api"])
         for api_key, observations in sorted(self._latency.items()):

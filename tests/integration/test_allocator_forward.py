@@ -102,9 +102,9 @@ def test_a_broker_lives_through_the_proxy_and_an_explosion_of_producers_is_held_
         kafka_behind_proxy: Callable[..., Forwarded]) -> None:
     kafka, proxy = kafka_behind_proxy()
     seen = metrics(proxy)
-    assert seen['kafka_proxy_requests_total{api="BrokerRegistration"}'] == 1
-    assert seen['kafka_proxy_requests_total{api="BrokerHeartbeat"}'] >= 1
-    assert seen['kafka_proxy_requests_total{api="Fetch"}'] >= 1  # the broker replicates the metadata log
+    assert seen['kafka_quota_proxy_requests_total{api="BrokerRegistration"}'] == 1
+    assert seen['kafka_quota_proxy_requests_total{api="BrokerHeartbeat"}'] >= 1
+    assert seen['kafka_quota_proxy_requests_total{api="Fetch"}'] >= 1  # the broker replicates the metadata log
 
     # 12 blocks of new producers as fast as one client asks: the bucket admits the k-th allocation once
     # 5.5 + 0.5 t - (k - 1) > 0, so the 12th comes 2 x (12 - 6.5) = 11 s after the first (at full speed
@@ -122,7 +122,7 @@ def test_a_broker_lives_through_the_proxy_and_an_explosion_of_producers_is_held_
     first_epoch = broker_epoch(kafka)
     kafka.brokers[0].kill()
     kafka.restart(kafka.brokers[0])
-    assert metrics(proxy)['kafka_proxy_requests_total{api="BrokerRegistration"}'] >= 2
+    assert metrics(proxy)['kafka_quota_proxy_requests_total{api="BrokerRegistration"}'] >= 2
     assert broker_epoch(kafka) > first_epoch
     after, _ = new_producer_ids(kafka.bootstrap, 10)
     assert min(after) > max(issued)

@@ -61,12 +61,13 @@ def test_metrics_endpoint_counts_connections_requests_and_bytes(proxy: ProxyProc
             text = response.read().decode()
     values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
               for line in text.splitlines() if line and not line.startswith("#")}
-    assert values['kafka_proxy_requests_total{api="ApiVersions"}'] >= 3
-    answered = values['kafka_proxy_request_latency_seconds_count{api="ApiVersions"}']
+    assert values['kafka_quota_proxy_requests_total{api="ApiVersions"}'] >= 3
+    answered = values['kafka_quota_proxy_request_latency_seconds_count{api="ApiVersions"}']
     assert answered >= 3
-    assert values['kafka_proxy_request_latency_seconds_bucket{api="ApiVersions",le="+Inf"}'] == answered
-    assert 0 < values['kafka_proxy_request_latency_seconds_sum{api="ApiVersions"}'] < answered
-    assert values["kafka_proxy_client_connections"] >= 1
-    assert values["kafka_proxy_bytes_in_total"] > 0 and values["kafka_proxy_bytes_out_total"] > 0
+    assert values['kafka_quota_proxy_request_latency_seconds_bucket{api="ApiVersions",le="+Inf"}'] == answered
+    assert 0 < values['kafka_quota_proxy_request_latency_seconds_sum{api="ApiVersions"}'] < answered
+    assert values["kafka_quota_proxy_client_connections"] >= 1
+    assert values["kafka_quota_proxy_client_received_bytes_total"] > 0
+    assert values["kafka_quota_proxy_client_sent_bytes_total"] > 0
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/other", timeout=10)

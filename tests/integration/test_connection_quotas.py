@@ -59,16 +59,16 @@ def test_an_ip_keeps_its_maximum_of_connections_and_the_rest_are_closed(own_prox
         outcomes = [served(sock) for sock in sockets]
         assert outcomes == [True] * 50 + [False] * 150
         figures = metrics(proxy)  # the proxy still answers, and says what it did
-        assert figures['kafka_proxy_listener_connections_total{listener="bootstrap",outcome="refused"}'] == 150
-        assert figures['kafka_proxy_listener_connections_total{listener="bootstrap",outcome="accepted"}'] == 50
-        assert figures[f'kafka_proxy_client_connections_per_ip{{ip="{LOCAL}"}}'] == 50
+        assert figures['kafka_quota_proxy_listener_connections_total{listener="bootstrap",outcome="refused"}'] == 150
+        assert figures['kafka_quota_proxy_listener_connections_total{listener="bootstrap",outcome="accepted"}'] == 50
+        assert figures[f'kafka_quota_proxy_client_connections_per_ip{{ip="{LOCAL}"}}'] == 50
         # one socket per client and one upstream for each served connection, nothing for the refused
         assert process.num_fds() - descriptors_before <= 2 * 50 + 5
         assert len([c for c in process.net_connections(kind="tcp") if c.status == "ESTABLISHED"]) <= 2 * 50 + 2
     finally:
         close_all(sockets)
     deadline = time.monotonic() + 10
-    per_ip = f'kafka_proxy_client_connections_per_ip{{ip="{LOCAL}"}}'
+    per_ip = f'kafka_quota_proxy_client_connections_per_ip{{ip="{LOCAL}"}}'
     while metrics(proxy).get(per_ip, 0) and time.monotonic() < deadline:
         time.sleep(0.1)
     again = open_connections(proxy, 1)
@@ -87,7 +87,7 @@ def test_the_creation_rate_makes_the_acceptor_wait(own_proxy, tmp_path: Path) ->
         close_all(sockets)
     # one second of credit (10), then 10/s: the last of 60 is accepted after about 5 s
     assert 4.5 <= elapsed <= 9, f"60 connections at 10/s took {elapsed:.1f} s"
-    assert metrics(proxy)['kafka_proxy_listener_connections_total{listener="bootstrap",outcome="delayed"}'] >= 20
+    assert metrics(proxy)['kafka_quota_proxy_listener_connections_total{listener="bootstrap",outcome="delayed"}'] >= 20
 
 
 def test_max_connections_holds_a_new_connection_until_one_closes(own_proxy) -> None:  # type: ignore[no-untyped-def]
@@ -115,7 +115,7 @@ def test_an_ips_creation_rate_closes_its_extra_connections_after_a_delay(own_pro
     finally:
         close_all(sockets)
     assert outcomes[:5] == [True] * 5 and outcomes.count(True) <= 7, outcomes
-    assert metrics(proxy)['kafka_proxy_listener_connections_total{listener="bootstrap",outcome="throttled"}'] >= 8
+    assert metrics(proxy)['kafka_quota_proxy_listener_connections_total{listener="bootstrap",outcome="throttled"}'] >= 8
 
 
 def test_ip_quotas_are_set_and_described_like_kafka_configs_entity_type_ips(own_proxy,  # type: ignore[no-untyped-def]

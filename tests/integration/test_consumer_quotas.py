@@ -240,9 +240,9 @@ def test_a_consumer_reads_at_its_quota_and_another_is_not_slowed(  # type: ignor
     assert charged(proxy, {"free"}, "throttle_ms") == 0
     assert unmetered[0].elapsed_s < 0.75 * metered.elapsed_s, "the consumer without a quota was slowed"
     rates = metrics(proxy)
-    assert any(name.startswith("kafka_quota_consume_throttle_time_ms{") and 'client_id="metered"' in name and value > 0
-               for name, value in rates.items())
-    assert rates['kafka_quota_throttled_requests_total{quota_type="consumer_byte_rate"}'] > 0
+    assert any(name.startswith("kafka_quota_proxy_consume_throttle_time_ms{") and 'client_id="metered"' in name
+               and value > 0 for name, value in rates.items())
+    assert rates['kafka_quota_proxy_throttled_requests_total{quota_type="consumer_byte_rate"}'] > 0
 
 
 def test_two_members_of_a_group_share_their_users_quota(  # type: ignore[no-untyped-def]
@@ -304,7 +304,7 @@ def test_long_polls_of_a_metered_consumer_wait_at_the_cluster_and_get_new_record
         values = [record.value for batch in consumer.poll(timeout_ms=500).values() for record in batch]
     consumer.close()
     assert values == [b"late"]
-    fetches = metrics(proxy).get('kafka_proxy_requests_total{api="Fetch"}', 0.0)
+    fetches = metrics(proxy).get('kafka_quota_proxy_requests_total{api="Fetch"}', 0.0)
     assert fetches >= 2, "no long-poll fetch went through the proxy"
 
 

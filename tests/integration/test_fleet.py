@@ -419,7 +419,7 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
     accepted = []
     for worker in (0, 1):
         values = metrics_of(proxy.metrics_port + worker)
-        accepted.append(values[f'kafka_proxy_listener_connections_total{{listener="bootstrap",outcome="accepted",'
+        accepted.append(values[f'kafka_quota_proxy_listener_connections_total{{listener="bootstrap",outcome="accepted",'
                                f'worker="{worker}"}}'])
         assert values[f'process_cpu_seconds_total{{worker="{worker}"}}'] > 0  # each worker's own CPU, for sizing
     assert all(count > 0 for count in accepted) and sum(accepted) >= 40, accepted

@@ -49,7 +49,7 @@ def test_twenty_thousand_client_ids_make_a_bounded_page(own_proxy, broker: Clust
     started = time.monotonic()
     page = scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics")
     elapsed = time.monotonic() - started
-    rates = [line for line in page.splitlines() if line.startswith(b"kafka_quota_produce_byte_rate{")]
+    rates = [line for line in page.splitlines() if line.startswith(b"kafka_quota_proxy_produce_byte_rate{")]
     assert len(rates) == 1001 and any(b'client_id="<others>"' in line for line in rates)
     assert len(page) < 2_000_000, len(page)
     assert elapsed < 2.0, elapsed
@@ -65,7 +65,7 @@ def test_basic_authentication_and_tls(own_proxy, tmp_path: Path) -> None:  # typ
     url = f"https://127.0.0.1:{proxy.metrics_port}/metrics"
     context = ssl.create_default_context(cafile=str(ca.cafile))
     good = "Basic " + base64.b64encode(b"prometheus:scrape-secret").decode()
-    assert b"kafka_proxy_client_connections" in scrape(url, context, good)
+    assert b"kafka_quota_proxy_client_connections" in scrape(url, context, good)
     for authorization in (None, "Basic " + base64.b64encode(b"prometheus:guess").decode()):
         with pytest.raises(urllib.error.HTTPError, match="401"):
             scrape(url, context, authorization)
@@ -75,3 +75,35 @@ def test_basic_authentication_and_tls(own_proxy, tmp_path: Path) -> None:  # typ
     assert json.loads(scrape(explain, context, good))["user"] == "alice"
     with pytest.raises(urllib.error.HTTPError, match="401"):
         scrape(explain, context, None)
+
+
+METRIC_PREFIX = "kafka_quota_proxy_"
+UNIT_SUFFIXES = ("_bytes", "_seconds", "_ms", "_rate", "_ratio", "_per_hour")
+"""What a quantity's name ends with (before ``_total``): Prometheus's base units, and Kafka's own where a client sees
+the same figure (``throttle_time_ms``, ``producer_byte_rate``); a count needs none."""
+
+
+def test_every_metric_has_the_one_prefix_and_says_its_unit(own_proxy, broker: Cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                           topic: str) -> None:
+    """Every family a proxy with every quota kind, a fleet and durable state exposes: one prefix, counters'
+    names ending in ``_total``, quantities naming their unit."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nuser = "<default>"\n' + "".join(f"{key} = 1000000\n" for key in (
+        "producer_byte_rate", "consumer_byte_rate", "request_rate", "controller_mutation_rate", "producer_ids_rate",
+        "connection_creation_rate")) + '[[quota]]\ntopic = "<default>"\nproducer_byte_rate = 1000000\n'
+        '[[quota]]\nip = "<default>"\nconnection_creation_rate = 1000\n')
+    config = tmp_path / "fleet.toml"
+    config.write_text(f'[fleet]\ntopic = "usage-{topic}"\nquotas-topic = "quotas-{topic}"\n')
+    proxy: ProxyProcess = own_proxy("--quota-file", str(quota_file), "--config", str(config))
+    create_topic_on_one_broker(broker, topic)
+    with connect_to_leader(proxy, topic) as sock:
+        sock.sendall(produce_request(topic, record_batch([b"x"]), acks=1))
+        assert read_frame(sock)
+    page = scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics").decode()
+    kinds = dict(line.split()[2:4] for line in page.splitlines() if line.startswith("# TYPE "))
+    assert len(kinds) > 50, sorted(kinds)
+    # the process collector's are the standard names every Prometheus client library gives
+    assert [name for name in kinds if not name.startswith((METRIC_PREFIX, "process_"))] == []
+    assert [name for name, kind in kinds.items() if kind == "counter" and not name.endswith("_total")] == []
+    quantities = [name for name in kinds if {"bytes", "time", "latency", "age"} & set(name.split("_"))]
+    assert [name for name in quantities if not name.removesuffix("_total").endswith(UNIT_SUFFIXES)] == []

@@ -132,12 +132,12 @@ def test_minus_one_partitions_is_charged_what_the_cluster_created(  # type: igno
         assert created.error_code == 0
         if created.num_partitions == 1:  # KAFKA_BOOTSTRAP's cluster may keep Kafka's default
             pytest.skip("the cluster's num.partitions is 1: what it created cannot be told from a fallback of 1")
-    tokens = metrics(proxy)['kafka_quota_controller_mutation_tokens{client_id="defaults",user=""}']
+    tokens = metrics(proxy)['kafka_quota_proxy_controller_mutation_tokens{client_id="defaults",user=""}']
     assert tokens < 1.1 - created.num_partitions + 0.5  # charged the real count, not the fallback of 1
 
 
 def tokens(proxy: ProxyProcess, client_id: str) -> float:
-    return metrics(proxy)[f'kafka_quota_controller_mutation_tokens{{client_id="{client_id}",user=""}}']
+    return metrics(proxy)[f'kafka_quota_proxy_controller_mutation_tokens{{client_id="{client_id}",user=""}}']
 
 
 def create(sock: socket.socket, client_id: str, *topics: dict[str, object]) -> list[int]:

@@ -135,7 +135,7 @@ def test_records_survive_the_fault_each_way_and_the_quota_holds(network: Network
             time.sleep(0.5)
         unacknowledged = writer.finish()
         elapsed_s = time.monotonic() - started
-        timeouts = metrics(proxy).get("kafka_proxy_upstream_request_timeouts_total", 0.0)
+        timeouts = metrics(proxy).get("kafka_quota_proxy_upstream_request_timeouts_total", 0.0)
     finally:
         proxy.stop()  # its usage log's last second written
         for route in [route for route in toxiproxy.routes if route.startswith("client-")]:

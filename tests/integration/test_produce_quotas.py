@@ -124,9 +124,9 @@ def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, to
     assert fast_result and fast_result[0] <= alone * 1.5 + 2, f"unlimited client: {fast_result} s, alone {alone} s"
     assert count_messages(proxy.bootstrap, topic) == 24 * 1024
     values = metrics(proxy)
-    assert values['kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"}'] > 0
-    assert any(key.startswith('kafka_quota_produce_byte_rate{broker="127.0.0.1:') and 'client_id="slow",user=""' in key
-               for key in values)
+    assert values['kafka_quota_proxy_throttled_requests_total{quota_type="producer_byte_rate"}'] > 0
+    assert any(key.startswith('kafka_quota_proxy_produce_byte_rate{broker="127.0.0.1:')
+               and 'client_id="slow",user=""' in key for key in values)
     assert not any('client_id="fast"' in key for key in values)
 
 
@@ -195,7 +195,7 @@ def test_producer_id_quota(own_proxy, broker, tmp_path: Path, topic: str, mode: 
     assert set(delivery.failures) <= {"THROTTLING_QUOTA_EXCEEDED"} and len(delivery.failures) == refused_for_good
     delivered = 30 - refused_for_good
     values = metrics(proxy)
-    assert values["kafka_quota_producer_ids_admitted_total"] == delivered
+    assert values["kafka_quota_proxy_producer_ids_admitted_total"] == delivered
     usage = usage_totals(proxy)
     assert usage["new_pids"] == delivered
     assert usage["produce_requests"] >= 30
@@ -208,13 +208,13 @@ def test_producer_id_quota(own_proxy, broker, tmp_path: Path, topic: str, mode: 
         for line in seconds:
             admitted += line["new_pids"]
             assert admitted <= 20 + 2 * (line["time"] - first_second + 1), (line, admitted)
-        assert values['kafka_quota_rejected_requests_total{quota_type="producer_ids_rate"}'] >= 1
+        assert values['kafka_quota_proxy_rejected_requests_total{quota_type="producer_ids_rate"}'] >= 1
         if not refused_for_good:  # the cluster saw the burst at once; the other 10 waited for tokens (2/s)
             assert delivery.seconds >= 4, f"30 new producer IDs admitted in {delivery.seconds:.1f} s"
         else:
             assert delivered >= 20
     else:
-        assert values['kafka_quota_throttled_requests_total{quota_type="producer_ids_rate"}'] >= 1
+        assert values['kafka_quota_proxy_throttled_requests_total{quota_type="producer_ids_rate"}'] >= 1
         assert max(delivery.throttles) > 0
     through_proxy = count_messages(proxy.bootstrap, topic)
     direct = None if through_proxy == delivered else count_messages(broker.bootstrap, topic)
@@ -237,7 +237,7 @@ def test_producer_ids_of_large_requests_forwarded_as_they_arrive_are_still_check
         throttles.append(max_throttle_ms(producer))
         producer.close()
     values = metrics(proxy)
-    assert values["kafka_quota_producer_ids_admitted_total"] == 3
+    assert values["kafka_quota_proxy_producer_ids_admitted_total"] == 3
     assert throttles[0] == 0 and throttles[2] > 0, throttles
     assert count_messages(proxy.bootstrap, topic) == 12
 

@@ -176,16 +176,16 @@ def test_a_pid_seen_before_a_restart_is_not_new_again(own_proxy, tmp_path: Path,
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         pid = new_producer_id(sock).producer_id
     assert produce_with(proxy, topic, pid, 0) == 0
-    assert metrics(proxy)["kafka_quota_producer_ids_admitted_total"] == 1
+    assert metrics(proxy)["kafka_quota_proxy_producer_ids_admitted_total"] == 1
     assert proxy.stop() == 0
 
     restarted = own_proxy("--quota-file", quotas, "--state-dir", str(proxy.state_dir))
     assert produce_with(restarted, topic, pid, 1) == 0  # the same producer, its next batch
-    assert metrics(restarted)["kafka_quota_producer_ids_admitted_total"] == 0  # known from the ledger
+    assert metrics(restarted)["kafka_quota_proxy_producer_ids_admitted_total"] == 0  # known from the ledger
     with socket.create_connection(("127.0.0.1", restarted.port), timeout=30) as sock:
         other = new_producer_id(sock).producer_id
     assert produce_with(restarted, topic, other, 0) == 0
-    assert metrics(restarted)["kafka_quota_producer_ids_admitted_total"] == 1  # a new PID still counts
+    assert metrics(restarted)["kafka_quota_proxy_producer_ids_admitted_total"] == 1  # a new PID still counts
 
 
 _ALLOCATING_LOOP = """

@@ -44,7 +44,8 @@ def test_each_broker_has_its_own_budget_only_in_broker_scope(  # type: ignore[no
         seen[node_id] = throttles(proxy.broker_port_base + node_id, led_here, 4)
     first, second, third = (seen[node_id] for node_id in three_brokers.node_ids)
     assert first == second == [0] * 4
-    rates = {key: value for key, value in metrics(proxy).items() if key.startswith("kafka_quota_produce_byte_rate{")}
+    rates = {key: value for key, value in metrics(proxy).items()
+             if key.startswith("kafka_quota_proxy_produce_byte_rate{")}
     if scope == "broker":
         assert third == [0] * 4
         brokers = {key.split('broker="')[1].split('"')[0] for key in rates}

@@ -144,9 +144,9 @@ def test_a_client_over_its_request_rate_is_held_to_it(own_proxy, tmp_path: Path,
     assert elapsed >= model.elapsed_s * (1 - MODEL_TOLERANCE), f"{count} requests at {RATE}/s: {elapsed:.1f} s, " \
         f"Kafka's model {model.elapsed_s:.1f} s"
     values = metrics(proxy)
-    assert any(key.startswith('kafka_quota_request_rate{broker="') and f'client_id="{CHATTY}",user=""' in key
+    assert any(key.startswith('kafka_quota_proxy_request_rate{broker="') and f'client_id="{CHATTY}",user=""' in key
                and rate > 0 for key, rate in values.items())
-    throttled_ms = values[f'kafka_quota_throttle_time_ms_total{{client_id="{CHATTY}",quota_type="request_rate",'
+    throttled_ms = values[f'kafka_quota_proxy_throttle_time_ms_total{{client_id="{CHATTY}",quota_type="request_rate",'
                           f'user=""}}']
     ceiling = kafka_quota_model([[1] * (count + 20)], RATE).throttle_ms * (1 + MODEL_TOLERANCE)
     assert 0 < throttled_ms <= ceiling, (throttled_ms, ceiling)

@@ -257,20 +257,21 @@ def test_observed_quotas_let_everything_through_and_count_what_enforcement_would
     seen = traffic.metrics
     for quota_type in ("producer_byte_rate", "consumer_byte_rate", "controller_mutation_rate", "producer_ids_rate"):
         labels = entity_labels(quota_type, *(("ANONYMOUS", "") if quota_type == "producer_ids_rate" else ()))
-        assert seen.get(f"kafka_quota_observed_throttled_requests_total{labels}", 0) > 0, quota_type
-        assert seen[f"kafka_quota_observed_throttle_time_ms_total{labels}"] > 0, quota_type
-        assert f"kafka_quota_throttle_time_ms_total{labels}" not in seen, quota_type
-        assert seen[f"kafka_quota_usage_ratio{labels}"] > 0, quota_type
+        assert seen.get(f"kafka_quota_proxy_observed_throttled_requests_total{labels}", 0) > 0, quota_type
+        assert seen[f"kafka_quota_proxy_observed_throttle_time_ms_total{labels}"] > 0, quota_type
+        assert f"kafka_quota_proxy_throttle_time_ms_total{labels}" not in seen, quota_type
+        assert seen[f"kafka_quota_proxy_usage_ratio{labels}"] > 0, quota_type
     for quota_type in ("consumer_byte_rate", "controller_mutation_rate", "producer_ids_rate"):
-        assert seen[f'kafka_quota_throttled_requests_total{{quota_type="{quota_type}"}}'] == 0
-        assert seen[f'kafka_quota_rejected_requests_total{{quota_type="{quota_type}"}}'] == 0
+        assert seen[f'kafka_quota_proxy_throttled_requests_total{{quota_type="{quota_type}"}}'] == 0
+        assert seen[f'kafka_quota_proxy_rejected_requests_total{{quota_type="{quota_type}"}}'] == 0
     # eight producer IDs in the last 10 s against 0.2/s: the headroom an operator reads before enforcing
-    assert seen[f'kafka_quota_usage_ratio{entity_labels("producer_ids_rate", "ANONYMOUS", "")}'] > 1
-    assert seen[f'kafka_quota_observed_throttled_requests_total{entity_labels("connection_creation_rate", "", "")}'] > 0
-    assert all(value == 0 for name, value in seen.items() if name.startswith("kafka_proxy_listener_connections")
+    assert seen[f'kafka_quota_proxy_usage_ratio{entity_labels("producer_ids_rate", "ANONYMOUS", "")}'] > 1
+    observed = "kafka_quota_proxy_observed_throttled_requests_total"
+    assert seen[f'{observed}{entity_labels("connection_creation_rate", "", "")}'] > 0
+    assert all(value == 0 for name, value in seen.items() if name.startswith("kafka_quota_proxy_listener_connections")
                and ('outcome="throttled"' in name or 'outcome="refused"' in name))
     # the enforced client beside it was held back
-    assert seen[f'kafka_quota_throttle_time_ms_total{entity_labels("producer_byte_rate", "", ENFORCED)}'] > 0
+    assert seen[f'kafka_quota_proxy_throttle_time_ms_total{entity_labels("producer_byte_rate", "", ENFORCED)}'] > 0
     totals = usage_totals(traffic.proxy)
     assert totals["rejections"] == 0 and totals["observed_throttled"] > 0
 

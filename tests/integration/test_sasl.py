@@ -74,7 +74,7 @@ def test_login_then_produce_and_consume_as_that_user(sasl_proxy: ProxyProcess, t
     assert [record.value for record in read_to_end(sasl_proxy.bootstrap, topic, **settings)] == [b"hello"]
     # the <default> user quota gives each authenticated user a bucket of its own (Kafka's level 6)
     assert any(f'client_id="",user="{user}"}}' in key for key in metrics(sasl_proxy)
-               if key.startswith("kafka_quota_produce_byte_rate{"))
+               if key.startswith("kafka_quota_proxy_produce_byte_rate{"))
 
 
 def test_wrong_password_is_refused(sasl_proxy: ProxyProcess) -> None:
@@ -111,7 +111,7 @@ def test_proxy_logs_in_upstream_with_its_own_credentials(sasl_proxy: ProxyProces
     producer.send(topic, b"through two proxies").get(timeout=30)
     producer.close()
     assert any('client_id="",user="alice"}' in key for key in metrics(sasl_proxy)
-               if key.startswith("kafka_quota_produce_byte_rate{"))
+               if key.startswith("kafka_quota_proxy_produce_byte_rate{"))
 
 
 def test_users_added_while_running_can_log_in(sasl_proxy: ProxyProcess, tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_pipelined_guesses_get_one_answer_and_the_connection_closes(sasl_proxy: 
     assert answers == [1, 10]  # the handshake and the first guess (refused); nothing after it was read
     assert "user 'bob'" in sasl_proxy.log() and "failed SASL login from 127.0.0.1" in sasl_proxy.log()
     counts = metrics(sasl_proxy)
-    assert counts['kafka_proxy_sasl_logins_total{mechanism="PLAIN",outcome="failed"}'] >= 1
+    assert counts['kafka_quota_proxy_sasl_logins_total{mechanism="PLAIN",outcome="failed"}'] >= 1
 
 
 def test_a_failed_login_is_answered_late_then_closed(sasl_proxy: ProxyProcess) -> None:

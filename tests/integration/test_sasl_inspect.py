@@ -63,7 +63,7 @@ def inspecting(own_proxy, broker: Cluster, tmp_path: Path) -> ProxyProcess:  # t
 
 def quota_users(proxy: ProxyProcess) -> set[str]:
     return {key.split('user="')[1].split('"')[0] for key in metrics(proxy)
-            if key.startswith("kafka_quota_produce_byte_rate{") and 'user="' in key}
+            if key.startswith("kafka_quota_proxy_produce_byte_rate{") and 'user="' in key}
 
 
 @pytest.mark.parametrize(("mechanism", "user"), [("SCRAM-SHA-512", "alice"), ("PLAIN", "bob"),
@@ -78,14 +78,14 @@ def test_the_user_the_cluster_accepted_is_the_principal(inspecting: ProxyProcess
     producer.send(topic, b"inspected").get(timeout=30)
     producer.close()
     assert quota_users(proxy) == {user}
-    assert metrics(proxy)[f'kafka_proxy_sasl_logins_total{{mechanism="{mechanism}",outcome="succeeded"}}'] >= 1
+    assert metrics(proxy)[f'kafka_quota_proxy_sasl_logins_total{{mechanism="{mechanism}",outcome="succeeded"}}'] >= 1
 
 
 def test_a_login_the_cluster_refuses_names_nobody(inspecting: ProxyProcess) -> None:
     proxy = inspecting
     assert "Authentication failed" in refused_login(proxy.bootstrap, "PLAIN", "bob", "not-his-password")
     assert quota_users(proxy) == set()
-    assert metrics(proxy)['kafka_proxy_sasl_logins_total{mechanism="PLAIN",outcome="failed"}'] >= 1
+    assert metrics(proxy)['kafka_quota_proxy_sasl_logins_total{mechanism="PLAIN",outcome="failed"}'] >= 1
     assert "failed SASL login from 127.0.0.1" in proxy.log() and "user 'bob'" in proxy.log()
 
 

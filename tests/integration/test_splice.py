@@ -32,8 +32,8 @@ from tests.support import (
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
-SPLICED = "kafka_proxy_bytes_spliced_total"
-SPLICED_OUT = "kafka_proxy_bytes_spliced_out_total"
+SPLICED = "kafka_quota_proxy_client_received_spliced_bytes_total"
+SPLICED_OUT = "kafka_quota_proxy_client_sent_spliced_bytes_total"
 
 
 def metrics(proxy: ProxyProcess) -> dict[str, float]:
@@ -152,7 +152,7 @@ def test_large_requests_under_a_producer_id_quota_splice_their_records_and_are_s
     assert [produce_error_codes(answer) for answer in produced] == [[0, 0]] * 3
     assert produce_throttle_ms(produced[0]) == 0 and produce_throttle_ms(produced[2]) > 0
     values_now = metrics(proxy)
-    assert values_now["kafka_quota_producer_ids_admitted_total"] == 3
+    assert values_now["kafka_quota_proxy_producer_ids_admitted_total"] == 3
     # of the 3.6 MB of records, all but each request's first read (up to 256 KiB: the cut through is decided on
     # it) and the 1 KiB read after each spliced batch (the next batch's header is in it)
     assert values_now[SPLICED] > 3.6e6 - 3 * 256 * 1024 - 6 * 1024, values_now[SPLICED]
@@ -214,7 +214,7 @@ def test_the_answer_to_a_spliced_request_waits_for_its_producer_id_verdict(broke
         assert int.from_bytes(answer[:4], "big") == 7 and produce_error_codes(answer) == [0, 0, 0]
         # one check at one instant: the bucket, full at 1, goes to -2; -(-2) / 0.1 per second
         assert produce_throttle_ms(answer) == 20_000
-        assert metrics(proxy)["kafka_quota_producer_ids_admitted_total"] == 3
+        assert metrics(proxy)["kafka_quota_proxy_producer_ids_admitted_total"] == 3
     finally:
         proxy.stop()
 
@@ -256,7 +256,8 @@ def test_librdkafka_producers_under_a_producer_id_quota_splice_their_records_and
     for partition, expected in enumerate(sent):
         assert read_back(broker, topic, len(expected), partition=partition) == expected
     values_now = metrics(proxy)
-    assert values_now["kafka_quota_producer_ids_admitted_total"] == 3  # each producer's ID, read from a batch header
+    # each producer's ID, read from a batch header
+    assert values_now["kafka_quota_proxy_producer_ids_admitted_total"] == 3
     assert values_now[SPLICED] > 9 * MIB  # of the 18 MB, in batches of up to 1 MB: headers read, records spliced
 
 

@@ -95,7 +95,7 @@ def assert_refused(port: int, context: ssl.SSLContext) -> None:
 
 def quota_users(proxy: ProxyProcess) -> set[str]:
     return {key.split('user="')[1].split('"')[0] for key in metrics(proxy)
-            if key.startswith("kafka_quota_produce_byte_rate{") and 'user="' in key}
+            if key.startswith("kafka_quota_proxy_produce_byte_rate{") and 'user="' in key}
 
 
 def default_user_quota(tmp_path: Path) -> tuple[str, str]:
@@ -143,7 +143,7 @@ def test_client_certificates_name_the_principal_through_the_mapping_rules(own_pr
     producer.send(topic, b"x" * 20_000).get(timeout=30)  # over alice's own 1000 B/s, far under the default
     producer.close(timeout=1)
     throttles = {key.split('user="')[1].split('"')[0]: value for key, value in metrics(proxy).items()
-                 if key.startswith("kafka_quota_produce_throttle_time_ms{")}
+                 if key.startswith("kafka_quota_proxy_produce_throttle_time_ms{")}
     assert throttles["alice"] > 0 and throttles["CN=batch-job,O=Acme,C=US"] == 0, throttles
 
 
@@ -170,7 +170,7 @@ def test_upstream_tls_through_a_proxy_terminating_tls(own_proxy, tmp_path: Path,
     front_config.write_text(f'[upstream-tls]\ncafile = "{ca.cafile}"\n')
     front = own_proxy("--config", str(front_config), upstream=tls_cluster.bootstrap)
     round_trip_kafka_python(front.bootstrap, topic, {})
-    assert metrics(tls_cluster)['kafka_proxy_requests_total{api="Produce"}'] >= 1
+    assert metrics(tls_cluster)['kafka_quota_proxy_requests_total{api="Produce"}'] >= 1
 
     untrusting = tmp_path / "untrusting.toml"
     other = CertificateAuthority(tmp_path / "other-pki", "other-ca")

@@ -165,7 +165,7 @@ def side_by_side(*runs: Callable[[], Any]) -> tuple[list[Any], float]:
 
 
 def topic_throttles(proxy: ProxyProcess, quota_type: str) -> float:
-    return metrics(proxy).get(f'kafka_quota_topic_throttled_requests_total{{quota_type="{quota_type}"}}', 0.0)
+    return metrics(proxy).get(f'kafka_quota_proxy_topic_throttled_requests_total{{quota_type="{quota_type}"}}', 0.0)
 
 
 def held_to_the_model(what: str, elapsed_s: float, request_bytes: list[list[int]], fetch: bool = False) -> None:

@@ -75,8 +75,8 @@ def test_a_user_over_its_rate_has_connections_closed_and_another_user_is_untouch
     closed = bob_served.count(False)
     assert closed >= 40 - (20 + RATE * elapsed + 1), (bob_served, elapsed)
     values = metrics(proxy)
-    assert values['kafka_quota_rejected_requests_total{quota_type="connection_creation_rate"}'] == closed
-    throttled_ms = values['kafka_quota_throttle_time_ms_total{client_id="",quota_type="connection_creation_rate",'
+    assert values['kafka_quota_proxy_rejected_requests_total{quota_type="connection_creation_rate"}'] == closed
+    throttled_ms = values['kafka_quota_proxy_throttle_time_ms_total{client_id="",quota_type="connection_creation_rate",'
                           'user="bob"}']
     assert 0 < throttled_ms <= closed * 1000  # each closed after its throttle, at most one window
 
@@ -95,7 +95,7 @@ def test_librdkafka_closed_after_its_login_comes_back_and_is_served(proxy: Proxy
 
     producer.produce(topic, b"after the burst", on_delivery=delivered)
     assert producer.flush(60) == 0 and not failures, failures
-    assert metrics(proxy)['kafka_quota_rejected_requests_total{quota_type="connection_creation_rate"}'] >= 1
+    assert metrics(proxy)['kafka_quota_proxy_rejected_requests_total{quota_type="connection_creation_rate"}'] >= 1
 
 
 def test_a_client_certificate_names_the_user_whose_rate_applies(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -129,5 +129,5 @@ def test_a_client_certificate_names_the_user_whose_rate_applies(own_proxy, tmp_p
     alice = answered(ca.issue("alice", "Alice", unit="eng"), 15)  # CN=Alice,OU=eng,... -> alice
     assert alice[:10] == [True] * 10 and alice.count(False) >= 3, alice
     assert all(answered(ca.issue("service", "Batch", unit="ops"), 15))  # batch: no quota
-    assert metrics(proxy)['kafka_quota_rejected_requests_total{quota_type="connection_creation_rate"}'] == \
+    assert metrics(proxy)['kafka_quota_proxy_rejected_requests_total{quota_type="connection_creation_rate"}'] == \
         alice.count(False)

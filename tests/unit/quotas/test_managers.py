@@ -310,18 +310,19 @@ def test_metrics_follow_live_entities() -> None:
     mutations.admit_topics("u", "c", [20], strict=True, now_ms=clock())
     pids.check("u", batches([5]), clock())
     text = generate_latest(registry).decode()
-    assert 'kafka_quota_produce_byte_rate{broker="",client_id="c",user=""} 1000.0' in text
-    assert 'kafka_quota_controller_mutation_tokens{client_id="c",user=""} -9.0' in text
-    assert 'kafka_quota_producer_id_tokens{user="u"} 39599.0' in text
-    assert 'kafka_quota_consume_byte_rate{broker="b:1",client_id="c",user=""} 2000.0' in text
-    assert 'kafka_quota_consume_throttle_time_ms{broker="b:1",client_id="c",user=""} 190000.0' in text
-    assert 'kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
+    assert 'kafka_quota_proxy_produce_byte_rate{broker="",client_id="c",user=""} 1000.0' in text
+    assert 'kafka_quota_proxy_controller_mutation_tokens{client_id="c",user=""} -9.0' in text
+    assert 'kafka_quota_proxy_producer_id_tokens{user="u"} 39599.0' in text
+    assert 'kafka_quota_proxy_consume_byte_rate{broker="b:1",client_id="c",user=""} 2000.0' in text
+    assert 'kafka_quota_proxy_consume_throttle_time_ms{broker="b:1",client_id="c",user=""} 190000.0' in text
+    assert 'kafka_quota_proxy_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
     # (1000 B/s - 100) / 100 x 10 s, summed per entity for "throttled most of the time" alerts
-    assert 'kafka_quota_throttle_time_ms_total{client_id="c",quota_type="producer_byte_rate",user=""} 90000.0' in text
-    assert 'kafka_quota_throttled_requests_total{quota_type="consumer_byte_rate"} 1.0' in text
+    assert ('kafka_quota_proxy_throttle_time_ms_total{client_id="c",quota_type="producer_byte_rate",user=""} '
+            '90000.0') in text
+    assert 'kafka_quota_proxy_throttled_requests_total{quota_type="consumer_byte_rate"} 1.0' in text
     clock.advance(60_000)
     produce.entities.expire(clock())
-    assert "kafka_quota_produce_byte_rate{" not in generate_latest(registry).decode()
+    assert "kafka_quota_proxy_produce_byte_rate{" not in generate_latest(registry).decode()
 
 
 def test_pending_producer_id_throttle_is_the_time_until_the_bucket_is_back_at_zero() -> None:
@@ -349,14 +350,14 @@ def test_metrics_keep_the_busiest_entities_and_sum_the_rest() -> None:
         produce.record("u", f"client-{n}", 1000 + n, clock())
         mutations.admit_topics("u", f"client-{n}", [1], strict=True, now_ms=clock())
     text = generate_latest(registry).decode()
-    rates = [line for line in text.splitlines() if line.startswith("kafka_quota_produce_byte_rate{")]
+    rates = [line for line in text.splitlines() if line.startswith("kafka_quota_proxy_produce_byte_rate{")]
     assert len(rates) == MAX_ENTITY_SERIES + 1
     kept = "\n".join(rates)
     assert 'client_id="client-19999"' in kept and 'client_id="client-18999"' not in kept  # the busiest
     others = next(line for line in rates if f'client_id="{OTHERS}"' in line)
     assert float(others.split()[-1]) == pytest.approx(sum(1000 + n for n in range(19_000)) / 10, rel=1e-6)
-    assert len([line for line in text.splitlines() if line.startswith("kafka_quota_controller_mutation_tokens{")]) \
-        == MAX_ENTITY_SERIES
+    assert len([line for line in text.splitlines()
+                if line.startswith("kafka_quota_proxy_controller_mutation_tokens{")]) == MAX_ENTITY_SERIES
     assert len(text) < 2_000_000
 
 

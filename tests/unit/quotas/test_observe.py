@@ -218,14 +218,15 @@ def test_metrics_show_usage_ratio_and_what_observed_quotas_would_have_done() -> 
         mutations.admit_topics("alice", "app", [5], strict=True, now_ms=clock())
         clock.advance(1000)
     text = generate_latest(registry).decode()
-    assert 'kafka_quota_usage_ratio{client_id="",quota_type="producer_byte_rate",user="alice"} 3.0' in text
-    assert 'kafka_quota_usage_ratio{client_id="",quota_type="producer_byte_rate",user="bob"} 0.25' in text
-    assert 'kafka_quota_usage_ratio{client_id="",quota_type="controller_mutation_rate",user="alice"} 5.0' in text
+    assert 'kafka_quota_proxy_usage_ratio{client_id="",quota_type="producer_byte_rate",user="alice"} 3.0' in text
+    assert 'kafka_quota_proxy_usage_ratio{client_id="",quota_type="producer_byte_rate",user="bob"} 0.25' in text
+    assert 'kafka_quota_proxy_usage_ratio{client_id="",quota_type="controller_mutation_rate",user="alice"} 5.0' in text
     state = produce.entities.get(next(key for key, _ in produce.entities.items() if key.user == "alice"))
     assert state is not None and state.observed_throttled > 0
-    assert (f'kafka_quota_observed_throttled_requests_total{{client_id="",quota_type="producer_byte_rate",'
+    assert (f'kafka_quota_proxy_observed_throttled_requests_total{{client_id="",quota_type="producer_byte_rate",'
             f'user="alice"}} {float(state.observed_throttled)}') in text
-    assert (f'kafka_quota_observed_throttle_time_ms_total{{client_id="",quota_type="producer_byte_rate",'
+    assert (f'kafka_quota_proxy_observed_throttle_time_ms_total{{client_id="",quota_type="producer_byte_rate",'
             f'user="alice"}} {float(state.observed_throttle_ms)}') in text
-    assert 'kafka_quota_observed_throttled_requests_total{client_id="",quota_type="controller_mutation_rate"' in text
+    assert ('kafka_quota_proxy_observed_throttled_requests_total{client_id="",'
+            'quota_type="controller_mutation_rate"') in text
     assert 'user="bob"' not in "\n".join(line for line in text.splitlines() if "observed" in line)  # enforced

@@ -75,7 +75,7 @@ def test_request_rate_metrics_sit_beside_the_byte_rates() -> None:
     for _ in range(101):
         requests.record("alice", "app", 1, clock(), broker="b:1")
     text = generate_latest(registry).decode()
-    assert 'kafka_quota_request_rate{broker="b:1",client_id="",user="alice"} 10.1' in text
-    assert 'kafka_quota_request_throttle_time_ms{broker="b:1",client_id="",user="alice"} 100.0' in text
-    assert 'kafka_quota_throttled_requests_total{quota_type="request_rate"} 1.0' in text
-    assert 'kafka_quota_usage_ratio{client_id="",quota_type="request_rate",user="alice"} 1.01' in text
+    assert 'kafka_quota_proxy_request_rate{broker="b:1",client_id="",user="alice"} 10.1' in text
+    assert 'kafka_quota_proxy_request_throttle_time_ms{broker="b:1",client_id="",user="alice"} 100.0' in text
+    assert 'kafka_quota_proxy_throttled_requests_total{quota_type="request_rate"} 1.0' in text
+    assert 'kafka_quota_proxy_usage_ratio{client_id="",quota_type="request_rate",user="alice"} 1.01' in text

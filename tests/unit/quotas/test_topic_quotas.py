@@ -183,10 +183,10 @@ def test_topic_series_are_labelled_by_user_and_topic_beside_the_principals() -> 
     principals.record("alice", "app", 11 * MB, clock(), broker="b:9092")
     topics.record_topics("alice", {"orders": 11 * MB}, clock(), broker="b:9092")
     text = generate_latest(registry).decode()
-    assert 'kafka_quota_topic_produce_byte_rate{broker="b:9092",topic="orders",user=""} 1.1e+06' in text
-    assert 'kafka_quota_topic_produce_throttle_time_ms{broker="b:9092",topic="orders",user=""} 1000.0' in text
-    assert 'kafka_quota_topic_usage_ratio{quota_type="producer_byte_rate",topic="orders",user=""} 1.1' in text
-    assert 'kafka_quota_topic_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
+    assert 'kafka_quota_proxy_topic_produce_byte_rate{broker="b:9092",topic="orders",user=""} 1.1e+06' in text
+    assert 'kafka_quota_proxy_topic_produce_throttle_time_ms{broker="b:9092",topic="orders",user=""} 1000.0' in text
+    assert 'kafka_quota_proxy_topic_usage_ratio{quota_type="producer_byte_rate",topic="orders",user=""} 1.1' in text
+    assert 'kafka_quota_proxy_topic_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
     # the principal's series are alice's own, not merged with the topic's bucket
-    assert 'kafka_quota_usage_ratio{client_id="",quota_type="producer_byte_rate",user="alice"} 1.1' in text
-    assert 'kafka_quota_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
+    assert 'kafka_quota_proxy_usage_ratio{client_id="",quota_type="producer_byte_rate",user="alice"} 1.1' in text
+    assert 'kafka_quota_proxy_throttled_requests_total{quota_type="producer_byte_rate"} 1.0' in text
