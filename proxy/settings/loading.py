@@ -14,111 +14,44 @@ from proxy.security.sasl import LoginSettings
 from proxy.security.tls import CLIENT_AUTH, TLS_VERSIONS, ListenerTls, PrincipalMapper, TlsConfigError, UpstreamTls
 from proxy.security.users import MECHANISMS
 from proxy.settings.config import ConfigError, HostPort, MetricsEndpoint, ProxyConfig, UpstreamSasl
+from proxy.settings.definitions import (
+    DEFAULT_LISTEN,
+    LOG_LEVELS,
+    REQUIRED,
+    SASL_MODES,
+    SETTINGS,
+    Setting,
+    default_text,
+)
 from quotas.config import DEFAULT, QuotaConfigError, normalized_ip
 from quotas.connection_quotas import ConnectionLimits
 
-# Flag name -> TOML key; both spell the same setting.
-_SETTINGS = {
-    "upstream": "upstream",
-    "listen": "listen",
-    "advertised_host": "advertised-host",
-    "broker_port_base": "broker-port-base",
-    "metrics_listen": "metrics-listen",
-    "quota_file": "quota-file",
-    "state_dir": "state-dir",
-    "log_level": "log-level",
-    "max_frame_bytes": "max-frame-bytes",
-    "idle_timeout_s": "idle-timeout-seconds",
-    "connect_timeout_s": "connect-timeout-seconds",
-    "request_timeout_s": "request-timeout-seconds",
-    "usage_retention_days": "usage-retention-days",
-    "write_buffer_high_bytes": "write-buffer-high-bytes",
-    "max_buffered_bytes": "max-buffered-bytes",
-    "max_in_flight_requests": "max-in-flight-requests",
-    "shutdown_grace_s": "shutdown-grace-seconds",
-    "splice": "splice",
-    "sasl_users": "sasl-users",
-    "sasl_mode": "sasl-mode",
-    "sasl_login_timeout_s": "sasl-login-timeout-seconds",
-    "sasl_failed_authentication_delay_ms": "sasl-failed-authentication-delay-ms",
-    "sasl_max_receive_bytes": "sasl-max-receive-bytes",
-    "sasl_login_threads": "sasl-login-threads",
-    "oauthbearer_principal_claim": "oauthbearer-principal-claim",
-    "oauthbearer_unsecured_jwt": "oauthbearer-unsecured-jwt",
-    "default_num_partitions": "default-num-partitions",
-    "max_connections": "max-connections",
-    "max_connections_per_ip": "max-connections-per-ip",
-    "max_connections_per_ip_overrides": "max-connections-per-ip-overrides",
-    "max_connection_creation_rate": "max-connection-creation-rate",
-    "workers": "workers",
-}
+_SETTINGS = {setting.name: setting.key for setting in SETTINGS}
+"""Each setting's --config key (its flag's name too), by its name in ``ProxyConfig``."""
 _UPSTREAM_SASL_SECTION = "upstream-sasl"
 _TLS_SECTION = "tls"
 _METRICS_SECTION = "metrics"
 _UPSTREAM_TLS_SECTION = "upstream-tls"
-SASL_MODES = ("none", "terminate", "inspect")
 _ADMIN_SECTION = "admin"
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafka-quota-proxy",
         description="Kafka-protocol proxy enforcing Kafka quota semantics per principal.")
-    add = parser.add_argument
-    add("--version", action="version", version=f"%(prog)s {__version__}")
-    add("--upstream", help="bootstrap servers of the cluster: HOST:PORT[,HOST:PORT...]")
-    add("--listen", help="bootstrap listener HOST:PORT (default 127.0.0.1:9092)")
-    add("--advertised-host", help="host clients are told to connect to (default: the listen host)")
-    add("--broker-port-base", type=int,
-        help="broker with node id N is served on base+N (default: listen port + 1)")
-    add("--metrics-listen", help="serve Prometheus text on HOST:PORT/metrics")
-    add("--quota-file", help="TOML quota file")
-    add("--state-dir", help="directory for durable state (default ./state)")
-    add("--config", help="TOML file providing any of these settings; flags win")
-    add("--log-level", type=str.upper, choices=_LOG_LEVELS)
-    add("--max-frame-bytes", type=int, help="largest frame accepted (default 100 MiB)")
-    add("--idle-timeout-seconds", dest="idle_timeout_s", type=float,
-        help="close connections idle this long (default 600)")
-    add("--connect-timeout-seconds", dest="connect_timeout_s", type=float)
-    add("--request-timeout-seconds", dest="request_timeout_s", type=float,
-        help="close a connection whose forwarded request the cluster has not answered by then (default 30)")
-    add("--usage-retention-days", type=float, help="delete usage-log files older than this (default 7)")
-    add("--write-buffer-high-bytes", type=int,
-        help="stop reading one side while the other side has this much unsent (default 4 MiB)")
-    add("--max-buffered-bytes", type=int,
-        help="unsent bytes all connections may hold together; each gets an equal share (default 256 MiB)")
-    add("--max-in-flight-requests", type=int, help="per connection (default 32)")
-    add("--shutdown-grace-seconds", dest="shutdown_grace_s", type=float)
-    add("--splice", action=argparse.BooleanOptionalAction,
-        help="move the rest of large plaintext Produce requests socket to socket inside the kernel (default on)")
-    add("--sasl-users", help="TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512 "
-        "(without it every connection is user ANONYMOUS)")
-    add("--sasl-mode", choices=SASL_MODES,
-        help="terminate: clients log in to the proxy (--sasl-users); inspect: clients log in to the cluster "
-        "through the proxy, which takes the user name once the cluster accepts it (default: terminate with "
-        "--sasl-users, else none)")
-    add("--sasl-login-timeout-seconds", dest="sasl_login_timeout_s", type=float,
-        help="close a connection not logged in by then (default 10)")
-    add("--sasl-failed-authentication-delay-ms", type=int,
-        help="a failed login is answered and closed this late (Kafka's connection.failed.authentication.delay.ms, "
-        "default 100)")
-    add("--sasl-max-receive-bytes", type=int,
-        help="largest frame before a login completes (Kafka's sasl.server.max.receive.size, default 524288)")
-    add("--sasl-login-threads", type=int, help="threads hashing PLAIN passwords (default 1)")
-    add("--oauthbearer-principal-claim", help="JWT claim naming the principal (default sub)")
-    add("--default-num-partitions", type=int,
-        help="partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell (default 1)")
-    add("--max-connections", type=int,
-        help="open client connections over all listeners; beyond it new ones wait to be accepted")
-    add("--max-connections-per-ip", type=int, help="beyond it an IP's new connections are closed at once")
-    add("--max-connections-per-ip-overrides", help="IP:COUNT[,IP:COUNT...] (Kafka's max.connections.per.ip.overrides)")
-    add("--workers", type=int, help="processes accepting on the same listeners (SO_REUSEPORT), each a member of the "
-        "[fleet]; worker i keeps its state in STATE_DIR/worker-i and serves metrics on the metrics port + i "
-        "(default 1)")
-    add("--max-connection-creation-rate", type=float,
-        help="new connections/s over all listeners; beyond it accepting waits (Kafka's listener setting)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--config", help="TOML file providing any of these settings; flags win")
+    for setting in SETTINGS:
+        if setting.flag:
+            parser.add_argument(f"--{setting.key}", dest=setting.name, metavar=setting.key.upper().replace("-", "_"),
+                                **setting.options,
+                                help=f"{setting.meaning} ({_default_help(setting)})")
     return parser
+
+
+def _default_help(setting: Setting) -> str:
+    text = default_text(setting)
+    return text if text == REQUIRED else f"default: {text}"
 
 
 def _settings_from_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -162,25 +95,25 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
     if isinstance(upstream_text, list):
         upstream_text = ",".join(upstream_text)
     upstream = tuple(HostPort.parse(part, "upstream") for part in str(upstream_text).split(",") if part)
-    listen = HostPort.parse(str(settings.get("listen", "127.0.0.1:9092")), "listen")
+    listen = HostPort.parse(str(settings.get("listen", DEFAULT_LISTEN)), "listen")
     advertised_host = settings.get("advertised_host") or _default_advertised_host(listen.host)
     base = int(settings.get("broker_port_base", listen.port + 1))
     if not 0 < base < 65536:
         raise ConfigError(f"broker-port-base: must be a port number, got {base}")
     metrics = settings.get("metrics_listen")
     quota_file = settings.get("quota_file")
-    log_level = str(settings.get("log_level", "INFO")).upper()
-    if log_level not in _LOG_LEVELS:
-        raise ConfigError(f"log-level: one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
+    defaults: dict[str, Any] = {f.name: f.default for f in fields(ProxyConfig)}
+    log_level = str(settings.get("log_level", defaults["log_level"])).upper()
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(f"log-level: one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
 
-    defaults = {f.name: f.default for f in fields(ProxyConfig)}
     tunables = {
         name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
         for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s", "request_timeout_s",
                      "usage_retention_days", "write_buffer_high_bytes", "max_buffered_bytes", "max_in_flight_requests",
                      "shutdown_grace_s", "default_num_partitions")
     }
-    splice = settings.get("splice", True)
+    splice = settings.get("splice", defaults["splice"])
     if not isinstance(splice, bool):
         raise ConfigError(f"splice: true or false, got {splice!r}")
     sasl_users = settings.get("sasl_users")
@@ -197,13 +130,13 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         broker_port_base=base,
         metrics_listen=HostPort.parse(str(metrics), "metrics-listen") if metrics else None,
         quota_file=Path(quota_file) if quota_file else None,
-        state_dir=Path(settings.get("state_dir", "state")),
+        state_dir=Path(settings.get("state_dir", defaults["state_dir"])),
         log_level=log_level,
         splice=splice,
         sasl_users=Path(sasl_users) if sasl_users else None,
         sasl_mode=sasl_mode,
         login=login,
-        login_threads=_optional_positive("sasl_login_threads", settings, int) or 1,
+        login_threads=_optional_positive("sasl_login_threads", settings, int) or defaults["login_threads"],
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
         tls=_listener_tls(extra.pop(_TLS_SECTION, None)),
         upstream_tls=_upstream_tls(extra.pop(_UPSTREAM_TLS_SECTION, None)),

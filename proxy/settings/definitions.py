@@ -1,0 +1,143 @@
+"""Every top-level setting, defined once: its name in ``ProxyConfig``, its TOML key (which is also its flag), what
+it means and what applies without it. The command line (``loading.build_parser``), the --config file's keys and
+the configuration reference (``python -m proxy.settings.reference``) are all made from this table, and the
+defaults shown are the values the dataclasses below use, so none of them can say something the others do not."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from typing import Any, NamedTuple
+
+from proxy.security.sasl import LoginSettings
+from proxy.settings.config import ProxyConfig
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+SASL_MODES = ("none", "terminate", "inspect")
+DEFAULT_LISTEN = "127.0.0.1:9092"
+REQUIRED = "required"
+
+
+class Setting(NamedTuple):
+    name: str
+    """The ``ProxyConfig`` field it fills (the parsed flags' attribute)."""
+    key: str
+    """Its key in the --config file, and its flag (``--key``) unless ``flag`` is False."""
+    meaning: str
+    default: Any
+    """The value that applies when the setting is not given, as TOML writes it, or None when nothing does (no
+    limit, or a value derived from other settings, which ``derived`` says)."""
+    options: dict[str, Any] = {}
+    """How argparse reads the flag (``type``, ``choices``, ``action``)."""
+    flag: bool = True
+    derived: str = ""
+    """Without the setting: what applies, when that is not one value."""
+
+
+_PROXY_DEFAULTS = {field.name: field.default for field in fields(ProxyConfig)}
+_LOGIN = LoginSettings()
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("upstream", "upstream",
+            "bootstrap servers of the cluster: HOST:PORT[,HOST:PORT...] (in --config, a string or a list)", None,
+            derived=REQUIRED),
+    Setting("listen", "listen", "the bootstrap listener, HOST:PORT", DEFAULT_LISTEN),
+    Setting("advertised_host", "advertised-host", "the host clients are told to connect to", None,
+            derived="the listen host; this machine's name when it listens on every address"),
+    Setting("broker_port_base", "broker-port-base", "the broker with node id N is served on base + N", None,
+            options={"type": int}, derived="the listen port + 1"),
+    Setting("metrics_listen", "metrics-listen", "serve Prometheus text on HOST:PORT/metrics", None,
+            derived="no metrics endpoint"),
+    Setting("quota_file", "quota-file", "the TOML quota file, read again when it changes", None,
+            derived="no quotas until AlterClientQuotas sets some"),
+    Setting("state_dir", "state-dir", "durable state: client-quotas.json, usage/, pid-ledger/, "
+            "producer-id-blocks.log, allocator-epoch; one proxy per directory",
+            str(_PROXY_DEFAULTS["state_dir"])),
+    Setting("log_level", "log-level", f"one of {', '.join(LOG_LEVELS)}", _PROXY_DEFAULTS["log_level"],
+            {"type": str.upper, "choices": LOG_LEVELS}),
+    Setting("max_frame_bytes", "max-frame-bytes", "larger, negative or garbled frame sizes close the connection",
+            _PROXY_DEFAULTS["max_frame_bytes"],
+            {"type": int}),
+    Setting("idle_timeout_s", "idle-timeout-seconds", "connections with no traffic either way for this long are closed",
+            _PROXY_DEFAULTS["idle_timeout_s"], {"type": float}),
+    Setting("connect_timeout_s", "connect-timeout-seconds", "give up opening an upstream connection after this long",
+            _PROXY_DEFAULTS["connect_timeout_s"], {"type": float}),
+    Setting("request_timeout_s", "request-timeout-seconds",
+            "a forwarded request the cluster sends nothing for in this long closes its connection (the "
+            "client's request.timeout.ms)",
+            _PROXY_DEFAULTS["request_timeout_s"], {"type": float}),
+    Setting("usage_retention_days", "usage-retention-days", "delete usage-log files older than this",
+            _PROXY_DEFAULTS["usage_retention_days"], {"type": float}),
+    Setting("write_buffer_high_bytes", "write-buffer-high-bytes",
+            "stop reading one side of a connection while the other side has this much unsent (or the "
+            "connection's share of max-buffered-bytes, when smaller)",
+            _PROXY_DEFAULTS["write_buffer_high_bytes"], {"type": int}),
+    Setting("max_buffered_bytes", "max-buffered-bytes",
+            "unsent bytes all connections may hold together: each side of each connection gets an equal "
+            "share, never less than 64 KiB",
+            _PROXY_DEFAULTS["max_buffered_bytes"], {"type": int}),
+    Setting("max_in_flight_requests", "max-in-flight-requests", "per connection; later requests are read only "
+            "once one is answered (this also bounds the work one connection gets at a time)",
+            _PROXY_DEFAULTS["max_in_flight_requests"], {"type": int}),
+    Setting("shutdown_grace_s", "shutdown-grace-seconds",
+            "on SIGTERM, how long in-flight requests may take to finish", _PROXY_DEFAULTS["shutdown_grace_s"],
+            {"type": float}),
+    Setting("splice", "splice", "the rest of a large plaintext Produce request moves from the client's socket to "
+            "the cluster's inside the kernel (splice(2)), and the rest of a large Fetch response the other way; "
+            "--no-splice turns it off",
+            _PROXY_DEFAULTS["splice"], {"action": argparse.BooleanOptionalAction}),
+    Setting("sasl_users", "sasl-users", "TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512",
+            None, derived="no logins: every connection is user ANONYMOUS"),
+    Setting("sasl_mode", "sasl-mode", "terminate: clients log in to the proxy (sasl-users); inspect: clients log in "
+            "to the cluster through the proxy, which takes the user name once the cluster accepts it", None,
+            {"choices": SASL_MODES}, derived="terminate with sasl-users, else none"),
+    Setting("sasl_login_timeout_s", "sasl-login-timeout-seconds", "close a connection not logged in by then",
+            _LOGIN.timeout_s, {"type": float}),
+    Setting("sasl_failed_authentication_delay_ms", "sasl-failed-authentication-delay-ms",
+            "a failed login is answered and closed this late (Kafka's connection.failed.authentication.delay.ms)",
+            round(_LOGIN.failed_delay_s * 1000), {"type": int}),
+    Setting("sasl_max_receive_bytes", "sasl-max-receive-bytes",
+            "the largest frame before a login completes (Kafka's sasl.server.max.receive.size)",
+            _LOGIN.max_receive_bytes, {"type": int}),
+    Setting("sasl_login_threads", "sasl-login-threads", "threads hashing PLAIN passwords, off the event loop",
+            _PROXY_DEFAULTS["login_threads"], {"type": int}),
+    Setting("oauthbearer_principal_claim", "oauthbearer-principal-claim", "the JWT claim naming the principal",
+            _LOGIN.oauthbearer_principal_claim),
+    Setting("oauthbearer_unsecured_jwt", "oauthbearer-unsecured-jwt",
+            "terminate: accept unsigned JWTs (Kafka's unsecured validator), for tests only",
+            _LOGIN.oauthbearer_unsecured_jwt, flag=False),
+    Setting("default_num_partitions", "default-num-partitions",
+            "partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell",
+            _PROXY_DEFAULTS["default_num_partitions"], {"type": int}),
+    Setting("max_connections", "max-connections",
+            "open client connections over all listeners; beyond it the proxy accepts nothing until one "
+            "closes", None,
+            {"type": int}, derived="no limit"),
+    Setting("max_connections_per_ip", "max-connections-per-ip",
+            "beyond it an IP's new connections are closed at once", None, {"type": int}, derived="no limit"),
+    Setting("max_connections_per_ip_overrides", "max-connections-per-ip-overrides",
+            "IP:COUNT[,IP:COUNT...] (Kafka's max.connections.per.ip.overrides)", None, derived="none"),
+    Setting("max_connection_creation_rate", "max-connection-creation-rate",
+            "new connections/s over all listeners; beyond it accepting waits (Kafka's listener setting)", None,
+            {"type": float}, derived="no limit"),
+    Setting("workers", "workers", "processes accepting on the same listeners (SO_REUSEPORT), each a member of the "
+            "[fleet]; worker i keeps its state in STATE_DIR/worker-i and serves metrics on the metrics port + i",
+            _PROXY_DEFAULTS["workers"], {"type": int}),
+)
+BY_NAME = {setting.name: setting for setting in SETTINGS}
+BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+def shown(value: Any) -> str:
+    """A default as the --config file writes it (sizes in MiB beside their bytes)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value >= 1 << 20 and value % (1 << 20) == 0:
+        return f"{value} ({value >> 20} MiB)"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def default_text(setting: Setting) -> str:
+    return setting.derived if setting.default is None else shown(setting.default)

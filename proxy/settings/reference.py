@@ -1,0 +1,52 @@
+"""The settings reference, made from the settings' definitions (``definitions.SETTINGS``):
+``python -m proxy.settings.reference`` prints it, ``--write PATH`` writes it (``docs/settings.md``, which a test
+holds equal to what this makes)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from proxy.settings.definitions import SETTINGS, Setting, default_text
+
+HEADER = """# Settings reference
+
+<!-- Made by `python -m proxy.settings.reference --write docs/settings.md` from proxy/settings/definitions.py;
+a test fails when this file and the definitions disagree. Edit the definitions, then run the command. -->
+
+Each setting is a flag and a key of the `--config` TOML file (top level); a flag wins over the file. The defaults
+are the values the proxy uses when the setting is given neither way.
+
+| flag | `--config` key | default | meaning |
+|---|---|---|---|
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default(setting: Setting) -> str:
+    text = default_text(setting)
+    return _cell(text) if setting.default is None else f"`{text}`"
+
+
+def render() -> str:
+    rows = [f"| {f'`--{setting.key}`' if setting.flag else '(none)'} | `{setting.key}` | {_default(setting)} | "
+            f"{_cell(setting.meaning)} |" for setting in SETTINGS]
+    return HEADER + "\n".join(rows) + "\n\n`--config PATH` names the file; `--version` prints the version.\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m proxy.settings.reference", description=__doc__)
+    parser.add_argument("--write", type=Path, help="write the reference to this file instead of printing it")
+    args = parser.parse_args(argv)
+    if args.write is None:
+        print(render(), end="")
+    else:
+        args.write.write_text(render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
