@@ -1,6 +1,6 @@
 """Every quota side by side with Apache Kafka's own (``python -m bench.fidelity``): each case once against the
 quota set on a Kafka 4.3.1 node (no proxy), once through the proxy holding the same quota (none on the broker),
-in one run on one node. Writes ``bench/fidelity-results.json``; README "Measured against Kafka itself" is its
+in one run on one node. Writes ``bench/fidelity-results.json``; docs/fidelity.md is its
 table. Longer workloads than ``tests/integration/test_fidelity.py``, whose short runs assert the margins.
 """
 

@@ -3,7 +3,7 @@ node: straight to the broker (no quota anywhere), through a proxy without the qu
 through a proxy enforcing the quota, and through a proxy observing it. Observe mode must finish in the time the
 proxy takes without the quota while the throttle it says enforcement would have given (``observed_throttle_ms`` of
 the usage log) is within 10% of the throttle enforce mode gave (its ``throttle_ms``). Writes
-``bench/observe-results.json``; README "Rolling a quota out safely" quotes it.
+``bench/observe-results.json``; docs/quotas.md "Rolling a quota out safely" quotes it.
 """
 
 from __future__ import annotations

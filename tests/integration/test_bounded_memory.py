@@ -55,7 +55,8 @@ NOT_YET_HELD: dict[tuple[str, str], tuple[float, float]] = {
     ("many small answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 2.0),
     ("many small answers from the cluster", "32 MiB total"): (ALLOWED_OVER_TOTAL, 2.0),
 }
-"""Where the proxy does not hold the aims yet, and what the test holds it to meanwhile (README, "Bounded memory").
+"""Where the proxy does not hold the aims yet, and what the test holds it to meanwhile (docs/deploying.md, "Bounded
+memory").
 With 100 connections a 32 MiB total leaves each side 166 KB, and a 68 KB answer read whole to be rewritten is held
 outside it (one being read, one past the mark, as a broker holds a response per connection): +31.3 to +41.5 MiB in
 five runs of this file. With the defaults, a client connecting while 100 others each

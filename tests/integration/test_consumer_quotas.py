@@ -59,7 +59,7 @@ BATCH_BYTES = 16 * 1024
 """Small batches make every full response about ``FETCH_MAX_BYTES`` on any cluster, as the model assumes (a
 cluster may answer a fetch with one batch more than asked for, or always return a partition's first batch)."""
 MODEL_TOLERANCE = 0.2
-"""Around the model. Measured on this machine: 0.92-0.97x the model's time (README "Consume byte rate")."""
+"""Around the model. Measured on this machine: 0.92-0.97x the model's time (docs/quotas.md "Consume byte rate")."""
 THROTTLE_TOLERANCE = 0.05
 """Over the model's throttles: real responses are not all the model's equal size."""
 Received = list[tuple[int, bytes]]

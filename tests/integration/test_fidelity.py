@@ -1,7 +1,7 @@
 """Every quota side by side with Apache Kafka's own: the same workload once against the quota set on the broker
 (no proxy), once through the proxy holding the same quota (none on the broker), on one Kafka node in the same
-run, each within 10% of Kafka's time. Short runs; ``make bench`` runs longer ones for the table in README
-"Measured against Kafka itself" (``bench/fidelity.py``).
+run, each within 10% of Kafka's time. Short runs; ``make bench`` runs longer ones for the table in
+docs/fidelity.md (``bench/fidelity.py``).
 """
 
 from __future__ import annotations

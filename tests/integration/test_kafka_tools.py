@@ -53,7 +53,7 @@ def test_kafka_configs_manages_the_proxys_quotas(proxy: ProxyProcess) -> None:
 
 
 def test_kafka_configs_itself_refuses_producer_ids_rate(proxy: ProxyProcess) -> None:
-    """Kafka's tool knows its own quota keys and refuses any other before it sends anything (README: set it with
+    """Kafka's tool knows its own quota keys and refuses any other before it sends anything (docs/quotas.md: set it with
     ``kafka-quota-proxy quotas`` or in the quota file)."""
     output = configs(proxy, "--alter", "--entity-type", "users", "--entity-name", "alice",
                      "--add-config", "producer_ids_rate=10", succeeds=False)

@@ -7,7 +7,7 @@ Each fault is laid on the client's side for a while, then on the broker's, while
 writes numbered records through the proxy under a producer byte-rate quota, over it at first. Then: every record it had
 acknowledged is in the topic exactly once, by its number (read from the broker), none failed (the client recovered);
 the quota charged what went through and held it (throttled, and no faster than the quota allows); and where the
-broker went silent the proxy's request timeout fired, as the README says.
+broker went silent the proxy's request timeout fired, as docs/deploying.md says.
 
 Toxiproxy forwards another loopback address to each listener, on the same port: the proxy advertises
 ``CLIENT_SIDE`` for its listeners, the broker ``BROKER_SIDE`` for its own, so every connection either way passes

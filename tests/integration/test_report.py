@@ -1,7 +1,8 @@
-"""End to end, as the README's tour goes: a quota set with Kafka's own ``kafka-configs`` through the proxy, Kafka's
-ProducerPerformance held to it, then ``kafka-quota-proxy report`` on the proxy's state directory: every chart's line
-has its points, its time axis covers the run second by second, and the quota drawn is the one that was in force, set
-through AlterClientQuotas (the usage log says so, no quota file given)."""
+"""End to end, as the getting-started tour goes (docs/getting-started.md): a quota set with Kafka's own
+``kafka-configs`` through the proxy, Kafka's ProducerPerformance held to it, then ``kafka-quota-proxy report`` on the
+proxy's state directory: every chart's line has its points, its time axis covers the run second by second, and the
+quota drawn is the one that was in force, set through AlterClientQuotas (the usage log says so, no quota file
+given)."""
 
 from __future__ import annotations
 
