@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.relay_floor --sink-receive-buffer 102400 --out bench/relay-floor-kafka-buffer-results.json
 	$(BIN)/python -m bench.topic_quotas --out bench/topic-quotas-results.json
 	$(BIN)/python -m bench.fleet_scale --out bench/fleet-scale-results.json
+	$(BIN)/python -m bench.docs  # the documentation's table and plots, from the results above
 
 # Every fuzz target 10 minutes under atheris, then 10 minutes of mutated frames at a live proxy beside well-behaved
 # clients (not part of `make test`, which fuzzes each target for seconds)

@@ -14,11 +14,12 @@ HEADER = """# Settings reference
 <!-- Made by `python -m proxy.settings.reference --write docs/settings.md` from proxy/settings/definitions.py;
 a test fails when this file and the definitions disagree. Edit the definitions, then run the command. -->
 
-Each setting is a flag and a key of the `--config` TOML file (top level); a flag wins over the file. The defaults
-are the values the proxy uses when the setting is given neither way.
+Each setting is a flag and a key of the `--config` TOML file (top level): the key is the flag's name without its
+dashes (`--idle-timeout-seconds 60` or `idle-timeout-seconds = 60`), and a flag wins over the file. The defaults are
+the values the proxy uses when the setting is given neither way.
 
-| flag | `--config` key | default | meaning |
-|---|---|---|---|
+| setting | default | meaning |
+|---|---|---|
 """
 
 
@@ -32,8 +33,8 @@ def _default(setting: Setting) -> str:
 
 
 def render() -> str:
-    rows = [f"| {f'`--{setting.key}`' if setting.flag else '(none)'} | `{setting.key}` | {_default(setting)} | "
-            f"{_cell(setting.meaning)} |" for setting in SETTINGS]
+    rows = [f"| {f'`--{setting.key}`' if setting.flag else f'`{setting.key}` (`--config` only)'} | "
+            f"{_default(setting)} | {_cell(setting.meaning)} |" for setting in SETTINGS]
     return HEADER + "\n".join(rows) + "\n\n`--config PATH` names the file; `--version` prints the version.\n"
 
 
