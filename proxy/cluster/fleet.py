@@ -34,6 +34,7 @@ from proxy.cluster.topic_link import TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
+from proxy.settings.definitions import Table, TableKey
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "__kafka_quota_proxy_usage"
 DEFAULT_QUOTAS_TOPIC = "__kafka_quota_proxy_quotas"
+DEFAULT_PUBLISH_INTERVAL_MS = 200
 TOPIC_RETENTION_MS = 600_000
 """``retention.ms`` of the usage topic when the proxy creates it: a member reads back one window at start."""
 RETRY_BACKOFF_S = 1.0
@@ -55,6 +57,17 @@ OFFSET_OUT_OF_RANGE = 1
 USAGE_AGE_BUCKETS_S = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 11.0, 60.0)
 
 
+FLEET_TABLE = Table("fleet", "sharing quotas with the other proxies (or --workers) of a fleet, through the cluster", (
+    TableKey("topic", "the usage topic the members publish to and read", DEFAULT_TOPIC),
+    TableKey("instance-id", "this member's name, unique in the fleet", derived="the advertised host and the "
+             "listen port"),
+    TableKey("publish-interval-ms", "how often a member publishes its usage (10-60000)",
+             DEFAULT_PUBLISH_INTERVAL_MS),
+    TableKey("quotas-topic", "the compacted topic holding the quotas set with AlterClientQuotas", DEFAULT_QUOTAS_TOPIC),
+))
+"""``[fleet]``'s keys, for the settings reference and the check of what the table holds."""
+
+
 @dataclass(frozen=True)
 class FleetSettings:
     """``[fleet]`` of the --config file."""
@@ -62,7 +75,7 @@ class FleetSettings:
     topic: str = DEFAULT_TOPIC
     instance_id: str = ""
     """Unique in the fleet; "" means the advertised host:port of the bootstrap listener."""
-    publish_interval_ms: int = 200
+    publish_interval_ms: int = DEFAULT_PUBLISH_INTERVAL_MS
     quotas_topic: str = DEFAULT_QUOTAS_TOPIC
     """Where the fleet keeps the quotas set through AlterClientQuotas (``SharedOverrides``)."""
 
@@ -74,16 +87,16 @@ class FleetSettings:
             return None
         if not isinstance(table, dict):
             raise ConfigError("[fleet]: must be a table")
-        table = dict(table)
+        unknown = FLEET_TABLE.unknown(table)
+        if unknown:
+            raise ConfigError(f"[fleet]: unknown key(s) {', '.join(unknown)}")
         try:
-            settings = cls(topic=str(table.pop("topic", DEFAULT_TOPIC)),
-                           instance_id=str(table.pop("instance-id", "")),
-                           publish_interval_ms=int(table.pop("publish-interval-ms", 200)),
-                           quotas_topic=str(table.pop("quotas-topic", DEFAULT_QUOTAS_TOPIC)))
+            settings = cls(topic=str(table.get("topic", DEFAULT_TOPIC)),
+                           instance_id=str(table.get("instance-id", "")),
+                           publish_interval_ms=int(table.get("publish-interval-ms", DEFAULT_PUBLISH_INTERVAL_MS)),
+                           quotas_topic=str(table.get("quotas-topic", DEFAULT_QUOTAS_TOPIC)))
         except (TypeError, ValueError) as error:
             raise ConfigError(f"[fleet]: {error}") from None
-        if table:
-            raise ConfigError(f"[fleet]: unknown key(s) {', '.join(sorted(table))}")
         for key, topic in (("topic", settings.topic), ("quotas-topic", settings.quotas_topic)):
             if not topic or len(topic) > 249:  # the cluster judges the rest (a member says so in the log)
                 raise ConfigError(f"[fleet] {key}: a topic name of 1 to 249 characters")

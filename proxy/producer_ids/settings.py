@@ -10,12 +10,39 @@ from typing import Any
 from allocator.block_log import DEFAULT_FIRST_ID, MAX_PRODUCER_ID
 from proxy.producer_ids.cluster_claims import DEFAULT_BLOCKS_TOPIC
 from proxy.settings.config import ConfigError, HostPort, ProxyConfig
+from proxy.settings.definitions import Table, TableKey
 from proxy.settings.loading import principal_list
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default: ledger snapshots older than this are deleted."""
 PID_SOURCES = ("upstream", "allocator", "cluster")
 MODES = ("serve", "forward")
+ALLOCATOR_TABLE = Table("allocator", "where producer IDs come from, and AllocateProducerIds (KIP-730)", (
+    TableKey("cluster_principals", "who may call AllocateProducerIds", []),
+    TableKey("mode", "serve: answer AllocateProducerIds from this proxy's block log; forward: in front of the "
+             "controller quorum", "serve"),
+    TableKey("pid_source", "upstream: the cluster issues producer IDs; allocator: this proxy answers idempotent "
+             "InitProducerId from its own blocks; cluster: blocks claimed through a topic", "upstream"),
+    TableKey("bootstrap", "the cluster producer-ID blocks are asked from", derived="--upstream"),
+    TableKey("first_id", "the first producer ID of the blocks (2^48: far above the cluster's own)", DEFAULT_FIRST_ID),
+    TableKey("end_id", "the end of the ID space (exclusive)", MAX_PRODUCER_ID + 1),
+    TableKey("broker_id", "the id this proxy asks for blocks as", derived="none; required with pid_source = "
+             "\"allocator\""),
+    TableKey("allocations_per_second", "AllocateProducerIds per principal (a token bucket)", 10.0),
+    TableKey("blocks_topic", "the topic blocks are claimed through (pid_source = \"cluster\")", DEFAULT_BLOCKS_TOPIC),
+    TableKey("blocks_topic_id", "an operator's confirmation that the blocks topic was recreated (its new id)",
+             derived="none"),
+))
+LEDGER_TABLE = Table("ledger", "the PID ledger the producer-ID quota consults across restarts", (
+    TableKey("segment_capacity", "PIDs per sealed snapshot (and per Bloom filter)", 100_000),
+    TableKey("cache_size", "write-through cache entries", 100_000),
+    TableKey("seal_interval_seconds", "seal (and fsync) the active segment at least this often", 3600.0),
+    TableKey("producer_id_expiration_ms", "Kafka's producer.id.expiration.ms: older snapshots are deleted",
+             PRODUCER_ID_EXPIRATION_MS),
+    TableKey("scan_all_produce", "record the PIDs of every Produce, not only of users under a producer-ID quota",
+             False),
+))
+"""``[allocator]`` and ``[ledger]``'s keys, with the defaults ``from_config`` applies."""
 
 
 @dataclass(frozen=True)
@@ -44,30 +71,37 @@ class AllocatorSettings:
     def from_config(cls, config: ProxyConfig) -> AllocatorSettings:
         allocator = dict(config.extra.get("allocator", {}))
         ledger = dict(config.extra.get("ledger", {}))
+        for table, given in ((ALLOCATOR_TABLE, allocator), (LEDGER_TABLE, ledger)):
+            if unknown := table.unknown(given):
+                raise ConfigError(f"[{table.name}]: unknown key(s) {', '.join(unknown)}")
+
+        def allocator_value(key: str) -> Any:
+            return allocator.get(key, ALLOCATOR_TABLE.default(key))
+
+        def ledger_value(key: str) -> Any:
+            return ledger.get(key, LEDGER_TABLE.default(key))
+
         try:
             settings = cls(
-                cluster_principals=principal_list(allocator.pop("cluster_principals", []),
+                cluster_principals=principal_list(allocator_value("cluster_principals"),
                                                   "[allocator] cluster_principals"),
-                mode=str(allocator.pop("mode", "serve")),
-                pid_source=str(allocator.pop("pid_source", "upstream")),
-                bootstrap=_bootstrap(allocator.pop("bootstrap", None)),
-                first_id=int(allocator.pop("first_id", DEFAULT_FIRST_ID)),
-                end_id=int(allocator.pop("end_id", MAX_PRODUCER_ID + 1)),
-                broker_id=_optional_int(allocator.pop("broker_id", None)),
-                allocations_per_second=float(allocator.pop("allocations_per_second", 10.0)),
-                blocks_topic=str(allocator.pop("blocks_topic", DEFAULT_BLOCKS_TOPIC)),
-                blocks_topic_id=_optional_topic_id(allocator.pop("blocks_topic_id", None)),
-                ledger_capacity=int(ledger.pop("segment_capacity", 100_000)),
-                ledger_cache=int(ledger.pop("cache_size", 100_000)),
-                ledger_seal_interval_s=float(ledger.pop("seal_interval_seconds", 3600.0)),
-                producer_id_expiration_ms=int(ledger.pop("producer_id_expiration_ms", PRODUCER_ID_EXPIRATION_MS)),
-                scan_all_produce=bool(ledger.pop("scan_all_produce", False)),
+                mode=str(allocator_value("mode")),
+                pid_source=str(allocator_value("pid_source")),
+                bootstrap=_bootstrap(allocator.get("bootstrap")),
+                first_id=int(allocator_value("first_id")),
+                end_id=int(allocator_value("end_id")),
+                broker_id=_optional_int(allocator.get("broker_id")),
+                allocations_per_second=float(allocator_value("allocations_per_second")),
+                blocks_topic=str(allocator_value("blocks_topic")),
+                blocks_topic_id=_optional_topic_id(allocator.get("blocks_topic_id")),
+                ledger_capacity=int(ledger_value("segment_capacity")),
+                ledger_cache=int(ledger_value("cache_size")),
+                ledger_seal_interval_s=float(ledger_value("seal_interval_seconds")),
+                producer_id_expiration_ms=int(ledger_value("producer_id_expiration_ms")),
+                scan_all_produce=bool(ledger_value("scan_all_produce")),
             )
         except (TypeError, ValueError) as error:
             raise ConfigError(f"[allocator]/[ledger]: {error}") from None
-        for section, leftover in (("allocator", allocator), ("ledger", ledger)):
-            if leftover:
-                raise ConfigError(f"[{section}]: unknown key(s) {', '.join(sorted(leftover))}")
         if settings.mode not in MODES:
             raise ConfigError(f"[allocator] mode: one of {', '.join(MODES)}, got {settings.mode!r}")
         if settings.mode == "forward" and settings.pid_source != "upstream":

@@ -1,6 +1,6 @@
 """Every top-level setting, defined once: its name in ``ProxyConfig``, its TOML key (which is also its flag), what
 it means and what applies without it. The command line (``loading.build_parser``), the --config file's keys and
-the configuration reference (``python -m proxy.settings.reference``) are all made from this table, and the
+the configuration reference (``python -m proxy.cli.settings_reference``) are all made from this table, and the
 defaults shown are the values the dataclasses below use, so none of them can say something the others do not."""
 
 from __future__ import annotations
@@ -128,10 +128,84 @@ BY_NAME = {setting.name: setting for setting in SETTINGS}
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 
 
+class TableKey(NamedTuple):
+    """A key of one of the --config file's tables."""
+
+    key: str
+    meaning: str
+    default: Any = None
+    """As ``Setting.default``: None when no one value applies (``derived`` says what does)."""
+    derived: str = ""
+
+
+class Table(NamedTuple):
+    name: str
+    purpose: str
+    keys: tuple[TableKey, ...]
+
+    def required(self) -> set[str]:
+        return {key.key for key in self.keys if key.derived == REQUIRED}
+
+    def optional(self) -> set[str]:
+        return {key.key for key in self.keys if key.derived != REQUIRED}
+
+    def default(self, key: str) -> Any:
+        """What applies without ``key``, as the table's parser applies it."""
+        return next(entry.default for entry in self.keys if entry.key == key)
+
+    def unknown(self, given: Any) -> list[str]:
+        """The keys of ``given`` (the table as read) that are not this table's, sorted."""
+        return sorted(set(given) - {key.key for key in self.keys})
+
+
+TABLES: tuple[Table, ...] = (
+    Table("tls", "TLS on every client listener (SSL, or SASL_SSL with sasl-users)", (
+        TableKey("certfile", "the listener's certificate chain, PEM", derived=REQUIRED),
+        TableKey("keyfile", "its private key, PEM", derived=REQUIRED),
+        TableKey("cafile", "the CAs client certificates are verified against", derived="none; needed when "
+                 "client-auth is requested or required"),
+        TableKey("client-auth", "none, requested or required (Kafka's ssl.client.auth); a client certificate names "
+                 "the principal", "none"),
+        TableKey("principal-mapping-rules", "Kafka's ssl.principal.mapping.rules, from a certificate's subject to a "
+                 "principal", "DEFAULT"),
+        TableKey("ciphers", "OpenSSL cipher list", derived="OpenSSL's defaults"),
+        TableKey("min-version", "the oldest TLS version accepted: 1.2 or 1.3", "1.2"),
+    )),
+    Table("upstream-tls", "TLS to the cluster", (
+        TableKey("cafile", "the CAs the cluster's certificates are verified against", derived="the system's"),
+        TableKey("certfile", "the proxy's client certificate, for clusters that ask for one", derived="none"),
+        TableKey("keyfile", "its private key", derived="none (with certfile: the key is in certfile)"),
+        TableKey("check-hostname", "verify that the certificate names the broker's host", True),
+    )),
+    Table("upstream-sasl", "the proxy's own login to the cluster, on every upstream connection", (
+        TableKey("mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", derived=REQUIRED),
+        TableKey("username", "the proxy's user on the cluster", derived=REQUIRED),
+        TableKey("password", "its password (or password-file; exactly one of them)", derived="none"),
+        TableKey("password-file", "a file whose first line is the password", derived="none"),
+    )),
+    Table("admin", "who may use AlterClientQuotas and DescribeClientQuotas", (
+        TableKey("principals", 'a list such as ["User:ops"]', derived="required in the table; without the "
+                 "table nobody may"),
+    )),
+    Table("metrics", "protecting /metrics and /quotas/explain", (
+        TableKey("username", "basic authentication's user", derived="none: no authentication"),
+        TableKey("password", "its password (or password-file; exactly one of them, with username)", derived="none"),
+        TableKey("password-file", "a file whose first line is the password", derived="none"),
+        TableKey("certfile", "serve HTTPS with this certificate chain (with keyfile)", derived="none: HTTP"),
+        TableKey("keyfile", "its private key", derived="none"),
+    )),
+)
+TABLE_BY_NAME = {table.name: table for table in TABLES}
+
+
 def shown(value: Any) -> str:
     """A default as the --config file writes it (sizes in MiB beside their bytes)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(item) for item in value) + "]"
+    if isinstance(value, int) and value >= 1 << 40 and value & (value - 1) == 0:
+        return f"{value} (2^{value.bit_length() - 1})"
     if isinstance(value, int) and value >= 1 << 20 and value % (1 << 20) == 0:
         return f"{value} ({value >> 20} MiB)"
     if isinstance(value, float) and value.is_integer():
@@ -139,5 +213,5 @@ def shown(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
-def default_text(setting: Setting) -> str:
+def default_text(setting: Setting | TableKey) -> str:
     return setting.derived if setting.default is None else shown(setting.default)

@@ -20,6 +20,7 @@ from proxy.settings.definitions import (
     REQUIRED,
     SASL_MODES,
     SETTINGS,
+    TABLE_BY_NAME,
     Setting,
     default_text,
 )
@@ -220,16 +221,20 @@ def _admin_principals(section: dict[str, Any] | None) -> frozenset[str]:
     if section is None:
         return frozenset()
     where = f"[{_ADMIN_SECTION}]"
-    if set(section) != {"principals"}:
+    if set(section) != TABLE_BY_NAME[_ADMIN_SECTION].required() | TABLE_BY_NAME[_ADMIN_SECTION].optional():
         raise ConfigError(f"{where}: needs exactly the key principals")
     return principal_list(section["principals"], f"{where} principals")
 
 
-def _keys(section: dict[str, Any], where: str, required: set[str], optional: set[str]) -> None:
-    unknown = set(section) - required - optional
+def _keys(section: dict[str, Any], name: str) -> None:
+    """The table's keys are the ones its definition (``TABLE_BY_NAME``) names, the required ones among them, and
+    strings (but check-hostname)."""
+    where = f"[{name}]"
+    table = TABLE_BY_NAME[name]
+    unknown = table.unknown(section)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    missing = required - set(section)
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    missing = table.required() - set(section)
     if missing:
         raise ConfigError(f"{where}: needs {', '.join(sorted(missing))}")
     for key, value in section.items():
@@ -245,18 +250,19 @@ def _listener_tls(section: dict[str, Any] | None) -> ListenerTls | None:
     if section is None:
         return None
     where = f"[{_TLS_SECTION}]"
-    _keys(section, where, {"certfile", "keyfile"},
-          {"cafile", "client-auth", "principal-mapping-rules", "ciphers", "min-version"})
-    client_auth = section.get("client-auth", "none")
+    _keys(section, _TLS_SECTION)
+    defaults = TABLE_BY_NAME[_TLS_SECTION]
+    client_auth = section.get("client-auth", defaults.default("client-auth"))
     if client_auth not in CLIENT_AUTH:
         raise ConfigError(f"{where} client-auth: one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
     if client_auth != "none" and "cafile" not in section:
         raise ConfigError(f"{where} cafile: needed to verify client certificates (client-auth {client_auth})")
-    min_version = section.get("min-version", "1.2")
+    min_version = section.get("min-version", defaults.default("min-version"))
     if min_version not in TLS_VERSIONS:
         raise ConfigError(f"{where} min-version: one of {', '.join(TLS_VERSIONS)}, got {min_version!r}")
     tls = ListenerTls(Path(section["certfile"]), Path(section["keyfile"]), _path(section, "cafile"), client_auth,
-                      section.get("principal-mapping-rules", "DEFAULT"), section.get("ciphers"), min_version)
+                      section.get("principal-mapping-rules", defaults.default("principal-mapping-rules")),
+                      section.get("ciphers"), min_version)
     try:
         PrincipalMapper(tls.principal_mapping_rules)
         tls.context()  # the files are read now: a mistake stops the start, not the first connection
@@ -269,7 +275,7 @@ def _metrics_endpoint(section: dict[str, Any] | None) -> MetricsEndpoint:
     if section is None:
         return MetricsEndpoint()
     where = f"[{_METRICS_SECTION}]"
-    _keys(section, where, set(), {"username", "password", "password-file", "certfile", "keyfile"})
+    _keys(section, _METRICS_SECTION)
     credentials = None
     if "username" in section:
         credentials = f"{section['username']}:{_secret(section, where)}"
@@ -304,8 +310,8 @@ def _upstream_tls(section: dict[str, Any] | None) -> UpstreamTls | None:
     if section is None:
         return None
     where = f"[{_UPSTREAM_TLS_SECTION}]"
-    _keys(section, where, set(), {"cafile", "certfile", "keyfile", "check-hostname"})
-    check_hostname = section.get("check-hostname", True)
+    _keys(section, _UPSTREAM_TLS_SECTION)
+    check_hostname = section.get("check-hostname", TABLE_BY_NAME[_UPSTREAM_TLS_SECTION].default("check-hostname"))
     if not isinstance(check_hostname, bool):
         raise ConfigError(f"{where} check-hostname: true or false, got {check_hostname!r}")
     if "keyfile" in section and "certfile" not in section:
@@ -322,9 +328,9 @@ def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:
     if section is None:
         return None
     where = f"[{_UPSTREAM_SASL_SECTION}]"
-    unknown = set(section) - {"mechanism", "username", "password", "password-file"}
+    unknown = TABLE_BY_NAME[_UPSTREAM_SASL_SECTION].unknown(section)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
     mechanism = section.get("mechanism")
     if mechanism not in MECHANISMS:
         raise ConfigError(f"{where} mechanism: one of {', '.join(MECHANISMS)}, got {mechanism!r}")
