@@ -87,9 +87,7 @@ class FleetSettings:
             return None
         if not isinstance(table, dict):
             raise ConfigError("[fleet]: must be a table")
-        unknown = FLEET_TABLE.unknown(table)
-        if unknown:
-            raise ConfigError(f"[fleet]: unknown key(s) {', '.join(unknown)}")
+        FLEET_TABLE.refuse_unknown(table)
         try:
             settings = cls(topic=str(table.get("topic", DEFAULT_TOPIC)),
                            instance_id=str(table.get("instance-id", "")),

@@ -42,7 +42,7 @@ LEDGER_TABLE = Table("ledger", "the PID ledger the producer-ID quota consults ac
     TableKey("scan_all_produce", "record the PIDs of every Produce, not only of users under a producer-ID quota",
              False),
 ))
-"""``[allocator]`` and ``[ledger]``'s keys, with the defaults ``from_config`` applies."""
+"""``[allocator]`` and ``[ledger]``'s keys, with the defaults ``from_config`` and ``AllocatorSettings`` apply."""
 
 
 @dataclass(frozen=True)
@@ -50,30 +50,29 @@ class AllocatorSettings:
     """``[allocator]`` and ``[ledger]`` of the --config file."""
 
     cluster_principals: frozenset[str] = frozenset()
-    mode: str = "serve"
+    mode: str = ALLOCATOR_TABLE.default("mode")
     """AllocateProducerIds served from this proxy's block log, or forwarded to the controller quorum."""
-    pid_source: str = "upstream"
+    pid_source: str = ALLOCATOR_TABLE.default("pid_source")
     bootstrap: HostPort | None = None
-    first_id: int = DEFAULT_FIRST_ID
-    end_id: int = MAX_PRODUCER_ID + 1
+    first_id: int = ALLOCATOR_TABLE.default("first_id")
+    end_id: int = ALLOCATOR_TABLE.default("end_id")
     broker_id: int | None = None
-    allocations_per_second: float = 10.0
-    blocks_topic: str = DEFAULT_BLOCKS_TOPIC
+    allocations_per_second: float = ALLOCATOR_TABLE.default("allocations_per_second")
+    blocks_topic: str = ALLOCATOR_TABLE.default("blocks_topic")
     blocks_topic_id: str | None = None
     """An operator's confirmation that the blocks topic was recreated (its new id): see ``cluster_claims``."""
-    ledger_capacity: int = 100_000
-    ledger_cache: int = 100_000
-    ledger_seal_interval_s: float = 3600.0
-    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS
-    scan_all_produce: bool = False
+    ledger_capacity: int = LEDGER_TABLE.default("segment_capacity")
+    ledger_cache: int = LEDGER_TABLE.default("cache_size")
+    ledger_seal_interval_s: float = LEDGER_TABLE.default("seal_interval_seconds")
+    producer_id_expiration_ms: int = LEDGER_TABLE.default("producer_id_expiration_ms")
+    scan_all_produce: bool = LEDGER_TABLE.default("scan_all_produce")
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> AllocatorSettings:
         allocator = dict(config.extra.get("allocator", {}))
         ledger = dict(config.extra.get("ledger", {}))
-        for table, given in ((ALLOCATOR_TABLE, allocator), (LEDGER_TABLE, ledger)):
-            if unknown := table.unknown(given):
-                raise ConfigError(f"[{table.name}]: unknown key(s) {', '.join(unknown)}")
+        ALLOCATOR_TABLE.refuse_unknown(allocator)
+        LEDGER_TABLE.refuse_unknown(ledger)
 
         def allocator_value(key: str) -> Any:
             return allocator.get(key, ALLOCATOR_TABLE.default(key))

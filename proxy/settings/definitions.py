@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any, NamedTuple
 
 from proxy.security.sasl import LoginSettings
-from proxy.settings.config import ProxyConfig
+from proxy.settings.config import ConfigError, ProxyConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SASL_MODES = ("none", "terminate", "inspect")
@@ -124,7 +124,6 @@ SETTINGS: tuple[Setting, ...] = (
             "[fleet]; worker i keeps its state in STATE_DIR/worker-i and serves metrics on the metrics port + i",
             _PROXY_DEFAULTS["workers"], {"type": int}),
 )
-BY_NAME = {setting.name: setting for setting in SETTINGS}
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 
 
@@ -146,16 +145,18 @@ class Table(NamedTuple):
     def required(self) -> set[str]:
         return {key.key for key in self.keys if key.derived == REQUIRED}
 
-    def optional(self) -> set[str]:
-        return {key.key for key in self.keys if key.derived != REQUIRED}
+    def names(self) -> set[str]:
+        return {key.key for key in self.keys}
 
     def default(self, key: str) -> Any:
         """What applies without ``key``, as the table's parser applies it."""
         return next(entry.default for entry in self.keys if entry.key == key)
 
-    def unknown(self, given: Any) -> list[str]:
-        """The keys of ``given`` (the table as read) that are not this table's, sorted."""
-        return sorted(set(given) - {key.key for key in self.keys})
+    def refuse_unknown(self, given: Any) -> None:
+        """Raise ConfigError naming the keys of ``given`` (the table as read) that are not this table's."""
+        unknown = sorted(set(given) - self.names())
+        if unknown:
+            raise ConfigError(f"[{self.name}]: unknown key(s) {', '.join(unknown)}")
 
 
 TABLES: tuple[Table, ...] = (

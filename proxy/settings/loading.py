@@ -15,6 +15,7 @@ from proxy.security.tls import CLIENT_AUTH, TLS_VERSIONS, ListenerTls, Principal
 from proxy.security.users import MECHANISMS
 from proxy.settings.config import ConfigError, HostPort, MetricsEndpoint, ProxyConfig, UpstreamSasl
 from proxy.settings.definitions import (
+    BY_KEY,
     DEFAULT_LISTEN,
     LOG_LEVELS,
     REQUIRED,
@@ -57,14 +58,13 @@ def _default_help(setting: Setting) -> str:
 
 def _settings_from_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     document = read_toml(path, ConfigError)
-    by_toml_key = {toml_key: name for name, toml_key in _SETTINGS.items()}
     settings: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in document.items():
         if isinstance(value, dict):
             extra[key] = value
-        elif key in by_toml_key:
-            settings[by_toml_key[key]] = value
+        elif key in BY_KEY:
+            settings[BY_KEY[key].name] = value
         else:
             raise ConfigError(f"{path}: unknown setting {key!r}")
     return settings, extra
@@ -221,7 +221,7 @@ def _admin_principals(section: dict[str, Any] | None) -> frozenset[str]:
     if section is None:
         return frozenset()
     where = f"[{_ADMIN_SECTION}]"
-    if set(section) != TABLE_BY_NAME[_ADMIN_SECTION].required() | TABLE_BY_NAME[_ADMIN_SECTION].optional():
+    if set(section) != TABLE_BY_NAME[_ADMIN_SECTION].names():
         raise ConfigError(f"{where}: needs exactly the key principals")
     return principal_list(section["principals"], f"{where} principals")
 
@@ -231,9 +231,7 @@ def _keys(section: dict[str, Any], name: str) -> None:
     strings (but check-hostname)."""
     where = f"[{name}]"
     table = TABLE_BY_NAME[name]
-    unknown = table.unknown(section)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    table.refuse_unknown(section)
     missing = table.required() - set(section)
     if missing:
         raise ConfigError(f"{where}: needs {', '.join(sorted(missing))}")
@@ -328,9 +326,7 @@ def _upstream_sasl(section: dict[str, Any] | None) -> UpstreamSasl | None:
     if section is None:
         return None
     where = f"[{_UPSTREAM_SASL_SECTION}]"
-    unknown = TABLE_BY_NAME[_UPSTREAM_SASL_SECTION].unknown(section)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    TABLE_BY_NAME[_UPSTREAM_SASL_SECTION].refuse_unknown(section)
     mechanism = section.get("mechanism")
     if mechanism not in MECHANISMS:
         raise ConfigError(f"{where} mechanism: one of {', '.join(MECHANISMS)}, got {mechanism!r}")
