@@ -63,13 +63,19 @@ def _targets(figure: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(label, figure[key]) for key, label in TARGETS if key in figure]
 
 
-def plot_throughput(results: dict[str, Any], out: Path) -> None:
-    """Medians of the interleaved rounds, each round a dot: the spread is the machine's."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot drawing to files (no display here); imported when a plot is drawn, as only these need it."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
+    return pyplot
+
+
+def plot_throughput(results: dict[str, Any], out: Path) -> None:
+    """Medians of the interleaved rounds, each round a dot: the spread is the machine's."""
+    pyplot = _pyplot()
     figures = (("a_throughput_mb_s", "(a) produce, librdkafka"), ("f_consume_mb_s", "(f) consume, librdkafka"),
                ("h_producer_performance_mb_s", "(h) ProducerPerformance"))
     fig, axes = pyplot.subplots(1, len(figures), figsize=(12, 4))
@@ -88,11 +94,7 @@ def plot_throughput(results: dict[str, Any], out: Path) -> None:
 
 
 def plot_cpu(results: dict[str, Any], floor: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = _pyplot()
     names = {"a": "(a) produce", "e": "(e) produce, quotas", "f": "(f) consume", "h": "(h) ProducerPerformance"}
     fig, axis = pyplot.subplots(figsize=(12, 4))
     width = 0.35
@@ -117,11 +119,7 @@ def plot_cpu(results: dict[str, Any], floor: dict[str, Any], out: Path) -> None:
 
 
 def plot_fidelity(results: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = _pyplot()
     cases = list(results["cases"].items())
     fig, axis = pyplot.subplots(figsize=(10, 7))
     axis.barh(range(len(cases)), [case["elapsed_ratio"] for _, case in cases], color=COLOURS["this proxy"])
