@@ -34,7 +34,8 @@ class Setting(NamedTuple):
     """Without the setting: what applies, when that is not one value."""
 
 
-_PROXY_DEFAULTS = {field.name: field.default for field in fields(ProxyConfig)}
+PROXY_DEFAULTS: dict[str, Any] = {field.name: field.default for field in fields(ProxyConfig)}
+"""``ProxyConfig``'s field defaults, by name: what applies without a setting."""
 _LOGIN = LoginSettings()
 
 SETTINGS: tuple[Setting, ...] = (
@@ -52,40 +53,40 @@ SETTINGS: tuple[Setting, ...] = (
             derived="no quotas until AlterClientQuotas sets some"),
     Setting("state_dir", "state-dir", "durable state: client-quotas.json, usage/, pid-ledger/, "
             "producer-id-blocks.log, allocator-epoch; one proxy per directory",
-            str(_PROXY_DEFAULTS["state_dir"])),
-    Setting("log_level", "log-level", f"one of {', '.join(LOG_LEVELS)}", _PROXY_DEFAULTS["log_level"],
+            str(PROXY_DEFAULTS["state_dir"])),
+    Setting("log_level", "log-level", f"one of {', '.join(LOG_LEVELS)}", PROXY_DEFAULTS["log_level"],
             {"type": str.upper, "choices": LOG_LEVELS}),
     Setting("max_frame_bytes", "max-frame-bytes", "larger, negative or garbled frame sizes close the connection",
-            _PROXY_DEFAULTS["max_frame_bytes"],
+            PROXY_DEFAULTS["max_frame_bytes"],
             {"type": int}),
     Setting("idle_timeout_s", "idle-timeout-seconds", "connections with no traffic either way for this long are closed",
-            _PROXY_DEFAULTS["idle_timeout_s"], {"type": float}),
+            PROXY_DEFAULTS["idle_timeout_s"], {"type": float}),
     Setting("connect_timeout_s", "connect-timeout-seconds", "give up opening an upstream connection after this long",
-            _PROXY_DEFAULTS["connect_timeout_s"], {"type": float}),
+            PROXY_DEFAULTS["connect_timeout_s"], {"type": float}),
     Setting("request_timeout_s", "request-timeout-seconds",
             "a forwarded request the cluster sends nothing for in this long closes its connection (the "
             "client's request.timeout.ms)",
-            _PROXY_DEFAULTS["request_timeout_s"], {"type": float}),
+            PROXY_DEFAULTS["request_timeout_s"], {"type": float}),
     Setting("usage_retention_days", "usage-retention-days", "delete usage-log files older than this",
-            _PROXY_DEFAULTS["usage_retention_days"], {"type": float}),
+            PROXY_DEFAULTS["usage_retention_days"], {"type": float}),
     Setting("write_buffer_high_bytes", "write-buffer-high-bytes",
             "stop reading one side of a connection while the other side has this much unsent (or the "
             "connection's share of max-buffered-bytes, when smaller)",
-            _PROXY_DEFAULTS["write_buffer_high_bytes"], {"type": int}),
+            PROXY_DEFAULTS["write_buffer_high_bytes"], {"type": int}),
     Setting("max_buffered_bytes", "max-buffered-bytes",
             "unsent bytes all connections may hold together: each side of each connection gets an equal "
             "share, never less than 64 KiB",
-            _PROXY_DEFAULTS["max_buffered_bytes"], {"type": int}),
+            PROXY_DEFAULTS["max_buffered_bytes"], {"type": int}),
     Setting("max_in_flight_requests", "max-in-flight-requests", "per connection; later requests are read only "
             "once one is answered (this also bounds the work one connection gets at a time)",
-            _PROXY_DEFAULTS["max_in_flight_requests"], {"type": int}),
+            PROXY_DEFAULTS["max_in_flight_requests"], {"type": int}),
     Setting("shutdown_grace_s", "shutdown-grace-seconds",
-            "on SIGTERM, how long in-flight requests may take to finish", _PROXY_DEFAULTS["shutdown_grace_s"],
+            "on SIGTERM, how long in-flight requests may take to finish", PROXY_DEFAULTS["shutdown_grace_s"],
             {"type": float}),
     Setting("splice", "splice", "the rest of a large plaintext Produce request moves from the client's socket to "
             "the cluster's inside the kernel (splice(2)), and the rest of a large Fetch response the other way; "
             "--no-splice turns it off",
-            _PROXY_DEFAULTS["splice"], {"action": argparse.BooleanOptionalAction}),
+            PROXY_DEFAULTS["splice"], {"action": argparse.BooleanOptionalAction}),
     Setting("sasl_users", "sasl-users", "TOML users file: clients must log in with SASL PLAIN or SCRAM-SHA-256/512",
             None, derived="no logins: every connection is user ANONYMOUS"),
     Setting("sasl_mode", "sasl-mode", "terminate: clients log in to the proxy (sasl-users); inspect: clients log in "
@@ -100,7 +101,7 @@ SETTINGS: tuple[Setting, ...] = (
             "the largest frame before a login completes (Kafka's sasl.server.max.receive.size)",
             _LOGIN.max_receive_bytes, {"type": int}),
     Setting("sasl_login_threads", "sasl-login-threads", "threads hashing PLAIN passwords, off the event loop",
-            _PROXY_DEFAULTS["login_threads"], {"type": int}),
+            PROXY_DEFAULTS["login_threads"], {"type": int}),
     Setting("oauthbearer_principal_claim", "oauthbearer-principal-claim", "the JWT claim naming the principal",
             _LOGIN.oauthbearer_principal_claim),
     Setting("oauthbearer_unsecured_jwt", "oauthbearer-unsecured-jwt",
@@ -108,7 +109,7 @@ SETTINGS: tuple[Setting, ...] = (
             _LOGIN.oauthbearer_unsecured_jwt, flag=False),
     Setting("default_num_partitions", "default-num-partitions",
             "partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell",
-            _PROXY_DEFAULTS["default_num_partitions"], {"type": int}),
+            PROXY_DEFAULTS["default_num_partitions"], {"type": int}),
     Setting("max_connections", "max-connections",
             "open client connections over all listeners; beyond it the proxy accepts nothing until one "
             "closes", None,
@@ -122,7 +123,7 @@ SETTINGS: tuple[Setting, ...] = (
             {"type": float}, derived="no limit"),
     Setting("workers", "workers", "processes accepting on the same listeners (SO_REUSEPORT), each a member of the "
             "[fleet]; worker i keeps its state in STATE_DIR/worker-i and serves metrics on the metrics port + i",
-            _PROXY_DEFAULTS["workers"], {"type": int}),
+            PROXY_DEFAULTS["workers"], {"type": int}),
 )
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from proxy.settings.definitions import (
     BY_KEY,
     DEFAULT_LISTEN,
     LOG_LEVELS,
+    PROXY_DEFAULTS,
     REQUIRED,
     SASL_MODES,
     SETTINGS,
@@ -103,7 +103,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         raise ConfigError(f"broker-port-base: must be a port number, got {base}")
     metrics = settings.get("metrics_listen")
     quota_file = settings.get("quota_file")
-    defaults: dict[str, Any] = {f.name: f.default for f in fields(ProxyConfig)}
+    defaults = PROXY_DEFAULTS
     log_level = str(settings.get("log_level", defaults["log_level"])).upper()
     if log_level not in LOG_LEVELS:
         raise ConfigError(f"log-level: one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
