@@ -99,7 +99,7 @@ class ResponseSide(ConnectionState):
             if replacement is not None:
                 if untouched_from < start:
                     pieces.append(view[untouched_from:start])
-                pieces.append(replacement)
+                pieces.extend(replacement)
                 untouched_from = end
             start = end
         if not pieces:
@@ -163,7 +163,7 @@ class ResponseSide(ConnectionState):
         self._response_cut_through_remaining = frame_bytes - len(taken)
         if request.answer_body is not None:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
-            self._to_client.write(_with_header(frame, header_length, request.answer_body))
+            self._to_client.writelines(frame_pieces(frame, header_length, request.answer_body))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
             self._mute(request.throttle_ms)
             self._dropping_cut_through = True
@@ -259,8 +259,8 @@ class ResponseSide(ConnectionState):
         """The response names brokers the client must reach through the proxy."""
         return self._context.rewrites_addresses and carries_addresses(api_key, api_version)
 
-    def _rewrite_response(self, request: InFlight, frame: memoryview) -> bytes | None:
-        """A whole replacement frame (size prefix included), or None to forward it untouched."""
+    def _rewrite_response(self, request: InFlight, frame: memoryview) -> tuple[bytes, bytes] | None:
+        """A whole replacement frame (size prefix included, ``frame_pieces``), or None to forward it untouched."""
         api_key, api_version = request.api_key, request.api_version
         if api_key == Api.API_VERSIONS:
             header_length = response_header_length(frame, flexible=False)
@@ -282,10 +282,13 @@ class ResponseSide(ConnectionState):
                                                        frame[header_length:] if body is None else body) or body
         if body is None:
             return None
-        return _with_header(frame, header_length, body)
+        return frame_pieces(frame, header_length, body)
 
 
-def _with_header(frame: memoryview, header_length: int, body: bytes) -> bytes:
-    """A whole frame (size prefix included): the header of ``frame`` in front of ``body``."""
-    return b"".join(((header_length + len(body)).to_bytes(4, "big"), frame[:header_length], body))
+def frame_pieces(frame: memoryview, header_length: int, body: bytes) -> tuple[bytes, bytes]:
+    """A whole frame (size prefix included) in two pieces: the size and the header of ``frame``, then ``body``
+    itself, not a copy: a body remembered for its bytes (``RewriteMemo``) is one object however many clients have
+    it queued (measured: 100 connections that never read their 68 KB Metadata answers held a copy each, +31 to +41
+    MiB of RSS with a 32 MiB total)."""
+    return b"".join(((header_length + len(body)).to_bytes(4, "big"), frame[:header_length])), body
 

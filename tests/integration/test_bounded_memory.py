@@ -1,6 +1,8 @@
 """Clients that pipeline requests and never read their answers: the proxy's resident memory stays within the
 configured total (``max-buffered-bytes``) plus a quarter, and a well-behaved client on the same proxy is served
-within a second meanwhile.
+within a second meanwhile, beyond what a client straight to the cluster waits at the same moment (the flood's
+load on this machine's two cores stalls the broker too: measured, 0.2 s for a direct client in a burst where the
+proxy's took 0.46 s).
 
 Each kind of request a client can flood with, as raw pipelined frames: answered by the proxy itself (an
 ApiVersions newer than it parses), many small answers from the cluster (Metadata of a small cluster), few
@@ -18,6 +20,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +35,7 @@ from tests.integration.flooders import flooding
 from tests.integration.test_produce_quotas import create_topic
 from tests.integration.test_sasl import add_user
 from tests.integration.test_topic_quotas import logged_in
-from tests.support import LOOPBACK, ProxyProcess, call, encode_request, produce_request, record_batch
+from tests.support import LOOPBACK, Cluster, ProxyProcess, call, encode_request, produce_request, record_batch
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -48,25 +51,6 @@ CONNECTIONS = (1, 20, 100)
 STEP_S = 3.0
 """Each step's flood: the growth levels off within a second of the flooders' first bytes."""
 SERVED_WITHIN_S = 1.0
-NOT_YET_HELD: dict[tuple[str, str], tuple[float, float]] = {
-    # (kind, setting): (RSS growth allowed as a multiple of the total, seconds the well-behaved client may wait)
-    ("few large answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 3.0),
-    ("few large answers from the cluster", "32 MiB total"): (1.5, SERVED_WITHIN_S),
-    ("many small answers from the cluster", "defaults"): (ALLOWED_OVER_TOTAL, 2.0),
-    ("many small answers from the cluster", "32 MiB total"): (ALLOWED_OVER_TOTAL, 2.0),
-}
-"""Where the proxy does not hold the aims yet, and what the test holds it to meanwhile (docs/deploying.md, "Bounded
-memory").
-With 100 connections a 32 MiB total leaves each side 166 KB, and a 68 KB answer read whole to be rewritten is held
-outside it (one being read, one past the mark, as a broker holds a response per connection): +31.3 to +41.5 MiB in
-five runs of this file. With the defaults, a client connecting while 100 others each
-pipeline 32 tiny requests at a time took 0.4-1.4 s in seven runs to be served (with the 32 MiB total 0.26-0.70 s here,
-over 1 s in a clean-clone CI run): it needs five or six turns of the event
-loop (accepted, attached, connected upstream, forwarded, answered), and each turn relays every flooder's answers;
-later in the flood 0.03-0.35 s. The same with the defaults under 100 connections reading 68 KB answers: 0.26-0.49 s
-in four runs here, 1.53 s in one clean-clone CI run."""
-
-
 def fill_topic(bootstrap: str, topic: str) -> None:
     create_topic(bootstrap, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -151,36 +135,52 @@ def served_once(proxy: ProxyProcess, sasl: bool) -> float:
     return time.monotonic() - started
 
 
+def served_directly(cluster: Cluster) -> float:
+    """Seconds a client connecting anew straight to the cluster takes to get Metadata answered."""
+    started = time.monotonic()
+    with socket.create_connection((cluster.host, cluster.port), timeout=10) as direct:
+        call(direct, 3, 1, topics=None)
+    return time.monotonic() - started
+
+
 @dataclass
 class Step:
     connections: int
     peak_growth: int = 0
     slowest_s: float = 0.0
+    """The longest a new client through the proxy waited."""
+    slowest_added_s: float = 0.0
+    """The most a new client through the proxy waited beyond one straight to the cluster at the same moment."""
 
 
-def flood_in_steps(proxy: ProxyProcess, port: int, payload: bytes, flood: Flood) -> list[Step]:
+def flood_in_steps(proxy: ProxyProcess, cluster: Cluster, port: int, payload: bytes, flood: Flood) -> list[Step]:
     """1, 20 and 100 flooding connections in turn, each for ``STEP_S``: the peak RSS growth over the proxy's RSS
-    before the first, and the slowest answer a well-behaved client got meanwhile."""
+    before the first, and the slowest answer a well-behaved client got meanwhile, alone and beyond a client straight
+    to the cluster asking at the same time."""
     assert proxy.process is not None
     process = psutil.Process(proxy.process.pid)
     before = process.memory_info().rss
     steps = []
-    for connections in CONNECTIONS:
-        step = Step(connections)
-        with flooding(port, payload, connections, reconnect=flood.sasl):
-            deadline = time.monotonic() + STEP_S
-            while time.monotonic() < deadline:
-                step.slowest_s = max(step.slowest_s, served_once(proxy, flood.sasl))
-                step.peak_growth = max(step.peak_growth, process.memory_info().rss - before)
-                time.sleep(0.1)
-        steps.append(step)
+    with ThreadPoolExecutor(1) as beside:
+        for connections in CONNECTIONS:
+            step = Step(connections)
+            with flooding(port, payload, connections, reconnect=flood.sasl):
+                deadline = time.monotonic() + STEP_S
+                while time.monotonic() < deadline:
+                    direct = beside.submit(served_directly, cluster)
+                    through_proxy_s = served_once(proxy, flood.sasl)
+                    step.slowest_s = max(step.slowest_s, through_proxy_s)
+                    step.slowest_added_s = max(step.slowest_added_s, through_proxy_s - direct.result())
+                    step.peak_growth = max(step.peak_growth, process.memory_info().rss - before)
+                    time.sleep(0.1)
+            steps.append(step)
     return steps
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_clients_that_never_read_hold_the_proxy_to_its_total_and_others_are_served(  # type: ignore[no-untyped-def]
-        own_proxy, tmp_path: Path, topic: str, kind: str, settings: str) -> None:
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str, kind: str, settings: str) -> None:
     total, arguments = SETTINGS[settings]
     flood = KINDS[kind]
     extra: list[str] = []
@@ -200,11 +200,10 @@ def test_clients_that_never_read_hold_the_proxy_to_its_total_and_others_are_serv
     served_once(proxy, flood.sasl)
     time.sleep(1)  # the proxy's own allocations for the set-up settle
     port = proxy.broker_port_base + 1 if flood.to_leader else proxy.port
-    steps = flood_in_steps(proxy, port, flood.requests(topic), flood)
-    report = ", ".join(f"{step.connections}: +{step.peak_growth / MIB:.1f} MiB, {step.slowest_s * 1000:.0f} ms"
-                       for step in steps)
+    steps = flood_in_steps(proxy, broker, port, flood.requests(topic), flood)
+    report = ", ".join(f"{step.connections}: +{step.peak_growth / MIB:.1f} MiB, {step.slowest_s * 1000:.0f} ms "
+                       f"(+{step.slowest_added_s * 1000:.0f} ms beyond direct)" for step in steps)
     print(f"{kind}, {settings}: {report}")
-    over_total, served_within_s = NOT_YET_HELD.get((kind, settings), (ALLOWED_OVER_TOTAL, SERVED_WITHIN_S))
-    allowed = int(total * over_total)
+    allowed = int(total * ALLOWED_OVER_TOTAL)
     assert all(step.peak_growth <= allowed for step in steps), f"{kind}, {settings}: allowed {allowed}; {report}"
-    assert all(step.slowest_s < served_within_s for step in steps), f"{kind}, {settings}: {report}"
+    assert all(step.slowest_added_s < SERVED_WITHIN_S for step in steps), f"{kind}, {settings}: {report}"
