@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
+from protocol.errors import ProtocolError
+from protocol.header import read_uvarint, skip_tagged_fields
 
 
 class BrokerAddress(NamedTuple):
@@ -82,6 +84,64 @@ _REWRITERS: dict[int, Callable[[Any, Advertise], bool]] = {
 }
 
 
+_FIRST_TOPIC_ID_PRODUCE_VERSION = 13
+_PRODUCE_PARTITION_FIXED_BYTES = 4 + 2 + 8 + 8 + 8
+"""index, error_code, base_offset, log_append_time_ms, log_start_offset (Produce v5 on)."""
+_INT32_BYTES = 4
+_UUID_BYTES = 16
+
+
+def may_name_brokers(api_key: int, api_version: int, body: bytes | memoryview) -> bool:
+    """False when the response certainly names no broker: a Produce answer (v10 on) whose top-level tagged fields,
+    where KIP-951's ``NodeEndpoints`` would be, are empty (Kafka adds them only when a partition's leader moved).
+    Read without decoding: every Produce answer of a librdkafka client is one (measured: the decode to find out took
+    6 us for one partition, 200 us for a hundred). ``body`` excludes the header."""
+    if api_key != Api.PRODUCE or api_version < _FIRST_VERSION_WITH_ADDRESSES[Api.PRODUCE]:
+        return True
+    try:
+        return _produce_answer_has_tagged_fields(body, api_version)
+    except (IndexError, ValueError):
+        raise ProtocolError("produce response unreadable", api_key=api_key, api_version=api_version) from None
+
+
+def _produce_answer_has_tagged_fields(body: bytes | memoryview, version: int) -> bool:
+    """Walk a Produce answer (v10 on, Kafka's ``ProduceResponse.json``) to its top-level tagged fields. Lengths and
+    counts under 128 and empty tagged fields, one byte each, are read in place: the walk is per partition."""
+    topics, at = _uvarint(body, 0)
+    for _ in range(topics - 1):
+        if version >= _FIRST_TOPIC_ID_PRODUCE_VERSION:
+            at += _UUID_BYTES
+        else:
+            at = _past_string(body, at)  # name
+        partitions, at = _uvarint(body, at)
+        for _ in range(partitions - 1):
+            record_errors, at = _uvarint(body, at + _PRODUCE_PARTITION_FIXED_BYTES)
+            for _ in range(record_errors - 1):
+                at = _past_tagged_fields(body, _past_string(body, at + _INT32_BYTES))  # batch_index and message
+            at = _past_tagged_fields(body, _past_string(body, at))  # error_message, then current_leader (tag 0)
+        at = _past_tagged_fields(body, at)
+    count, end = _uvarint(body, at + _INT32_BYTES)  # after throttle_time_ms
+    return count > 0 or end != len(body)  # what is there, or a malformed rest, is for the decode
+
+
+def _uvarint(body: bytes | memoryview, at: int) -> tuple[int, int]:
+    byte = body[at]
+    return (byte, at + 1) if byte < 0x80 else read_uvarint(body, at)
+
+
+def _past_string(body: bytes | memoryview, at: int) -> int:
+    """Past a compact (nullable) string."""
+    length, at = _uvarint(body, at)
+    end = at + max(length - 1, 0)
+    if end > len(body):
+        raise ValueError("a string runs past the end")
+    return end
+
+
+def _past_tagged_fields(body: bytes | memoryview, at: int) -> int:
+    return at + 1 if body[at] == 0 else skip_tagged_fields(body, at)
+
+
 def rewrite_broker_addresses(api_key: int, api_version: int, body: bytes | memoryview,
                              advertise: Advertise) -> bytes | None:
     """The response body with every broker address replaced, or None when it names no broker.
@@ -89,6 +149,8 @@ def rewrite_broker_addresses(api_key: int, api_version: int, body: bytes | memor
     ``advertise`` is called once per broker before anything is returned, so the caller can
     open a listener for a broker it sees for the first time.
     """
+    if not may_name_brokers(api_key, api_version, body):
+        return None
     message = decode_response(api_key, api_version, body)
     if not _REWRITERS[api_key](message, advertise):
         return None

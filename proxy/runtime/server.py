@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from allocator.block_log import BlockLog
 from allocator.durable import WriteErrors, lock_directory
-from protocol.addresses import BrokerAddress, rewrite_broker_addresses
+from protocol.addresses import BrokerAddress, may_name_brokers, rewrite_broker_addresses
 from protocol.apis import Api
 from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
@@ -252,6 +252,8 @@ class ProxyServer:
     # ---- brokers and listeners ----------------------------------------------------------------
 
     def rewrite_addresses(self, api_key: int, api_version: int, body: bytes | memoryview) -> bytes | None:
+        if not may_name_brokers(api_key, api_version, body):
+            return None  # never remembered: a Produce answer's bytes (its offsets) are never the same twice
         return self._address_rewrites.rewritten(
             (api_key, api_version, bytes(body)),
             lambda: rewrite_broker_addresses(api_key, api_version, body, self.advertise_broker))

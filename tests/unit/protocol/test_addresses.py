@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import contextlib
+import uuid
+
 import pytest
 
-from protocol.addresses import BrokerAddress, carries_addresses, rewrite_broker_addresses
+from protocol.addresses import BrokerAddress, carries_addresses, may_name_brokers, rewrite_broker_addresses
 from protocol.api_versions import VersionRange, adapt_api_versions
 from protocol.apis import response_class
 from protocol.errors import ProtocolError
@@ -147,3 +150,34 @@ def test_a_null_coordinator_list_is_a_protocol_error() -> None:
     # nullable: Kafka's parser refuses such an answer, and so does the proxy's codec
     with pytest.raises(ProtocolError, match="null coordinators, which is not nullable"):
         rewrite_broker_addresses(10, 4, b"\x00\x00\x00\x00\x00\x00", lambda broker: ("proxy", 1))
+
+
+def produce_answer(version: int, record_errors: int = 0, endpoints: bool = False) -> bytes:
+    cls = response_class(0)
+    errors = [cls.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage(
+        batch_index=i, batch_index_error_message="bad" if i % 2 else None) for i in range(record_errors)]
+    partitions = [cls.TopicProduceResponse.PartitionProduceResponse(
+        index=index, error_code=0, base_offset=1000 + index, log_append_time_ms=-1, log_start_offset=0,
+        record_errors=errors, error_message=None if index else "a message") for index in range(3)]
+    topic = {"topic_id": uuid.UUID(int=1)} if version >= 13 else {"name": "orders"}
+    node_endpoints = [cls.NodeEndpoint(node_id=1, host="kafka-1.internal", port=9092, rack=None)] if endpoints else []
+    return encode(0, version, responses=[cls.TopicProduceResponse(partition_responses=partitions, **topic)] * 2,
+                  throttle_time_ms=5, node_endpoints=node_endpoints)
+
+
+@pytest.mark.parametrize("version", range(10, 14))
+@pytest.mark.parametrize("record_errors", [0, 3])
+def test_a_produce_answer_without_node_endpoints_is_known_to_name_no_broker_without_decoding(
+        version: int, record_errors: int) -> None:
+    assert not may_name_brokers(0, version, produce_answer(version, record_errors))
+    assert may_name_brokers(0, version, produce_answer(version, record_errors, endpoints=True))
+    assert may_name_brokers(3, 12, b"")  # other answers: decoded to find out
+
+
+def test_a_produce_answer_cut_short_is_a_protocol_error() -> None:
+    body = produce_answer(11, record_errors=3)
+    for end in range(len(body) - 1):
+        with contextlib.suppress(ProtocolError):
+            assert may_name_brokers(0, 11, body[:end])  # a malformed rest: for the decode to refuse
+    with pytest.raises(ProtocolError):
+        may_name_brokers(0, 11, body[:9])
