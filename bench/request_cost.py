@@ -1,0 +1,139 @@
+"""What one small request costs (``python -m bench.request_cost``): requests sent one at a time on one connection,
+straight to Apache Kafka, through this proxy (without quotas, and with the quotas ``bench/run.py`` configures) and
+through Kroxylicious, in interleaved rounds. Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata
+of one topic (v12, which the proxy rewrites), and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and
+target: latency p50 and p99, the latency added to the direct one, and each proxy's CPU per request (its process's
+user and system time over the requests sent to it). Writes ``bench/request-cost-results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.kroxylicious import KroxyliciousProcess
+from bench.report import new_results, write_results
+from bench.run import QUOTAS, create_topic, delete_topic, produce_frame
+from proxy.dev.apache_kafka import KafkaCluster
+from tests.support import ProxyProcess, encode_request, read_frame
+
+WARM_UP = 200
+
+
+def metadata_frame(topic: str) -> bytes:
+    return encode_request(3, 12, correlation_id=1, topics=[{"topic_id": None, "name": topic}],
+                          allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+
+def empty_fetch_frame(topic: str) -> bytes:
+    partition = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 1 << 40, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20}
+    return encode_request(1, 11, correlation_id=1, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                          isolation_level=0, session_id=0, session_epoch=-1,
+                          topics=[{"topic": topic, "partitions": [partition]}], forgotten_topics_data=[], rack_id="")
+
+
+KINDS: dict[str, Callable[[str], bytes]] = {
+    "produce": lambda topic: produce_frame(topic, 100, acks=1),
+    "metadata": metadata_frame,
+    "fetch_nothing_new": empty_fetch_frame,
+}
+
+
+def one_at_a_time_us(bootstrap: str, frame: bytes, requests: int) -> list[float]:
+    """Microseconds from each request's first byte sent to its answer's last byte read."""
+    host, port = bootstrap.split(":")
+    samples = []
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(WARM_UP):
+            sock.sendall(frame)
+            read_frame(sock)
+        for _ in range(requests):
+            started = time.perf_counter_ns()
+            sock.sendall(frame)
+            read_frame(sock)
+            samples.append((time.perf_counter_ns() - started) / 1000)
+    return samples
+
+
+def cpu_s(process: psutil.Process | None) -> float:
+    if process is None:
+        return 0.0
+    times = process.cpu_times()
+    return float(times.user + times.system + times.children_user + times.children_system)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench/request-cost-results.json")
+    parser.add_argument("--requests", type=int, default=2_000, help="per kind, target and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    results = new_results()
+    results["settings"] = vars(args)
+    workdir = Path(tempfile.mkdtemp(prefix="kqp-request-cost-"))
+    with KafkaCluster(log_directory=workdir) as broker, KroxyliciousProcess(broker.bootstrap, workdir) as kroxylicious:
+        plain = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING",
+                             node_ids=broker.broker_ids).start()
+        quota_file = workdir / "quotas.toml"
+        quota_file.write_text(QUOTAS)
+        with_quotas = ProxyProcess(broker.bootstrap, workdir / "proxy-quotas.log", "--log-level", "WARNING",
+                                   "--quota-file", str(quota_file), node_ids=broker.broker_ids).start()
+        try:
+            assert plain.process is not None and with_quotas.process is not None
+            assert kroxylicious.process is not None
+            targets: dict[str, tuple[str, psutil.Process | None]] = {
+                "direct": (broker.bootstrap, None),
+                "proxy": (plain.bootstrap, psutil.Process(plain.process.pid)),
+                "proxy_with_quotas": (with_quotas.bootstrap, psutil.Process(with_quotas.process.pid)),
+                "kroxylicious": (kroxylicious.bootstrap, psutil.Process(kroxylicious.process.pid)),
+            }
+            topic = create_topic(broker.bootstrap)
+            figures: dict[str, Any] = {}
+            for kind, make_frame in KINDS.items():
+                frame = make_frame(topic)
+                samples: dict[str, list[float]] = {name: [] for name in targets}
+                cpu: dict[str, float] = {name: 0.0 for name in targets}
+                for _ in range(args.rounds):
+                    for name, (bootstrap, process) in targets.items():
+                        before = cpu_s(process)
+                        samples[name] += one_at_a_time_us(bootstrap, frame, args.requests)
+                        cpu[name] += cpu_s(process) - before
+                figures[kind] = _figures(samples, cpu, args.rounds * (WARM_UP + args.requests))
+                print(kind, {name: (round(f["p50_us"]), round(f.get("added_p50_us", 0)), round(f["cpu_us"]))
+                             for name, f in figures[kind].items()}, flush=True)
+            delete_topic(broker.bootstrap, topic)
+        finally:
+            plain.stop()
+            with_quotas.stop()
+    results["cases"] = figures
+    write_results(args.out, results)
+    return 0
+
+
+def _figures(samples: dict[str, list[float]], cpu: dict[str, float], sent: int) -> dict[str, dict[str, float]]:
+    """p50/p99 per target, the added p50/p99 over direct, and CPU per request (over every request ``sent`` to the
+    target, the warm-up ones included)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, values in samples.items():
+        values.sort()
+        out[name] = {"p50_us": statistics.median(values), "p99_us": values[int(len(values) * 0.99)],
+                     "cpu_us": cpu[name] / sent * 1e6}
+    for name, figure in out.items():
+        if name != "direct":
+            figure["added_p50_us"] = figure["p50_us"] - out["direct"]["p50_us"]
+            figure["added_p99_us"] = figure["p99_us"] - out["direct"]["p99_us"]
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
