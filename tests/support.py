@@ -41,13 +41,18 @@ class Cluster:
 
     ``sasl_bootstrap``: its SASL_PLAINTEXT listener, where the users of ``PASSWORDS`` log in with PLAIN,
     SCRAM-SHA-256, SCRAM-SHA-512 or (any name) unsecured OAUTHBEARER; None when the cluster has none.
+    ``ssl_bootstrap``: its SSL listener (Kafka's own TLS), whose certificate ``ssl_cafile`` signed; None when the
+    cluster has none.
     """
 
-    def __init__(self, bootstrap: str, sasl_bootstrap: str | None = None, started_here: bool = False) -> None:
+    def __init__(self, bootstrap: str, sasl_bootstrap: str | None = None, started_here: bool = False,
+                 ssl_bootstrap: str | None = None, ssl_cafile: Path | None = None) -> None:
         """``started_here``: the session started it (its state is the tests' own, ``tests.cluster_state``)."""
         self.bootstrap = bootstrap
         self.started_here = started_here
         self.sasl_bootstrap = sasl_bootstrap
+        self.ssl_bootstrap = ssl_bootstrap
+        self.ssl_cafile = ssl_cafile
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.api_versions: dict[int, tuple[int, int]] = {}

@@ -3,7 +3,8 @@ integration tests, the benchmarks and the soak.
 
 The broker's jars (``kafka_jars``) are started with ``java -cp 'lib/*'``. Every node runs in KRaft
 mode from a freshly formatted directory with three listeners: PLAINTEXT, SASL_PLAINTEXT (PLAIN,
-SCRAM-SHA-256/512 and unsecured OAUTHBEARER logins) and CONTROLLER. A cluster is one combined node,
+SCRAM-SHA-256/512 and unsecured OAUTHBEARER logins) and CONTROLLER; given a certificate, its brokers have an
+SSL listener too (Kafka's own TLS, ``SslCertificate``). A cluster is one combined node,
 one combined node and two more brokers, or a controller apart from its broker, which may reach the
 controller through an address of the caller's choosing (a proxy in ``[allocator] mode = "forward"``).
 """
@@ -147,13 +148,24 @@ def _jaas_value(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+@dataclass(frozen=True)
+class SslCertificate:
+    """A broker's certificate and its unencrypted private key, PEM files, for an SSL listener: Kafka reads them
+    as a PEM key store (KIP-651), the key and the chain in one file, written beside the node's configuration."""
+
+    certfile: Path
+    keyfile: Path
+
+
 class KafkaNode:
     """One Apache Kafka process: broker, controller or both (KRaft combined mode)."""
 
     def __init__(self, directory: Path, node_id: int, *, broker: bool, controller: bool, users: SaslUsers,
-                 log_path: Path, heap_mb: int = 512, advertised_host: str = LOOPBACK) -> None:
+                 log_path: Path, heap_mb: int = 512, advertised_host: str = LOOPBACK,
+                 ssl: SslCertificate | None = None) -> None:
         """``advertised_host``: where clients are told the broker's listeners are (their ports the same): another
-        loopback address, where a fault injector forwards them on (``proxy.dev.toxiproxy``)."""
+        loopback address, where a fault injector forwards them on (``proxy.dev.toxiproxy``). ``ssl``: a broker
+        also listens for TLS clients with it."""
         self.node_id = node_id
         self.advertised_host = advertised_host
         self.directory = directory
@@ -161,6 +173,8 @@ class KafkaNode:
         self.roles = tuple(role for role, present in (("broker", broker), ("controller", controller)) if present)
         self.plaintext_port = free_port() if broker else None
         self.sasl_port = free_port() if broker else None
+        self.ssl_port = free_port() if broker and ssl is not None else None
+        self._ssl = ssl
         self.controller_port = free_port() if controller else None
         self._users = users
         self._heap_mb = heap_mb
@@ -176,6 +190,11 @@ class KafkaNode:
     def sasl_bootstrap(self) -> str:
         assert self.sasl_port is not None, f"node {self.node_id} is not a broker"
         return f"{LOOPBACK}:{self.sasl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        assert self.ssl_port is not None, f"node {self.node_id} has no SSL listener"
+        return f"{LOOPBACK}:{self.ssl_port}"
 
     @property
     def controller_endpoint(self) -> str:
@@ -194,6 +213,10 @@ class KafkaNode:
             if self.advertised_host != LOOPBACK:
                 advertised["advertised.listeners"] = (f"PLAINTEXT://{self.advertised_host}:{self.plaintext_port},"
                                                       f"SASL_PLAINTEXT://{self.advertised_host}:{self.sasl_port}")
+        if self.ssl_port is not None:
+            listeners.append(f"SSL://{LOOPBACK}:{self.ssl_port}")
+            if self.advertised_host != LOOPBACK:
+                advertised["advertised.listeners"] += f",SSL://{self.advertised_host}:{self.ssl_port}"
         if self.controller_port is not None:
             listeners.append(f"CONTROLLER://{LOOPBACK}:{self.controller_port}")
         plain_users = " ".join(f"user_{name}={_jaas_value(password)}" for name, password in self._users.plain.items())
@@ -204,7 +227,8 @@ class KafkaNode:
             "controller.listener.names": "CONTROLLER",
             "listeners": ",".join(listeners),
             # a controller alone must name the brokers' listener too: Kafka checks inter.broker.listener.name
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.directory / "data"),
             # one node holds every internal topic: replication factor 1, one partition each
@@ -227,11 +251,17 @@ class KafkaNode:
             "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         }
+        if self._ssl is not None:
+            values |= {"listener.name.ssl.ssl.keystore.type": "PEM",
+                       "listener.name.ssl.ssl.keystore.location": str(self.directory / "ssl-keystore.pem")}
         return values | advertised | dict(extra)
 
     def write_config(self, quorum_voters: str, extra: Mapping[str, str]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / "server.properties"
+        if self._ssl is not None:  # the key, then the chain: Kafka's PemStore reads both from the one file
+            keystore = self._ssl.keyfile.read_text() + self._ssl.certfile.read_text()
+            (self.directory / "ssl-keystore.pem").write_text(keystore)
         config.write_text("".join(f"{key}={value}\n" for key, value in
                                   self.properties(quorum_voters, extra).items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J2.format(path=self.log_path))
@@ -307,14 +337,15 @@ class KafkaCluster:
     ``dedicated_controller``: a controller alone (node 3000) and ``brokers`` brokers; ``start`` may then
     be told the address the brokers reach the controller at (a forwarding proxy in front of it).
     ``log_directory`` keeps each node's log (``kafka-<id>.log``) after ``stop``; default: the cluster's
-    own directory, removed with it. ``advertised_host``: see ``KafkaNode``.
+    own directory, removed with it. ``advertised_host`` and ``ssl``: see ``KafkaNode``.
     """
 
     CONTROLLER_ID = 3000
 
     def __init__(self, brokers: int = 1, *, dedicated_controller: bool = False, users: SaslUsers | None = None,
                  directory: Path | None = None, log_directory: Path | None = None, heap_mb: int = 512,
-                 extra_properties: Mapping[str, str] | None = None, advertised_host: str = LOOPBACK) -> None:
+                 extra_properties: Mapping[str, str] | None = None, advertised_host: str = LOOPBACK,
+                 ssl: SslCertificate | None = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self._own_directory = directory is None
@@ -327,7 +358,7 @@ class KafkaCluster:
         def node(node_id: int, broker: bool, controller: bool) -> KafkaNode:
             return KafkaNode(self.directory / f"node-{node_id}", node_id, broker=broker, controller=controller,
                              users=users, log_path=logs / f"kafka-{node_id}.log", heap_mb=heap_mb,
-                             advertised_host=advertised_host)
+                             advertised_host=advertised_host, ssl=ssl)
 
         if dedicated_controller:
             self.controller = node(self.CONTROLLER_ID, broker=False, controller=True)
@@ -353,6 +384,11 @@ class KafkaCluster:
     @property
     def sasl_bootstrap(self) -> str:
         return ",".join(broker.sasl_bootstrap for broker in self.brokers)
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        """Every broker's SSL listener (a cluster given a certificate)."""
+        return ",".join(broker.ssl_bootstrap for broker in self.brokers)
 
     def node(self, node_id: int) -> KafkaNode:
         return next(node for node in self.nodes if node.node_id == node_id)

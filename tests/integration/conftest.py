@@ -1,10 +1,11 @@
 """The cluster under the integration tests and proxies in front of it.
 
 Without ``KAFKA_BOOTSTRAP`` an Apache Kafka node (KRaft, broker and controller) is started for the
-session, with a SASL_PLAINTEXT listener for the users of ``tests.support.PASSWORDS``; the tests that
-need several brokers share a cluster of three, started the first time one asks for it. With
-``KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster`` the tests run against that cluster
-(``KAFKA_SASL_BOOTSTRAP`` names its SASL listener, if it has one with those users). Tests that stop,
+session, with a SASL_PLAINTEXT listener for the users of ``tests.support.PASSWORDS`` and an SSL listener (a
+certificate of a CA made for the session); the tests that need several brokers share a cluster of three, started
+the first time one asks for it. With ``KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster`` the tests run
+against that cluster (``KAFKA_SASL_BOOTSTRAP`` names its SASL listener, if it has one with those users; the tests
+of Kafka's own SSL listener are skipped). Tests that stop,
 kill or pause brokers, or put a proxy between brokers and their controller, start clusters of their own.
 """
 
@@ -17,15 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from proxy.dev.apache_kafka import KafkaCluster
+from proxy.dev.apache_kafka import KafkaCluster, SslCertificate
+from tests.certificates import CertificateAuthority
 from tests.cluster_state import cluster_state, leave_as_found
 from tests.support import CLUSTER_USERS, Cluster, ProxyProcess
 
 
 def _launched(brokers: int, log_directory: Path, **properties: str) -> Iterator[Cluster]:
-    with KafkaCluster(brokers, users=CLUSTER_USERS, log_directory=log_directory,
-                      extra_properties=properties) as kafka:
-        yield Cluster(kafka.bootstrap, kafka.sasl_bootstrap, started_here=True).wait_until_ready()
+    authority = CertificateAuthority(log_directory / "pki", "kafka-ca")
+    issued = authority.issue("kafka", "kafka", server=True)
+    with KafkaCluster(brokers, users=CLUSTER_USERS, log_directory=log_directory, extra_properties=properties,
+                      ssl=SslCertificate(issued.certfile, issued.keyfile)) as kafka:
+        yield Cluster(kafka.bootstrap, kafka.sasl_bootstrap, started_here=True, ssl_bootstrap=kafka.ssl_bootstrap,
+                      ssl_cafile=authority.cafile).wait_until_ready()
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
 
 from protocol.apis import Api
 from tests.certificates import CertificateAuthority, Issued
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import add_user
-from tests.support import PASSWORDS, ProxyProcess, encode_request, proxy_command, read_frame, read_to_end
+from tests.support import PASSWORDS, Cluster, ProxyProcess, encode_request, proxy_command, read_frame, read_to_end
 
 pytestmark = pytest.mark.integration
 MAPPING = "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT"
@@ -162,23 +161,30 @@ def test_a_client_without_a_certificate_is_refused_when_one_is_required(own_prox
         assert read_frame(sock)
 
 
-def test_upstream_tls_through_a_proxy_terminating_tls(own_proxy, tmp_path: Path, ca: CertificateAuthority,  # type: ignore[no-untyped-def]
-                                                      topic: str) -> None:
-    server = ca.issue("cluster", "cluster", server=True)
-    tls_cluster = own_proxy(*tls_config(tmp_path / "cluster.toml", server, ca))
-    front_config = tmp_path / "front.toml"
-    front_config.write_text(f'[upstream-tls]\ncafile = "{ca.cafile}"\n')
-    front = own_proxy("--config", str(front_config), upstream=tls_cluster.bootstrap)
-    round_trip_kafka_python(front.bootstrap, topic, {})
-    assert metrics(tls_cluster)['kafka_quota_proxy_requests_total{api="Produce"}'] >= 1
+def test_upstream_tls_to_apache_kafkas_own_ssl_listener_with_either_kind_of_client_listener(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, ca: CertificateAuthority, topic: str) -> None:
+    """The proxy speaks TLS to Kafka's SSL listener, and to the brokers that listener's Metadata names (their SSL
+    ports): records go through with the clients in plaintext to the proxy, and with TLS to it too."""
+    if broker.ssl_bootstrap is None or broker.ssl_cafile is None:
+        pytest.skip("the cluster has no SSL listener")
+    upstream_tls = f'[upstream-tls]\ncafile = "{broker.ssl_cafile}"\n'
+    (tmp_path / "upstream.toml").write_text(upstream_tls)
+    plain_front = own_proxy("--config", str(tmp_path / "upstream.toml"), upstream=broker.ssl_bootstrap)
+    round_trip_librdkafka(plain_front.bootstrap, topic, {})
+    round_trip_kafka_python(plain_front.bootstrap, f"{topic}-k", {})
+    tls_front = own_proxy(*tls_config(tmp_path / "both.toml", ca.issue("proxy", "proxy", server=True), ca,
+                                      extra=upstream_tls), upstream=broker.ssl_bootstrap)
+    round_trip_librdkafka(tls_front.bootstrap, f"{topic}-t", {"security.protocol": "SSL",
+                                                              "ssl.ca.location": str(ca.cafile)})
+    assert metrics(tls_front)['kafka_quota_proxy_requests_total{api="Produce"}'] >= 1
 
     untrusting = tmp_path / "untrusting.toml"
-    other = CertificateAuthority(tmp_path / "other-pki", "other-ca")
-    untrusting.write_text(f'[upstream-tls]\ncafile = "{other.cafile}"\n')
-    refused = own_proxy("--config", str(untrusting), upstream=tls_cluster.bootstrap)
-    with pytest.raises(KafkaError):
-        KafkaProducer(bootstrap_servers=refused.bootstrap, request_timeout_ms=3_000, max_block_ms=3_000)
-    assert "CERTIFICATE_VERIFY_FAILED" in refused.log()
+    untrusting.write_text(f'[upstream-tls]\ncafile = "{ca.cafile}"\n')  # not the CA that signed Kafka's
+    refused = own_proxy("--config", str(untrusting), upstream=broker.ssl_bootstrap)
+    with socket.create_connection(("127.0.0.1", refused.port), timeout=30) as sock:
+        sock.sendall(encode_request(Api.METADATA, 1, topics=None))
+        assert read_frame(sock) == b""  # closed: the cluster's certificate is not trusted
+    assert "certificate verify failed" in refused.wait_for_log("upstream unreachable")
 
 
 def test_certificates_are_reread_when_their_files_change(own_proxy, tmp_path: Path, ca: CertificateAuthority,  # type: ignore[no-untyped-def]
