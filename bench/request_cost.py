@@ -9,10 +9,8 @@ user and system time over the requests sent to it). Writes ``bench/request-cost-
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,9 @@ import psutil
 
 from bench.kroxylicious import KroxyliciousProcess
 from bench.report import new_results, write_results
-from bench.run import QUOTAS, create_topic, delete_topic, produce_frame
+from bench.run import QUOTAS, create_topic, delete_topic, one_at_a_time_us, produce_frame
 from proxy.dev.apache_kafka import KafkaCluster
-from tests.support import ProxyProcess, encode_request, read_frame
+from tests.support import ProxyProcess, encode_request
 
 WARM_UP = 200
 
@@ -46,23 +44,6 @@ KINDS: dict[str, Callable[[str], bytes]] = {
     "metadata": metadata_frame,
     "fetch_nothing_new": empty_fetch_frame,
 }
-
-
-def one_at_a_time_us(bootstrap: str, frame: bytes, requests: int) -> list[float]:
-    """Microseconds from each request's first byte sent to its answer's last byte read."""
-    host, port = bootstrap.split(":")
-    samples = []
-    with socket.create_connection((host, int(port))) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(WARM_UP):
-            sock.sendall(frame)
-            read_frame(sock)
-        for _ in range(requests):
-            started = time.perf_counter_ns()
-            sock.sendall(frame)
-            read_frame(sock)
-            samples.append((time.perf_counter_ns() - started) / 1000)
-    return samples
 
 
 def cpu_s(process: psutil.Process | None) -> float:
@@ -106,7 +87,7 @@ def main() -> int:
                 for _ in range(args.rounds):
                     for name, (bootstrap, process) in targets.items():
                         before = cpu_s(process)
-                        samples[name] += one_at_a_time_us(bootstrap, frame, args.requests)
+                        samples[name] += one_at_a_time_us(bootstrap, frame, args.requests, WARM_UP)
                         cpu[name] += cpu_s(process) - before
                 figures[kind] = _figures(samples, cpu, args.rounds * (WARM_UP + args.requests))
                 print(kind, {name: (round(f["p50_us"]), round(f.get("added_p50_us", 0)), round(f["cpu_us"]))

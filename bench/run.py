@@ -247,13 +247,14 @@ def ProduceRequestParts(topic: str, records: bytes) -> list[Any]:  # noqa: N802 
     return [ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])]
 
 
-def latency_samples_us(bootstrap: str, topic: str, requests: int) -> list[float]:
+def one_at_a_time_us(bootstrap: str, frame: bytes, requests: int, warm_up: int = 50) -> list[float]:
+    """Microseconds from each request's first byte sent to its answer's last byte read, one request in flight on
+    one connection (after ``warm_up`` requests not counted)."""
     host, port = bootstrap.split(":")
-    frame = produce_frame(topic, 100, acks=1)
     samples = []
     with socket.create_connection((host, int(port))) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(50):  # warm-up
+        for _ in range(warm_up):
             sock.sendall(frame)
             read_frame(sock)
         for _ in range(requests):
@@ -262,6 +263,10 @@ def latency_samples_us(bootstrap: str, topic: str, requests: int) -> list[float]
             read_frame(sock)
             samples.append((time.perf_counter_ns() - started) / 1000)
     return samples
+
+
+def latency_samples_us(bootstrap: str, topic: str, requests: int) -> list[float]:
+    return one_at_a_time_us(bootstrap, produce_frame(topic, 100, acks=1), requests)
 
 
 def latency_percentiles(targets: dict[str, str], rounds: int, requests_per_round: int) -> dict[str, Any]:
