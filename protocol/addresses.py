@@ -8,12 +8,13 @@ proxy replaces each with its own listener for that node id, so clients never lea
 from __future__ import annotations
 
 from collections.abc import Callable
+from struct import Struct
 from typing import Any, NamedTuple
 
 from protocol.apis import Api
+from protocol.body_reader import BodyReader
 from protocol.codecs import decode_response, encode_response
 from protocol.errors import ProtocolError
-from protocol.header import read_uvarint, skip_tagged_fields
 
 
 class BrokerAddress(NamedTuple):
@@ -87,7 +88,8 @@ _REWRITERS: dict[int, Callable[[Any, Advertise], bool]] = {
 _FIRST_TOPIC_ID_PRODUCE_VERSION = 13
 _PRODUCE_PARTITION_FIXED_BYTES = 4 + 2 + 8 + 8 + 8
 """index, error_code, base_offset, log_append_time_ms, log_start_offset (Produce v5 on)."""
-_INT32_BYTES = 4
+_INT16 = Struct(">h")
+_INT32 = Struct(">i")
 _UUID_BYTES = 16
 
 
@@ -105,41 +107,24 @@ def may_name_brokers(api_key: int, api_version: int, body: bytes | memoryview) -
 
 
 def _produce_answer_has_tagged_fields(body: bytes | memoryview, version: int) -> bool:
-    """Walk a Produce answer (v10 on, Kafka's ``ProduceResponse.json``) to its top-level tagged fields. Lengths and
-    counts under 128 and empty tagged fields, one byte each, are read in place: the walk is per partition."""
-    topics, at = _uvarint(body, 0)
-    for _ in range(topics - 1):
+    """Walk a Produce answer (v10 on, Kafka's ``ProduceResponse.json``) to its top-level tagged fields."""
+    reader = BodyReader(body, flexible=True)
+    for _ in range(reader.count(_INT32)):
         if version >= _FIRST_TOPIC_ID_PRODUCE_VERSION:
-            at += _UUID_BYTES
+            reader.skip(_UUID_BYTES)
         else:
-            at = _past_string(body, at)  # name
-        partitions, at = _uvarint(body, at)
-        for _ in range(partitions - 1):
-            record_errors, at = _uvarint(body, at + _PRODUCE_PARTITION_FIXED_BYTES)
-            for _ in range(record_errors - 1):
-                at = _past_tagged_fields(body, _past_string(body, at + _INT32_BYTES))  # batch_index and message
-            at = _past_tagged_fields(body, _past_string(body, at))  # error_message, then current_leader (tag 0)
-        at = _past_tagged_fields(body, at)
-    count, end = _uvarint(body, at + _INT32_BYTES)  # after throttle_time_ms
-    return count > 0 or end != len(body)  # what is there, or a malformed rest, is for the decode
-
-
-def _uvarint(body: bytes | memoryview, at: int) -> tuple[int, int]:
-    byte = body[at]
-    return (byte, at + 1) if byte < 0x80 else read_uvarint(body, at)
-
-
-def _past_string(body: bytes | memoryview, at: int) -> int:
-    """Past a compact (nullable) string."""
-    length, at = _uvarint(body, at)
-    end = at + max(length - 1, 0)
-    if end > len(body):
-        raise ValueError("a string runs past the end")
-    return end
-
-
-def _past_tagged_fields(body: bytes | memoryview, at: int) -> int:
-    return at + 1 if body[at] == 0 else skip_tagged_fields(body, at)
+            reader.skip_string(_INT16)  # name
+        for _ in range(reader.count(_INT32)):
+            reader.skip(_PRODUCE_PARTITION_FIXED_BYTES)
+            for _ in range(reader.count(_INT32)):  # record_errors
+                reader.skip(_INT32.size)  # batch_index
+                reader.skip_string(_INT16)  # batch_index_error_message
+                reader.tagged_fields()
+            reader.skip_string(_INT16)  # error_message
+            reader.tagged_fields()  # current_leader, tag 0
+        reader.tagged_fields()
+    reader.skip(_INT32.size)  # throttle_time_ms
+    return reader.uvarint() > 0 or reader.at != len(body)  # what is there, or a malformed rest, is for the decode
 
 
 def rewrite_broker_addresses(api_key: int, api_version: int, body: bytes | memoryview,

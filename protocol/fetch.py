@@ -15,9 +15,10 @@ from struct import Struct
 from typing import NamedTuple
 
 from protocol.apis import Api
+from protocol.body_reader import BodyReader
 from protocol.codecs import decode_request, encode_response
 from protocol.errors import ProtocolError
-from protocol.header import RequestHeader, read_uvarint, response_header_length, skip_tagged_fields
+from protocol.header import RequestHeader, response_header_length
 
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
@@ -134,85 +135,49 @@ _ABORTED_TRANSACTION_BYTES = 16  # producer_id, first_offset
 def fetch_response_topic_bytes(body: bytes | memoryview, version: int) -> dict[TopicRef, int]:
     """The record bytes of each topic of a Fetch response ``body`` (header excluded), read without decoding
     the records: the sum of its partitions' ``records`` sizes (Fetch v0-v17, Kafka's ``FetchResponse.json``)."""
-    reader = _Reader(body, version)
+    reader = BodyReader(body, version >= FIRST_FLEXIBLE_FETCH_VERSION)
     try:
-        return reader.topic_bytes()
+        return _topic_bytes(reader, version)
     except (IndexError, ValueError) as error:
         raise ProtocolError(f"fetch response unreadable: {error}", api_key=Api.FETCH, api_version=version,
                             offset=reader.at) from None
 
 
-class _Reader:
-    __slots__ = ("buf", "at", "version", "flexible")
-
-    def __init__(self, buf: bytes | memoryview, version: int) -> None:
-        self.buf = buf
-        self.at = 0
-        self.version = version
-        self.flexible = version >= FIRST_FLEXIBLE_FETCH_VERSION
-
-    def skip(self, size: int) -> None:
-        if size < 0 or self.at + size > len(self.buf):
-            raise ValueError(f"a field of {size} bytes runs past the end")
-        self.at += size
-
-    def length(self, classic: Struct) -> int:
-        """A string, bytes or array length, -1 for null."""
-        if self.flexible:
-            value, self.at = read_uvarint(self.buf, self.at)
-            return value - 1
-        if self.at + classic.size > len(self.buf):
-            raise ValueError("a length runs past the end")
-        (value,) = classic.unpack_from(self.buf, self.at)
-        self.at += classic.size
-        return int(value)
-
-    def count(self) -> int:
-        count = self.length(_INT32)
-        if count < -1:
-            raise ValueError(f"an array of length {count}")
-        return max(count, 0)
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            self.at = skip_tagged_fields(self.buf, self.at)
-
-    def topic_bytes(self) -> dict[TopicRef, int]:
-        version = self.version
-        self.skip((4 if version >= 1 else 0) + (6 if version >= FIRST_SESSION_VERSION else 0))
-        # a partition's fields before its aborted transactions: index, error, high watermark, then from v4 the
-        # last stable offset and from v5 the log start offset
-        partition_fixed_bytes = 4 + 2 + 8 + (8 if version >= 4 else 0) + (8 if version >= 5 else 0)
-        found: dict[TopicRef, int] = {}
-        for _ in range(self.count()):
-            topic: TopicRef
-            if version >= FIRST_TOPIC_ID_FETCH_VERSION:
-                start = self.at
-                self.skip(TOPIC_ID_BYTES)
-                topic = bytes(self.buf[start:self.at])
-            else:
-                size = self.length(_INT16)
-                start = self.at
-                self.skip(size)
-                topic = bytes(self.buf[start:self.at]).decode("utf-8")
-            records = 0
-            for _ in range(self.count()):
-                self.skip(partition_fixed_bytes)
-                if version >= 4:
-                    for _ in range(self.count()):
-                        self.skip(_ABORTED_TRANSACTION_BYTES)
-                        self.tagged_fields()
-                if version >= 11:
-                    self.skip(4)  # preferred_read_replica
-                size = self.length(_INT32)
-                if size < -1:
-                    raise ValueError(f"records of length {size}")
-                self.skip(max(size, 0))
-                records += max(size, 0)
-                self.tagged_fields()
-            self.tagged_fields()
-            found[topic] = found.get(topic, 0) + records
-        self.tagged_fields()
-        if self.at != len(self.buf):
-            raise ValueError(f"{len(self.buf) - self.at} trailing bytes")
-        return found
+def _topic_bytes(reader: BodyReader, version: int) -> dict[TopicRef, int]:
+    reader.skip((4 if version >= 1 else 0) + (6 if version >= FIRST_SESSION_VERSION else 0))
+    # a partition's fields before its aborted transactions: index, error, high watermark, then from v4 the
+    # last stable offset and from v5 the log start offset
+    partition_fixed_bytes = 4 + 2 + 8 + (8 if version >= 4 else 0) + (8 if version >= 5 else 0)
+    found: dict[TopicRef, int] = {}
+    for _ in range(reader.count(_INT32)):
+        topic: TopicRef
+        start = reader.at
+        if version >= FIRST_TOPIC_ID_FETCH_VERSION:
+            reader.skip(TOPIC_ID_BYTES)
+            topic = bytes(reader.buf[start:reader.at])
+        else:
+            size = reader.length(_INT16)
+            start = reader.at
+            reader.skip(size)
+            topic = bytes(reader.buf[start:reader.at]).decode("utf-8")
+        records = 0
+        for _ in range(reader.count(_INT32)):
+            reader.skip(partition_fixed_bytes)
+            if version >= 4:
+                for _ in range(reader.count(_INT32)):
+                    reader.skip(_ABORTED_TRANSACTION_BYTES)
+                    reader.tagged_fields()
+            if version >= 11:
+                reader.skip(4)  # preferred_read_replica
+            size = reader.length(_INT32)
+            if size < -1:
+                raise ValueError(f"records of length {size}")
+            reader.skip(max(size, 0))
+            records += max(size, 0)
+            reader.tagged_fields()
+        reader.tagged_fields()
+        found[topic] = found.get(topic, 0) + records
+    reader.tagged_fields()
+    if reader.at != len(reader.buf):
+        raise ValueError(f"{len(reader.buf) - reader.at} trailing bytes")
+    return found
