@@ -103,18 +103,17 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         raise ConfigError(f"broker-port-base: must be a port number, got {base}")
     metrics = settings.get("metrics_listen")
     quota_file = settings.get("quota_file")
-    defaults = PROXY_DEFAULTS
-    log_level = str(settings.get("log_level", defaults["log_level"])).upper()
+    log_level = str(settings.get("log_level", PROXY_DEFAULTS["log_level"])).upper()
     if log_level not in LOG_LEVELS:
         raise ConfigError(f"log-level: one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
 
     tunables = {
-        name: _positive(name, settings.get(name, defaults[name]), type(defaults[name]))
+        name: _positive(name, settings.get(name, PROXY_DEFAULTS[name]), type(PROXY_DEFAULTS[name]))
         for name in ("max_frame_bytes", "idle_timeout_s", "connect_timeout_s", "request_timeout_s",
                      "usage_retention_days", "write_buffer_high_bytes", "max_buffered_bytes", "max_in_flight_requests",
                      "shutdown_grace_s", "default_num_partitions")
     }
-    splice = settings.get("splice", defaults["splice"])
+    splice = settings.get("splice", PROXY_DEFAULTS["splice"])
     if not isinstance(splice, bool):
         raise ConfigError(f"splice: true or false, got {splice!r}")
     sasl_users = settings.get("sasl_users")
@@ -131,13 +130,13 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         broker_port_base=base,
         metrics_listen=HostPort.parse(str(metrics), "metrics-listen") if metrics else None,
         quota_file=Path(quota_file) if quota_file else None,
-        state_dir=Path(settings.get("state_dir", defaults["state_dir"])),
+        state_dir=Path(settings.get("state_dir", PROXY_DEFAULTS["state_dir"])),
         log_level=log_level,
         splice=splice,
         sasl_users=Path(sasl_users) if sasl_users else None,
         sasl_mode=sasl_mode,
         login=login,
-        login_threads=_optional_positive("sasl_login_threads", settings, int) or defaults["login_threads"],
+        login_threads=_optional_positive("sasl_login_threads", settings, int) or PROXY_DEFAULTS["login_threads"],
         upstream_sasl=_upstream_sasl(extra.pop(_UPSTREAM_SASL_SECTION, None)),
         tls=_listener_tls(extra.pop(_TLS_SECTION, None)),
         upstream_tls=_upstream_tls(extra.pop(_UPSTREAM_TLS_SECTION, None)),
