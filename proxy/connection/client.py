@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import cast
 
-from proxy.cluster.upstream import UPSTREAM_ERRORS, open_upstream
+from proxy.cluster.upstream import UNANSWERED_TURN_S, UPSTREAM_ERRORS, open_upstream
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.login import LoginSteps
 from proxy.connection.muting import Muting
@@ -77,6 +77,8 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         return self.read_buffer() if space is None else space
 
     def upstream_buffer_updated(self, nbytes: int) -> None:
+        if self._give_back_connect_turn is not None:
+            self._connect_turn_over()  # the broker has accepted the connection: it answered on it
         if self._upstream_reads_into_frame:
             self.upstream_frame_read(nbytes)
         else:
@@ -171,6 +173,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         try:
             target = await self._resolve_upstream()
             async with asyncio.timeout(self._config.connect_timeout_s):
+                self._give_back_connect_turn = await self._context.upstream_connects.take(target)
                 access = self._context.client_upstream_access
                 if access.sasl is None:
                     transport, _ = await loop.create_connection(
@@ -180,7 +183,9 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
                     self._login_writer = writer  # a collected StreamWriter closes its transport
                     transport = cast(asyncio.Transport, writer.transport)
                     transport.set_protocol(UpstreamProtocol(self))  # logged in: from now on, bytes only
+                    self._connect_turn_over()  # the broker answered the login
         except (*UPSTREAM_ERRORS, LookupError) as error:
+            self._connect_turn_over()
             self._context.metrics.upstream_connect_failures += 1
             self.close(f"upstream unreachable for {self._listener}: {error or type(error).__name__}",
                        warn=True)
@@ -195,12 +200,19 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         self._upstream_broker = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(target)
         self._upstream = transport
         self._upstream_gate = ReadGate(transport)
+        if self._give_back_connect_turn is not None:
+            self._connect_turn_timer = loop.call_later(UNANSWERED_TURN_S, self._connect_turn_over)
         log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
         self.gate.resume(PauseReason.CONNECTING)
         self._release_held()
         if self._before_upstream and not self._closed:
             early, self._before_upstream = bytes(self._before_upstream), bytearray()
             self.data_received(early)
+
+    def _connect_turn_over(self) -> None:
+        if self._give_back_connect_turn is not None:
+            self._give_back_connect_turn()
+            self._give_back_connect_turn = None
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -231,7 +243,8 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         self._closed = True
         (log.warning if warn else log.debug)("closing connection from %s on %s: %s",
                                              self._peer, self._listener, reason)
-        for timer in (self._idle_timer, self._login_timer, self._request_timer):
+        self._connect_turn_over()
+        for timer in (self._idle_timer, self._login_timer, self._request_timer, self._connect_turn_timer):
             if timer is not None:
                 timer.cancel()
         if self._mute_timer is not None:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from protocol.produce import StreamedProduceScan
-from proxy.cluster.upstream import UpstreamAccess
+from proxy.cluster.upstream import ConnectTurns, UpstreamAccess
 from proxy.decision.outcome import Caller, Decided
 from proxy.reporting.metrics import ProxyMetrics
 from proxy.security.sasl import SaslServer
@@ -61,6 +61,7 @@ class ProxyContext(Protocol):
     config: ProxyConfig
     metrics: ProxyMetrics
     client_upstream_access: UpstreamAccess
+    upstream_connects: ConnectTurns
     principal_mapper: PrincipalMapper
     handlers: Mapping[int, RequestHandler]
     read_buffer: memoryview

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from protocol.framing import FrameEnds, FrameSplitter
@@ -133,6 +134,10 @@ class ConnectionState:
         self._upstream_heard_at = 0.0
         """``perf_counter`` when the cluster last sent something on this connection."""
         self._connect_task: asyncio.Task[None] | None = None
+        self._give_back_connect_turn: Callable[[], None] | None = None
+        """Held from before the upstream connection opens until the broker has answered on it, or for
+        ``UNANSWERED_TURN_S`` (``ConnectTurns``)."""
+        self._connect_turn_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
         self._user = ANONYMOUS
