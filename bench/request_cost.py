@@ -1,9 +1,14 @@
-"""What one small request costs (``python -m bench.request_cost``): requests sent one at a time on one connection,
-straight to Apache Kafka, through this proxy (without quotas, and with the quotas ``bench/run.py`` configures) and
-through Kroxylicious, in interleaved rounds. Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata
-of one topic (v12, which the proxy rewrites), and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and
-target: latency p50 and p99, the latency added to the direct one, and each proxy's CPU per request (its process's
-user and system time over the requests sent to it). Writes ``bench/request-cost-results.json``.
+"""What one small request costs (``python -m bench.request_cost``): straight to Apache Kafka, through this proxy
+(without quotas, and with the quotas ``bench/run.py`` configures) and through Kroxylicious, in interleaved rounds.
+Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata of one topic (v12, which the proxy rewrites),
+and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and target:
+
+- requests sent one at a time on one connection: latency p50 and p99, the latency added to the direct one, and each
+  proxy's CPU per request (its process's user and system time over the requests sent to it);
+- the request rate with 1, 10 and 100 connections, each keeping ``DEPTH`` requests in flight: the median over the
+  rounds, and its ratio to the direct one.
+
+Writes ``bench/request-cost-results.json``.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import psutil
 
 from bench.kroxylicious import KroxyliciousProcess
 from bench.report import new_results, write_results
-from bench.run import QUOTAS, create_topic, delete_topic, one_at_a_time_us, produce_frame
+from bench.run import QUOTAS, create_topic, delete_topic, one_at_a_time_us, pipelined_rate, produce_frame
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request
 
 WARM_UP = 200
+DEPTH = 8
+"""Requests in flight on each connection while the rate is measured (as ``bench/run.py``'s (c))."""
 
 
 def metadata_frame(topic: str) -> bytes:
@@ -58,6 +65,8 @@ def main() -> int:
     parser.add_argument("--out", default="bench/request-cost-results.json")
     parser.add_argument("--requests", type=int, default=2_000, help="per kind, target and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate-seconds", type=float, default=2.0, help="per kind, connections, target and round")
+    parser.add_argument("--rate-connections", type=int, nargs="+", default=[1, 10, 100])
     args = parser.parse_args()
     results = new_results()
     results["settings"] = vars(args)
@@ -80,6 +89,7 @@ def main() -> int:
             }
             topic = create_topic(broker.bootstrap)
             figures: dict[str, Any] = {}
+            rates: dict[str, Any] = {}
             for kind, make_frame in KINDS.items():
                 frame = make_frame(topic)
                 samples: dict[str, list[float]] = {name: [] for name in targets}
@@ -92,11 +102,22 @@ def main() -> int:
                 figures[kind] = _figures(samples, cpu, args.rounds * (WARM_UP + args.requests))
                 print(kind, {name: (round(f["p50_us"]), round(f.get("added_p50_us", 0)), round(f["cpu_us"]))
                              for name, f in figures[kind].items()}, flush=True)
+                rates[kind] = {}
+                for connections in args.rate_connections:
+                    runs: dict[str, list[float]] = {name: [] for name in targets}
+                    for _ in range(args.rounds):
+                        for name, (bootstrap, _process) in targets.items():
+                            runs[name].append(pipelined_rate(bootstrap, frame, connections, DEPTH, args.rate_seconds))
+                    rates[kind][connections] = _rate_figures(runs)
+                    print(kind, connections, "connections:", {name: (round(f["per_s"]), round(f.get("ratio", 1), 2))
+                                                              for name, f in rates[kind][connections].items()},
+                          flush=True)
             delete_topic(broker.bootstrap, topic)
         finally:
             plain.stop()
             with_quotas.stop()
     results["cases"] = figures
+    results["rates"] = rates
     write_results(args.out, results)
     return 0
 
@@ -113,6 +134,16 @@ def _figures(samples: dict[str, list[float]], cpu: dict[str, float], sent: int) 
         if name != "direct":
             figure["added_p50_us"] = figure["p50_us"] - out["direct"]["p50_us"]
             figure["added_p99_us"] = figure["p99_us"] - out["direct"]["p99_us"]
+    return out
+
+
+def _rate_figures(runs: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """The median rate per target over the rounds (each round's too), and its ratio to the direct one."""
+    out: dict[str, dict[str, Any]] = {name: {"per_s": statistics.median(values), "runs": values}
+                                      for name, values in runs.items()}
+    for name, figure in out.items():
+        if name != "direct":
+            figure["ratio"] = figure["per_s"] / out["direct"]["per_s"]
     return out
 
 

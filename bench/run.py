@@ -288,17 +288,23 @@ def latency_percentiles(targets: dict[str, str], rounds: int, requests_per_round
 
 
 class _Pipeliner(asyncio.Protocol):
-    """Keeps ``depth`` produce requests in flight; counts responses by their size prefixes."""
+    """Keeps ``depth`` requests in flight once started; counts answers by their size prefixes."""
 
-    def __init__(self, frame: bytes, depth: int, done: asyncio.Future[None], deadline: float) -> None:
-        self._frame, self._depth, self._done, self._deadline = frame, depth, done, deadline
+    def __init__(self, frame: bytes, depth: int, done: asyncio.Future[None]) -> None:
+        self._frame, self._depth, self.done = frame, depth, done
+        self._deadline = 0.0
         self._buffer = bytearray()
         self.responses = 0
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        transport.write(self._frame * self._depth)  # type: ignore[attr-defined]
+
+    def start(self, deadline: float) -> None:
+        """Send requests until ``deadline``, then be done at the next answer."""
+        self._deadline = deadline
+        assert self._transport is not None
+        self._transport.write(self._frame * self._depth)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -315,34 +321,38 @@ class _Pipeliner(asyncio.Protocol):
         assert self._transport is not None
         if time.perf_counter() < self._deadline:
             self._transport.write(self._frame * complete)
-        elif not self._done.done():
-            self._done.set_result(None)
+        elif not self.done.done():
+            self.done.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._done.done():
-            self._done.set_exception(exc or ConnectionError("closed"))
+        if not self.done.done():
+            self.done.set_exception(exc or ConnectionError("closed"))
+
+
+def pipelined_rate(bootstrap: str, frame: bytes, connections: int, depth: int, seconds: float) -> float:
+    """Answers a second with ``depth`` requests (``frame``) kept in flight on each of ``connections`` connections,
+    all opened before the clock starts."""
+    host, port = bootstrap.split(":")
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        pipeliners = []
+        for _ in range(connections):
+            pipeliner = _Pipeliner(frame, depth, loop.create_future())
+            await loop.create_connection(lambda: pipeliner, host, int(port))  # noqa: B023 (called at once)
+            pipeliners.append(pipeliner)
+        started = time.perf_counter()
+        for pipeliner in pipeliners:
+            pipeliner.start(started + seconds)
+        await asyncio.gather(*(pipeliner.done for pipeliner in pipeliners))
+        return sum(pipeliner.responses for pipeliner in pipeliners) / (time.perf_counter() - started)
+
+    return uvloop.run(run())
 
 
 def request_rate(bootstrap: str, connections: int, depth: int, seconds: float) -> float:
     topic = create_topic(bootstrap)
-    host, port = bootstrap.split(":")
-    frame = produce_frame(topic, 100, acks=1)
-
-    async def run() -> float:
-        loop = asyncio.get_running_loop()
-        deadline = time.perf_counter() + seconds
-        started = time.perf_counter()
-        clients = []
-        for _ in range(connections):
-            done: asyncio.Future[None] = loop.create_future()
-            protocol = _Pipeliner(frame, depth, done, deadline)
-            await loop.create_connection(lambda: protocol, host, int(port))  # noqa: B023 (called at once)
-            clients.append((protocol, done))
-        await asyncio.gather(*(done for _, done in clients))
-        elapsed = time.perf_counter() - started
-        return sum(protocol.responses for protocol, _ in clients) / elapsed
-
-    rate = uvloop.run(run())
+    rate = pipelined_rate(bootstrap, produce_frame(topic, 100, acks=1), connections, depth, seconds)
     delete_topic(bootstrap, topic)
     return rate
 
