@@ -22,12 +22,22 @@ _LAUNCHER = Path(__file__).parent / "java" / "KroxyliciousPassThrough.java"
 _CONFIG = """virtualClusters:
   - name: bench
     targetCluster:
-      bootstrapServers: {upstream}
+      bootstrapServers: {upstream}{upstream_tls}
     gateways:
     - name: default
       portIdentifiesNode:
-        bootstrapAddress: {host}:{port}
+        bootstrapAddress: {host}:{port}{gateway_tls}
 """
+_UPSTREAM_TLS = """
+      tls:
+        trust:
+          storeFile: {cafile}
+          storeType: PEM"""
+_GATEWAY_TLS = """
+      tls:
+        key:
+          privateKeyFile: {keyfile}
+          certificateFile: {certfile}"""
 
 
 def _launcher_classes(libs: Path) -> Path:
@@ -43,11 +53,18 @@ def _launcher_classes(libs: Path) -> Path:
 
 
 class KroxyliciousProcess:
-    """``with KroxyliciousProcess(upstream, directory) as kroxylicious:`` clients use ``.bootstrap``."""
+    """``with KroxyliciousProcess(upstream, directory) as kroxylicious:`` clients use ``.bootstrap``; with TLS to
+    clients when given a ``certificate`` (its PEM certificate and PKCS#8 key files), and to the cluster when given the
+    ``upstream_cafile`` that signed the cluster's."""
 
-    def __init__(self, upstream: str, directory: Path) -> None:
+    def __init__(self, upstream: str, directory: Path, certificate: tuple[Path, Path] | None = None,
+                 upstream_cafile: Path | None = None, name: str = "kroxylicious") -> None:
         self.upstream = upstream
         self.directory = directory
+        self.certificate = certificate
+        self.upstream_cafile = upstream_cafile
+        self.name = name
+        """Its files' names in ``directory``."""
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -59,9 +76,14 @@ class KroxyliciousProcess:
         libs = maven_libs(f"kroxylicious-{KROXYLICIOUS_VERSION}", f"Kroxylicious {KROXYLICIOUS_VERSION}",
                           (f"io.kroxylicious:kroxylicious-runtime:{KROXYLICIOUS_VERSION}",))
         classes = _launcher_classes(libs)
-        config = self.directory / "kroxylicious.yaml"
-        config.write_text(_CONFIG.format(upstream=self.upstream, host=LOOPBACK, port=self.port))
-        log = self.directory / "kroxylicious.log"
+        config = self.directory / f"{self.name}.yaml"
+        certificate = self.certificate
+        config.write_text(_CONFIG.format(
+            upstream=self.upstream, host=LOOPBACK, port=self.port,
+            upstream_tls="" if self.upstream_cafile is None else _UPSTREAM_TLS.format(cafile=self.upstream_cafile),
+            gateway_tls="" if certificate is None else _GATEWAY_TLS.format(certfile=certificate[0],
+                                                                          keyfile=certificate[1])))
+        log = self.directory / f"{self.name}.log"
         with open(log, "wb") as output:
             self.process = subprocess.Popen(
                 [java_executable(), "-Xmx512m", "-cp", f"{classes}:{libs}/*", "KroxyliciousPassThrough", str(config)],

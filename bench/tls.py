@@ -1,11 +1,11 @@
 """TLS benchmark: clients with TLS to Apache Kafka's own SSL listener, against the same clients with TLS to the proxy
-(in plaintext to the cluster, and in TLS to Kafka's SSL listener), beside the proxy in plaintext, in one run
-(interleaved). Writes bench/tls-results.json (``make bench``).
+and to Kroxylicious (each in plaintext to the cluster, and in TLS to Kafka's SSL listener), beside the proxy in
+plaintext, in one run (interleaved). Writes bench/tls-results.json (``make bench``).
 
 (g) producer throughput (confluent-kafka, as bench.run's (a)), consumer throughput (as (f)) and Kafka's
     ProducerPerformance (Java, as (h)); for each, the CPU per MB moved of the proxy and of the broker. Reported as
-    ratios: each TLS proxy against Kafka's TLS (the comparison a user who needs TLS makes), and the proxy's TLS
-    against its plaintext.
+    ratios: each TLS proxy (Kroxylicious's too) against Kafka's TLS (the comparison a user who needs TLS makes), and
+    the proxy's TLS against its plaintext.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import argparse
 import platform
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import psutil
 
+from bench.kroxylicious import KroxyliciousProcess
 from bench.report import write_results
 from bench.run import (
     ClientSettings,
@@ -34,6 +36,8 @@ from tests.certificates import CertificateAuthority
 from tests.support import ProxyProcess
 
 WAYS = ("produce", "consume", "java_produce")
+TLS_PROXIES = ("proxy_tls", "proxy_tls_upstream_tls", "kroxylicious_tls", "kroxylicious_tls_upstream_tls")
+"""Every target with TLS to its clients but Kafka itself."""
 
 
 class Target(NamedTuple):
@@ -66,8 +70,16 @@ def main() -> int:
     results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
                                            "platform": platform.platform()}, "settings": vars(args)}
     mb = args.records * 1024 / 1e6
-    with KafkaCluster(log_directory=workdir, ssl=SslCertificate(kafka_certificate.certfile,
-                                                                kafka_certificate.keyfile)) as kafka:
+    kroxylicious_certificate = ca.issue("kroxylicious", "kroxylicious", server=True)
+    kroxylicious_key_pair = (kroxylicious_certificate.certfile, kroxylicious_certificate.keyfile)
+    kafka_ssl = SslCertificate(kafka_certificate.certfile, kafka_certificate.keyfile)
+    with KafkaCluster(log_directory=workdir, ssl=kafka_ssl) as kafka, ExitStack() as stack:
+        kroxylicious = {
+            "kroxylicious_tls": stack.enter_context(KroxyliciousProcess(
+                kafka.bootstrap, workdir, kroxylicious_key_pair, name="kroxylicious-tls")),
+            "kroxylicious_tls_upstream_tls": stack.enter_context(KroxyliciousProcess(
+                kafka.ssl_bootstrap, workdir, kroxylicious_key_pair, ca.cafile, name="kroxylicious-tls-both")),
+        }
         proxies = {
             "proxy_plaintext": ProxyProcess(kafka.bootstrap, workdir / "plain.log", "--log-level", "WARNING",
                                             node_ids=kafka.broker_ids),
@@ -86,6 +98,8 @@ def main() -> int:
                 "proxy_tls_upstream_tls": Target(proxies["proxy_tls_upstream_tls"].bootstrap, tls_client, java_tls,
                                                  running["proxy_tls_upstream_tls"]),
                 "proxy_plaintext": Target(proxies["proxy_plaintext"].bootstrap, {}, (), running["proxy_plaintext"]),
+                **{name: Target(process.bootstrap, tls_client, java_tls, psutil.Process(process.process.pid))
+                   for name, process in kroxylicious.items() if process.process is not None},
             }
             assert kafka.controller.pid is not None
             broker_process = psutil.Process(kafka.controller.pid)
@@ -132,9 +146,8 @@ def _ratios(results: dict[str, Any]) -> dict[str, float]:
     for figure, way in (("g_produce_mb_s", "produce"), ("g_consume_mb_s", "consume"),
                         ("g_java_produce_mib_s", "java_produce")):
         medians = {name: figures["median"] for name, figures in results[figure].items()}
-        ratios[f"g_{way}_proxy_tls_vs_kafka_tls"] = medians["proxy_tls"] / medians["kafka_tls"]
-        ratios[f"g_{way}_proxy_tls_upstream_tls_vs_kafka_tls"] = (medians["proxy_tls_upstream_tls"]
-                                                                  / medians["kafka_tls"])
+        for name in TLS_PROXIES:
+            ratios[f"g_{way}_{name}_vs_kafka_tls"] = medians[name] / medians["kafka_tls"]
         ratios[f"g_{way}_proxy_tls_vs_plaintext"] = medians["proxy_tls"] / medians["proxy_plaintext"]
         ratios[f"g_cpu_per_mb_{way}_tls_vs_plaintext"] = per_mb[f"proxy_tls_{way}"] / per_mb[f"proxy_plaintext_{way}"]
     return ratios
