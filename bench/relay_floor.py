@@ -11,6 +11,9 @@ The source and the sink run in this process (1 MiB ``sendall``/``recv`` on threa
 process whose CPU time (user and system) over the transfer is what is reported, per MB, medians of
 interleaved rounds. On loopback the kernel's TCP work of both hops is counted to the processes that send,
 so most of a relay's cost is system time whichever way it moves the bytes.
+
+The same copying relay in both directions, in front of a broker (``ForwardingRelay``), is the floor beside the
+proxy in ``bench.request_cost``: what a request costs through a Python relay that decides nothing.
 """
 
 from __future__ import annotations
@@ -38,19 +41,28 @@ _READ_BYTES = 256 * 1024  # the proxy's largest read
 
 
 class _CopyRelay(asyncio.BufferedProtocol):
-    def __init__(self, upstream: asyncio.Transport, done: asyncio.Future[None]) -> None:
-        self._upstream, self._done = upstream, done
+    """Each read copied out of one reused buffer and written to ``peer``. With ``done``, the end of what it reads sets
+    it; without, a relay in both directions (``forward``), either connection's end closes the other."""
+
+    def __init__(self, peer: asyncio.Transport | None, done: asyncio.Future[None] | None = None) -> None:
+        self.peer, self._done = peer, done
         self._buffer = memoryview(bytearray(_READ_BYTES))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._upstream.write(bytes(self._buffer[:nbytes]))
+        assert self.peer is not None, "the other side answers only once this one has written to it"
+        self.peer.write(bytes(self._buffer[:nbytes]))
 
     def eof_received(self) -> bool:
-        self._done.set_result(None)
+        if self._done is not None:
+            self._done.set_result(None)
         return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._done is None and self.peer is not None:
+            self.peer.close()
 
 
 class _SpliceRelay(asyncio.Protocol):
@@ -128,6 +140,52 @@ def relay(mode: str, sink_port: int) -> None:
     uvloop.run(run())
 
 
+def forward(upstream: str) -> None:
+    """The child: a relay in front of ``upstream`` (host:port) that decides nothing, the floor under a proxy's cost
+    per request: each client connection gets its own upstream connection and both directions are copied as
+    ``copy`` copies them. Prints the listening port, then serves until killed."""
+    host, port = upstream.rsplit(":", 1)
+
+    async def relay_one(loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
+        from_cluster = _CopyRelay(None)
+        to_cluster, _ = await loop.create_connection(lambda: from_cluster, host, int(port))
+        to_client, _ = await loop.connect_accepted_socket(lambda: _CopyRelay(to_cluster), client)
+        from_cluster.peer = to_client
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.setblocking(False)
+        print(listener.getsockname()[1], flush=True)
+        relaying = set()
+        while True:
+            client, _ = await loop.sock_accept(listener)
+            task = loop.create_task(relay_one(loop, client))
+            relaying.add(task)
+            task.add_done_callback(relaying.discard)
+
+    uvloop.run(run())
+
+
+class ForwardingRelay:
+    """``forward`` in a child process (``python -m bench.relay_floor --forward-to``): clients connect to
+    ``bootstrap``; ``process`` is the child whose CPU is counted."""
+
+    def __init__(self, upstream: str) -> None:
+        self._child = subprocess.Popen([sys.executable, "-m", "bench.relay_floor", "--forward-to", upstream],
+                                       stdout=subprocess.PIPE, text=True)
+        assert self._child.stdout is not None
+        self.bootstrap = f"127.0.0.1:{int(self._child.stdout.readline())}"
+        self.process = psutil.Process(self._child.pid)
+
+    def __enter__(self) -> ForwardingRelay:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._child.kill()
+        self._child.wait(30)
+
+
 def one_round(mode: str, megabytes: int, sink_receive_buffer: int) -> dict[str, float]:
     sink = socket.create_server(("127.0.0.1", 0))
     if sink_receive_buffer:  # inherited by the accepted socket, as Kafka's acceptor sets it
@@ -176,7 +234,11 @@ def main() -> int:
                         "default: the kernel's autotuning)")
     parser.add_argument("--relay", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--forward-to", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.forward_to:
+        forward(args.forward_to)
+        return 0
     if args.relay:
         relay(args.relay, args.sink_port)
         return 0

@@ -1,10 +1,11 @@
-"""What one small request costs (``python -m bench.request_cost``): straight to Apache Kafka, through this proxy
-(without quotas, and with the quotas ``bench/run.py`` configures) and through Kroxylicious, in interleaved rounds.
+"""What one small request costs (``python -m bench.request_cost``): straight to Apache Kafka, through a uvloop relay
+that decides nothing (the floor, ``bench.relay_floor.ForwardingRelay``), through this proxy (without quotas, and with
+the quotas ``bench/run.py`` configures) and through Kroxylicious, in interleaved rounds.
 Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata of one topic (v12, which the proxy rewrites),
 and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and target:
 
 - requests sent one at a time on one connection: latency p50 and p99, the latency added to the direct one, and each
-  proxy's CPU per request (its process's user and system time over the requests sent to it);
+  relay's or proxy's CPU per request (its process's user and system time over the requests sent to it);
 - the request rate with 1, 10 and 100 connections, each keeping ``DEPTH`` requests in flight: the median over the
   rounds, and its ratio to the direct one.
 
@@ -23,6 +24,7 @@ from typing import Any
 import psutil
 
 from bench.kroxylicious import KroxyliciousProcess
+from bench.relay_floor import ForwardingRelay
 from bench.report import new_results, write_results
 from bench.run import QUOTAS, create_topic, delete_topic, one_at_a_time_us, pipelined_rate, produce_frame
 from proxy.dev.apache_kafka import KafkaCluster
@@ -71,7 +73,8 @@ def main() -> int:
     results = new_results()
     results["settings"] = vars(args)
     workdir = Path(tempfile.mkdtemp(prefix="kqp-request-cost-"))
-    with KafkaCluster(log_directory=workdir) as broker, KroxyliciousProcess(broker.bootstrap, workdir) as kroxylicious:
+    with (KafkaCluster(log_directory=workdir) as broker, KroxyliciousProcess(broker.bootstrap, workdir) as kroxylicious,
+          ForwardingRelay(broker.bootstrap) as floor):
         plain = ProxyProcess(broker.bootstrap, workdir / "proxy.log", "--log-level", "WARNING",
                              node_ids=broker.broker_ids).start()
         quota_file = workdir / "quotas.toml"
@@ -83,6 +86,7 @@ def main() -> int:
             assert kroxylicious.process is not None
             targets: dict[str, tuple[str, psutil.Process | None]] = {
                 "direct": (broker.bootstrap, None),
+                "bare_relay": (floor.bootstrap, floor.process),
                 "proxy": (plain.bootstrap, psutil.Process(plain.process.pid)),
                 "proxy_with_quotas": (with_quotas.bootstrap, psutil.Process(with_quotas.process.pid)),
                 "kroxylicious": (kroxylicious.bootstrap, psutil.Process(kroxylicious.process.pid)),
