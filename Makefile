@@ -63,7 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.observe --out bench/observe-results.json
 	$(BIN)/python -m bench.request_cost --out bench/request-cost-results.json
 	$(BIN)/python -m bench.relay_floor --out bench/relay-floor-results.json
-	$(BIN)/python -m bench.relay_floor --sink-receive-buffer 102400 --out bench/relay-floor-kafka-buffer-results.json
+	$(BIN)/python -m bench.relay_floor --modes copy splice --sink-receive-buffer 102400 --out bench/relay-floor-kafka-buffer-results.json
 	$(BIN)/python -m bench.topic_quotas --out bench/topic-quotas-results.json
 	$(BIN)/python -m bench.fleet_scale --out bench/fleet-scale-results.json
 	$(BIN)/python -m bench.docs  # the documentation's table and plots, from the results above

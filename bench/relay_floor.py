@@ -5,7 +5,10 @@ part of ``make bench``; writes bench/relay-floor-results.json).
 - ``copy``: what the proxy does, with nothing decided: uvloop reads into one reused buffer
   (``BufferedProtocol``), each read is copied out once and written to the other connection;
 - ``splice``: the bytes never enter user space: ``os.splice`` from the socket into a 1 MiB pipe and from
-  the pipe into the other socket, uvloop's loop telling when either is ready.
+  the pipe into the other socket, uvloop's loop telling when either is ready;
+- ``copy_tls``: ``copy`` with TLS from the source, which the relay ends (uvloop's TLS, as the proxy's listener
+  with ``[tls]``); ``copy_tls_both``: TLS on both connections, the relay decrypting and encrypting again (the proxy
+  with ``[tls]`` and ``[upstream-tls]``). The source writes full 16 KB TLS records (as Kafka's Java producer does).
 
 The source and the sink run in this process (1 MiB ``sendall``/``recv`` on threads); the relay is a child
 process whose CPU time (user and system) over the transfer is what is reported, per MB, medians of
@@ -23,19 +26,23 @@ import asyncio
 import fcntl
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import psutil
 import uvloop
 
 from bench.report import write_results
+from tests.certificates import CertificateAuthority
 
-MODES = ("copy", "splice")
+MODES = ("copy", "splice", "copy_tls", "copy_tls_both")
 _CHUNK = 1 << 20
 _READ_BYTES = 256 * 1024  # the proxy's largest read
 
@@ -121,21 +128,54 @@ class _SpliceRelay(asyncio.Protocol):
         self._move()
 
 
-def relay(mode: str, sink_port: int) -> None:
+class _Pki(NamedTuple):
+    cafile: Path
+    """Trusted by every client side (the source, and the relay's upstream side in ``copy_tls_both``)."""
+    certfile: Path
+    keyfile: Path
+    """The one key pair of every server side (the relay's listener, and the sink in ``copy_tls_both``)."""
+
+    @classmethod
+    def make(cls, directory: Path) -> _Pki:
+        ca = CertificateAuthority(directory)
+        issued = ca.issue("relay", "relay", server=True)
+        return cls(ca.cafile, issued.certfile, issued.keyfile)
+
+    def server(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.certfile, self.keyfile)
+        return context
+
+    def client(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.cafile)
+
+
+class _Closing(asyncio.Protocol):
+    def __init__(self, closed: asyncio.Future[None]) -> None:
+        self._closed = closed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed.set_result(None)
+
+
+def relay(mode: str, sink_port: int, pki: _Pki | None) -> None:
     """The child: relay one connection to ``sink_port``; print the listening port, then wait."""
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        upstream, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", sink_port)
+        closed: asyncio.Future[None] = loop.create_future()
+        upstream, _ = await loop.create_connection(lambda: _Closing(closed), "127.0.0.1", sink_port,
+                                                   ssl=pki.client() if pki and mode == "copy_tls_both" else None)
         done: asyncio.Future[None] = loop.create_future()
-        kind = _CopyRelay if mode == "copy" else _SpliceRelay
-        server = await loop.create_server(lambda: kind(upstream, done), "127.0.0.1", 0)  # type: ignore[arg-type]
+        kind = _SpliceRelay if mode == "splice" else _CopyRelay
+        server = await loop.create_server(lambda: kind(upstream, done), "127.0.0.1", 0,  # type: ignore[arg-type]
+                                          ssl=pki.server() if pki and mode.startswith("copy_tls") else None)
         print(server.sockets[0].getsockname()[1], flush=True)
         await done
         while upstream.get_write_buffer_size():
             await asyncio.sleep(0.001)
-        upstream.close()
-        await asyncio.sleep(0.1)
+        upstream.close()  # with TLS, once what was encrypted has gone and the sink has had TLS's end of data
+        await asyncio.wait_for(closed, 30)
 
     uvloop.run(run())
 
@@ -186,32 +226,41 @@ class ForwardingRelay:
         self._child.wait(30)
 
 
-def one_round(mode: str, megabytes: int, sink_receive_buffer: int) -> dict[str, float]:
+def one_round(mode: str, megabytes: int, sink_receive_buffer: int, pki: _Pki | None) -> dict[str, float]:
     sink = socket.create_server(("127.0.0.1", 0))
     if sink_receive_buffer:  # inherited by the accepted socket, as Kafka's acceptor sets it
         sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sink_receive_buffer)
-    child = subprocess.Popen([sys.executable, "-m", "bench.relay_floor", "--relay", mode,
+    tls = mode.startswith("copy_tls")
+    assert pki is not None or not tls
+    pki_args = ["--pki", str(pki.cafile), str(pki.certfile), str(pki.keyfile)] if pki and tls else []
+    child = subprocess.Popen([sys.executable, "-m", "bench.relay_floor", "--relay", mode, *pki_args,
                               "--sink-port", str(sink.getsockname()[1])], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
-    relay_port = int(child.stdout.readline())
     received = 0
 
     def drain() -> None:
         nonlocal received
         connection, _ = sink.accept()
+        if pki is not None and mode == "copy_tls_both":
+            connection = pki.server().wrap_socket(connection, server_side=True)
         with connection:
             while data := connection.recv(_CHUNK):
                 received += len(data)
 
     sinking = threading.Thread(target=drain)
-    sinking.start()
+    sinking.start()  # before the relay is ready: with TLS to the sink, the relay's handshake needs the sink's part
+    relay_port = int(child.stdout.readline())
     process = psutil.Process(child.pid)
     chunk = b"x" * _CHUNK
-    with socket.create_connection(("127.0.0.1", relay_port)) as source:
+    with socket.create_connection(("127.0.0.1", relay_port)) as connection:
+        source = pki.client().wrap_socket(connection, server_hostname="127.0.0.1") if pki and tls else connection
         before, started = process.cpu_times(), time.perf_counter()
         for _ in range(megabytes):
             source.sendall(chunk)
-        source.shutdown(socket.SHUT_WR)
+        if isinstance(source, ssl.SSLSocket):
+            source.unwrap()  # TLS's end of data (close_notify), answered once the relay has sent everything on
+        else:
+            source.shutdown(socket.SHUT_WR)
         sinking.join()
         after, elapsed = process.cpu_times(), time.perf_counter() - started
     child.wait(30)
@@ -229,23 +278,28 @@ def main() -> int:
     parser.add_argument("--out", default="bench/relay-floor-results.json")
     parser.add_argument("--megabytes", type=int, default=2000, help="MiB moved per round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--sink-receive-buffer", type=int, default=0,
                         help="SO_RCVBUF of the sink's socket (Kafka's socket.receive.buffer.bytes is 102400; "
                         "default: the kernel's autotuning)")
     parser.add_argument("--relay", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pki", nargs=3, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--forward-to", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.forward_to:
         forward(args.forward_to)
         return 0
     if args.relay:
-        relay(args.relay, args.sink_port)
+        relay(args.relay, args.sink_port, _Pki(*args.pki) if args.pki else None)
         return 0
-    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    modes: list[str] = args.modes
+    pki = _Pki.make(Path(tempfile.mkdtemp(prefix="kqp-relay-floor-"))) if any("tls" in m for m in modes) else None
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for round_index in range(args.rounds):
-        for mode in MODES[round_index % 2:] + MODES[:round_index % 2]:
-            runs[mode].append(one_round(mode, args.megabytes, args.sink_receive_buffer))
+        turn = round_index % len(modes)
+        for mode in modes[turn:] + modes[:turn]:
+            runs[mode].append(one_round(mode, args.megabytes, args.sink_receive_buffer, pki))
     results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count()}, "settings": {
         "megabytes": args.megabytes, "rounds": args.rounds, "sink_receive_buffer": args.sink_receive_buffer}}
     for mode, figures in runs.items():
