@@ -43,6 +43,10 @@ from bench.report import write_results
 from tests.certificates import CertificateAuthority
 
 MODES = ("copy", "splice", "copy_tls", "copy_tls_both")
+TLS_FROM_SOURCE = frozenset({"copy_tls", "copy_tls_both"})
+"""The modes with TLS between the source and the relay."""
+TLS_TO_SINK = frozenset({"copy_tls_both"})
+"""The modes with TLS between the relay and the sink too."""
 _CHUNK = 1 << 20
 _READ_BYTES = 256 * 1024  # the proxy's largest read
 
@@ -165,11 +169,11 @@ def relay(mode: str, sink_port: int, pki: _Pki | None) -> None:
         loop = asyncio.get_running_loop()
         closed: asyncio.Future[None] = loop.create_future()
         upstream, _ = await loop.create_connection(lambda: _Closing(closed), "127.0.0.1", sink_port,
-                                                   ssl=pki.client() if pki and mode == "copy_tls_both" else None)
+                                                   ssl=pki.client() if pki and mode in TLS_TO_SINK else None)
         done: asyncio.Future[None] = loop.create_future()
         kind = _SpliceRelay if mode == "splice" else _CopyRelay
         server = await loop.create_server(lambda: kind(upstream, done), "127.0.0.1", 0,  # type: ignore[arg-type]
-                                          ssl=pki.server() if pki and mode.startswith("copy_tls") else None)
+                                          ssl=pki.server() if pki and mode in TLS_FROM_SOURCE else None)
         print(server.sockets[0].getsockname()[1], flush=True)
         await done
         while upstream.get_write_buffer_size():
@@ -197,7 +201,7 @@ def forward(upstream: str) -> None:
         listener = socket.create_server(("127.0.0.1", 0))
         listener.setblocking(False)
         print(listener.getsockname()[1], flush=True)
-        relaying = set()
+        relaying: set[asyncio.Task[None]] = set()
         while True:
             client, _ = await loop.sock_accept(listener)
             task = loop.create_task(relay_one(loop, client))
@@ -230,7 +234,7 @@ def one_round(mode: str, megabytes: int, sink_receive_buffer: int, pki: _Pki | N
     sink = socket.create_server(("127.0.0.1", 0))
     if sink_receive_buffer:  # inherited by the accepted socket, as Kafka's acceptor sets it
         sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sink_receive_buffer)
-    tls = mode.startswith("copy_tls")
+    tls = mode in TLS_FROM_SOURCE
     assert pki is not None or not tls
     pki_args = ["--pki", str(pki.cafile), str(pki.certfile), str(pki.keyfile)] if pki and tls else []
     child = subprocess.Popen([sys.executable, "-m", "bench.relay_floor", "--relay", mode, *pki_args,
@@ -241,7 +245,7 @@ def one_round(mode: str, megabytes: int, sink_receive_buffer: int, pki: _Pki | N
     def drain() -> None:
         nonlocal received
         connection, _ = sink.accept()
-        if pki is not None and mode == "copy_tls_both":
+        if pki is not None and mode in TLS_TO_SINK:
             connection = pki.server().wrap_socket(connection, server_side=True)
         with connection:
             while data := connection.recv(_CHUNK):
@@ -294,7 +298,7 @@ def main() -> int:
         relay(args.relay, args.sink_port, _Pki(*args.pki) if args.pki else None)
         return 0
     modes: list[str] = args.modes
-    pki = _Pki.make(Path(tempfile.mkdtemp(prefix="kqp-relay-floor-"))) if any("tls" in m for m in modes) else None
+    pki = _Pki.make(Path(tempfile.mkdtemp(prefix="kqp-relay-floor-"))) if TLS_FROM_SOURCE.intersection(modes) else None
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for round_index in range(args.rounds):
         turn = round_index % len(modes)
