@@ -183,16 +183,30 @@ def test_a_held_bucket_asks_for_an_urgent_publication_only_for_what_it_charged_s
 
 
 def test_a_rate_far_from_its_limit_fleet_wide_waits_even_over_its_share() -> None:
-    """Two members: the share of 1 MiB/s is 0.1 MiB per 200 ms, and 0.3 MiB each interval is over it; the bucket
+    """Ten members: the share of 1 MiB/s is 0.02 MiB per 200 ms, and 0.05 MiB each interval is over it; the bucket
     waits while the fleet's rate, as this member measured it, is below half the limit."""
     share = UsageShare(urgent_after_s=0.2)
+    share.charged(BYTES, ALICE, 0.05 * MIB, MIB, rate=0.4 * MIB)
+    assert share.take("a", 0, 200, members=10) == []
+    share.charged(BYTES, ALICE, 0.05 * MIB, MIB, rate=0.6 * MIB)  # past half the limit: due now
+    (publication,) = share.take("a", 200, 400, members=10)
+    assert (publication.oldest_ms, [usage.amount for usage in publication.usage]) == (0, [0.1 * MIB])
+    share.charged(BYTES, ALICE, 0.05 * MIB, MIB)  # not measured (an observed quota): its share decides
+    assert len(share.take("a", 400, 600, members=10)) == 1
+
+
+def test_a_burst_over_half_the_limit_here_does_not_wait_while_the_fleets_rate_lags_it() -> None:
+    """0.3 MiB in 200 ms is 1.5 MiB/s at this member alone, while the rate it measured (over Kafka's 10-s floor
+    on a new bucket's window) says 0.4 MiB/s of the 1 MiB/s limit: the others must learn it now."""
+    share = UsageShare(urgent_after_s=0.2)
     share.charged(BYTES, ALICE, 0.3 * MIB, MIB, rate=0.4 * MIB)
-    assert share.take("a", 0, 200, members=2) == []
-    share.charged(BYTES, ALICE, 0.3 * MIB, MIB, rate=0.6 * MIB)  # past half the limit: due now
-    (publication,) = share.take("a", 200, 400, members=2)
-    assert (publication.oldest_ms, [usage.amount for usage in publication.usage]) == (0, [0.6 * MIB])
-    share.charged(BYTES, ALICE, 0.3 * MIB, MIB)  # not measured (an observed quota): its share decides
-    assert len(share.take("a", 400, 600, members=2)) == 1
+    (publication,) = share.take("a", 0, 200, members=10)
+    assert [usage.amount for usage in publication.usage] == [0.3 * MIB]
+    share.charged(BYTES, ALICE, 0.05 * MIB, MIB, rate=0.4 * MIB)  # the same bucket, calm again: it waits
+    assert share.take("a", 200, 400, members=10) == []
+    share.charged(BYTES, ALICE, 0.2 * MIB, MIB, rate=0.45 * MIB)  # 0.25 MiB held over 400 ms: over half the limit
+    (publication,) = share.take("a", 400, 600, members=10)
+    assert (publication.oldest_ms, [usage.amount for usage in publication.usage]) == (200, [0.25 * MIB])
 
 
 def test_a_member_charging_a_bucket_shares_the_rate_it_measured() -> None:
@@ -200,9 +214,9 @@ def test_a_member_charging_a_bucket_shares_the_rate_it_measured() -> None:
     quotas = config({QuotaEntity("alice", None): {BYTES: 10 * MIB}}, quota_scope=QuotaScope.CLUSTER)
     here = ClientQuotaManager(quotas)
     here.share = UsageShare(urgent_after_s=0.2)
-    here.record("alice", "c", 10 * MIB, clock())  # 1 MiB/s over Kafka's 10-s floor: a tenth of the limit
-    assert here.share.take("a", 0, 200, members=100) == []  # far below the limit fleet-wide: held
-    here.record("alice", "c", 50 * MIB, clock())  # 6 MiB/s
+    here.record("alice", "c", MIB // 2, clock())  # 0.05 MiB/s over Kafka's 10-s floor, and 2.5 MiB/s here
+    assert here.share.take("a", 0, 200, members=100) == []  # far below the limit, fleet-wide and here: held
+    here.record("alice", "c", 50 * MIB, clock())  # 5.05 MiB/s
     assert len(here.share.take("a", 200, 400, members=100)) == 1
 
 
