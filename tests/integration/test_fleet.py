@@ -8,7 +8,9 @@ which is what every assertion on a total would catch.
 
 from __future__ import annotations
 
+import bisect
 import errno
+import itertools
 import signal
 import socket
 import threading
@@ -92,6 +94,37 @@ class FlatOutProducer:
         self._thread.join(timeout=30)
 
 
+BURST_QUOTA_S = 3
+"""Flat-out producers held to a rate over Kafka's 11 one-second samples go in cycles: a burst each time the sample
+that holds the last burst expires (about every 12 s), throttled between. A second holding three seconds of the quota
+or more starts a burst (they held 5-8 here, the seconds between at most 1.7)."""
+BURSTS_APART_S = 5
+
+
+class Acknowledged:
+    """What flat-out producers were acknowledged, together, by time."""
+
+    def __init__(self, producers: list[FlatOutProducer]) -> None:
+        acked = sorted(event for producer in producers for event in list(producer.acked))
+        self._times = [at for at, _ in acked]
+        self._total = list(itertools.accumulate((size for _, size in acked), initial=0))
+
+    def bytes_between(self, start: float, end: float) -> int:
+        return self._total[bisect.bisect_left(self._times, end)] - self._total[bisect.bisect_left(self._times, start)]
+
+    def rate_over_whole_cycles(self, start: float, end: float, quota: float) -> float:
+        """Bytes/s from the first burst starting between ``start`` and ``end`` to the last. A span that cuts the cycles
+        counts three or four bursts of ~20 MiB in 45 s, a rate 15% off either way (two runs in seven failed so); over
+        whole cycles Apache Kafka's own broker gave 1.06-1.09x its quota to three such producers and 1.03x to two."""
+        bursts: list[float] = []
+        for at in self._times:
+            if start <= at < end and (not bursts or at >= bursts[-1] + BURSTS_APART_S) and (
+                    self.bytes_between(at, at + 1) >= BURST_QUOTA_S * quota):
+                bursts.append(at)
+        assert len(bursts) >= 3, f"bursts at {[round(at - start, 1) for at in bursts]} s: not two whole cycles"
+        return self.bytes_between(bursts[0], bursts[-1]) / (bursts[-1] - bursts[0])
+
+
 def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(  # type: ignore[no-untyped-def]
         own_proxy, tmp_path: Path, topic: str) -> None:
     quota = 3 * MIB
@@ -101,23 +134,20 @@ def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(
     producers = [FlatOutProducer(proxy.bootstrap, topic) for proxy in proxies]
     try:
         started = time.monotonic()
-        # Kafka lets the first ~10 s of quota through at once: measure after that, for as long as after the kill
         time.sleep(60)
-        measured_from, measured_to = started + 15, started + 60
-        total = sum(p.bytes_between(measured_from, measured_to) for p in producers) / (measured_to - measured_from)
-        assert abs(total - quota) <= 0.15 * quota, f"{total / MIB:.2f} MiB/s through the fleet, quota 3 MiB/s"
-        assert all(p.bytes_between(measured_from, measured_to) > 0 for p in producers)
+        rate = Acknowledged(producers).rate_over_whole_cycles(started + 10, started + 59, quota)
+        print(f"three members: {rate / quota:.3f}x the quota")
+        assert abs(rate - quota) <= 0.15 * quota, f"{rate / MIB:.2f} MiB/s through the fleet, quota 3 MiB/s"
+        assert all(p.bytes_between(started + 10, started + 60) > 0 for p in producers)
 
         proxies[2].stop(signal.SIGKILL)
         killed_at = time.monotonic()
         producers[2].stop()
-        # one byte window (11 s) plus a publish interval and some, then 45 s measured: the fleet, like a broker,
-        # lets its clients through in bursts between throttles, so a short measurement is mostly noise
+        # one byte window (11 s) plus a publish interval and some, then 45 s
         time.sleep(12 + 45)
-        survivors = producers[:2]
-        measured_from, measured_to = killed_at + 12, killed_at + 57
-        total = sum(p.bytes_between(measured_from, measured_to) for p in survivors) / (measured_to - measured_from)
-        assert abs(total - quota) <= 0.15 * quota, f"{total / MIB:.2f} MiB/s through the two left, quota 3 MiB/s"
+        rate = Acknowledged(producers[:2]).rate_over_whole_cycles(killed_at + 12, killed_at + 56, quota)
+        print(f"two members: {rate / quota:.3f}x the quota")
+        assert abs(rate - quota) <= 0.15 * quota, f"{rate / MIB:.2f} MiB/s through the two left, quota 3 MiB/s"
     finally:
         for producer in producers:
             producer.stop()
