@@ -232,7 +232,10 @@ class LedgerRecorder:
                 self._errors.failed(STORE, error)
                 next_attempt = now + backoff.failed()
                 continue
-            self._errors.succeeded(STORE)
+            # a seal with nothing new goes through on a disk the writes still fail on: while records wait, their
+            # write says when the store is healthy again
+            if not self._unwritten:
+                self._errors.succeeded(STORE)
             backoff.succeeded()
             last_seal = now
 

@@ -106,3 +106,34 @@ def test_a_failed_seal_is_retried_with_backoff(tmp_path: Path, monkeypatch: pyte
 
     asyncio.run(scenario())
     assert list((tmp_path / "pid-ledger").glob("snapshot-*.pids"))
+
+
+def test_seals_with_nothing_to_write_do_not_call_a_full_disk_healthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A seal goes through on a full disk when the segment holds nothing new (the writes failed): the store is
+    still failing until the records waiting are written, so the once-a-minute log of the failure is not reset."""
+    monkeypatch.setattr(pid_ledger, "RETRY_FIRST_S", 0.05)
+    errors = WriteErrors((STORE,))
+
+    async def scenario() -> None:
+        ledger = recorder(tmp_path, errors)
+        upkeep = asyncio.get_running_loop().create_task(ledger.maintain(0.01, 86_400_000, 0.01))
+        disk = FullDisk(monkeypatch, room=0)
+        ledger.seen([1, 2, 3], "alice", "app")
+        async with asyncio.timeout(5):
+            while errors.counts[STORE] < 3:  # retried with back-off, sealed meanwhile at every check
+                assert errors.failing(STORE) or errors.counts[STORE] == 0
+                await asyncio.sleep(0.01)
+        assert "writing the pid-ledger again" not in caplog.text
+        disk.room = 1 << 20
+        await settled(ledger)
+        async with asyncio.timeout(5):
+            while errors.failing(STORE):  # the next write or seal
+                await asyncio.sleep(0.01)
+        upkeep.cancel()
+        ledger.close()
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(scenario())
+    assert caplog.text.count("cannot write the pid-ledger") == 1, caplog.text  # once a minute, not at each retry
+    assert caplog.text.count("writing the pid-ledger again") == 1
