@@ -134,7 +134,7 @@ class ProxyProcess:
                      "--metrics-listen", f"{LOOPBACK}:{self.metrics_port}", *extra_args]
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 30.0) -> ProxyProcess:
+    def start(self, timeout_s: float = 60.0) -> ProxyProcess:
         """Start (or restart, appending to the same log) and wait for this start's "ready"."""
         starts_before = self.log().count(_READY) if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log_file:
@@ -146,7 +146,7 @@ class ProxyProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_for_log(self, text: str, timeout_s: float = 10.0, occurrence: int = 1) -> str:
+    def wait_for_log(self, text: str, timeout_s: float = 30.0, occurrence: int = 1) -> str:
         deadline = time.monotonic() + timeout_s
         while True:
             content = self.log()
@@ -159,7 +159,7 @@ class ProxyProcess:
                 raise AssertionError(f"{text!r} not in proxy log after {timeout_s} s:\n{content}")
             time.sleep(0.05)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)

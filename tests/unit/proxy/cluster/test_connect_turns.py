@@ -17,7 +17,7 @@ def test_a_broker_has_its_turns_and_the_next_connection_waits_for_one_given_back
         turns = ConnectTurns(per_broker=2)
         first = await turns.take(BROKER)
         await turns.take(BROKER)
-        await asyncio.wait_for(turns.take(OTHER_BROKER), 1)  # each broker its own
+        await asyncio.wait_for(turns.take(OTHER_BROKER), 30)  # each broker its own
         order: list[str] = []
 
         async def waiter(name: str) -> None:
@@ -30,7 +30,7 @@ def test_a_broker_has_its_turns_and_the_next_connection_waits_for_one_given_back
         assert order == []
         first()
         first()  # given back once only: the fourth still waits for the third's
-        await asyncio.wait_for(asyncio.gather(*waiting), 1)
+        await asyncio.wait_for(asyncio.gather(*waiting), 30)
         return order
 
     assert asyncio.run(scenario()) == ["third", "fourth"]

@@ -155,7 +155,7 @@ def test_hourly_files_older_than_the_retention_are_deleted_as_a_new_hour_begins(
     assert sorted(path.name for path in directory.iterdir()) == sorted([kept, usage_file_name(START), "notes.txt"])
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "timed out"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import time
 from collections.abc import Awaitable
@@ -14,9 +15,19 @@ from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.errors import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from proxy.decision.outcome import Outcome
+from proxy.security import users
 from proxy.security.sasl import LoginSettings, SaslServer, verify_plain
 from proxy.security.sasl_messages import AuthenticationFailed, ScramClient, plain_token
-from proxy.security.users import SaslConfigError, UserStore, load_users, plain_credential, save_users, scram_credential
+from proxy.security.users import (
+    DEFAULT_ITERATIONS,
+    PLAIN,
+    SaslConfigError,
+    UserStore,
+    load_users,
+    plain_credential,
+    save_users,
+    scram_credential,
+)
 from tests.support import encode_request
 
 STORE = UserStore({
@@ -133,18 +144,28 @@ def test_a_failure_is_answered_after_the_delay_and_counted() -> None:
     assert server._events.ended == [("PLAIN", False)]  # type: ignore[attr-defined]
 
 
-def test_an_unknown_plain_user_costs_the_hash_a_known_one_does() -> None:
+def test_an_unknown_plain_user_costs_the_hash_a_known_one_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same PBKDF2 (digest and iterations) runs for both, so their times match: asserted on the hashes run,
+    which a wall-clock comparison on a busy machine cannot tell apart from noise."""
     store = UserStore({"dave": {"PLAIN": plain_credential("right")}})  # the default iterations
+    pbkdf2 = hashlib.pbkdf2_hmac
 
-    def seconds(token: bytes) -> float:
-        started = time.perf_counter()
-        with pytest.raises(AuthenticationFailed):
-            verify_plain(store, token)
-        return time.perf_counter() - started
+    def hashes_run(token: bytes) -> list[tuple[str, int]]:
+        run: list[tuple[str, int]] = []
 
-    known = min(seconds(plain_token("dave", "wrong")) for _ in range(3))
-    unknown = min(seconds(plain_token("nobody", "wrong")) for _ in range(3))
-    assert unknown > 0.5 * known, (known, unknown)
+        def counted(digest: str, password: bytes, salt: bytes, iterations: int) -> bytes:
+            run.append((digest, iterations))
+            return pbkdf2(digest, password, salt, iterations)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(users.hashlib, "pbkdf2_hmac", counted)
+            with pytest.raises(AuthenticationFailed):
+                verify_plain(store, token)
+        return run
+
+    known = hashes_run(plain_token("dave", "wrong"))
+    assert known == [("sha256", DEFAULT_ITERATIONS[PLAIN])]
+    assert hashes_run(plain_token("nobody", "wrong")) == known
 
 
 def unsecured_jwt(claims: dict[str, object], alg: str = "none", signature: str = "") -> bytes:

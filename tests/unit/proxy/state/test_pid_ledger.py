@@ -17,7 +17,7 @@ def recorder(state_dir: Path, errors: WriteErrors | None = None) -> LedgerRecord
     return LedgerRecorder(open_ledger(state_dir, 1000), errors or WriteErrors((STORE,)), 100)
 
 
-async def settled(ledger: LedgerRecorder, timeout_s: float = 5.0) -> None:
+async def settled(ledger: LedgerRecorder, timeout_s: float = 30.0) -> None:
     async with asyncio.timeout(timeout_s):
         while ledger.unwritten_records:
             await asyncio.sleep(0.01)
@@ -59,7 +59,7 @@ def test_a_full_disk_keeps_records_in_memory_and_writing_resumes_with_it(
         ledger = recorder(tmp_path, errors)
         disk = FullDisk(monkeypatch, room=0)
         ledger.seen([1, 2, 3], "alice", "a" * 40_000)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             while errors.counts[STORE] < 2:  # retried with back-off
                 await asyncio.sleep(0.01)
         assert ledger.unwritten_records == 3 and errors.failing(STORE)
@@ -96,7 +96,7 @@ def test_a_failed_seal_is_retried_with_backoff(tmp_path: Path, monkeypatch: pyte
         ledger.seen([1], "alice", "app")
         await settled(ledger)
         upkeep = asyncio.get_running_loop().create_task(ledger.maintain(0.01, 86_400_000, 0.01))
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             # the third attempt counts itself as it starts, on the worker thread: wait for its outcome too
             while len(attempts) < 3 or errors.failing(STORE):
                 await asyncio.sleep(0.01)
@@ -120,14 +120,14 @@ def test_seals_with_nothing_to_write_do_not_call_a_full_disk_healthy(
         upkeep = asyncio.get_running_loop().create_task(ledger.maintain(0.01, 86_400_000, 0.01))
         disk = FullDisk(monkeypatch, room=0)
         ledger.seen([1, 2, 3], "alice", "app")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             while errors.counts[STORE] < 3:  # retried with back-off, sealed meanwhile at every check
                 assert errors.failing(STORE) or errors.counts[STORE] == 0
                 await asyncio.sleep(0.01)
         assert "writing the pid-ledger again" not in caplog.text
         disk.room = 1 << 20
         await settled(ledger)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             while errors.failing(STORE):  # the next write or seal
                 await asyncio.sleep(0.01)
         upkeep.cancel()

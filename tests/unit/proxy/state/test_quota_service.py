@@ -35,10 +35,9 @@ def test_a_change_is_published_and_in_force_only_once_read_back(tmp_path: Path) 
         quotas.replace_overrides({ALICE: {QuotaType.PRODUCER_BYTE_RATE: 1000.0, QuotaType.CONSUMER_BYTE_RATE: None}})
         assert quotas.config.entries == {ALICE: {QuotaType.PRODUCER_BYTE_RATE: 1000.0}}
         assert quotas.config.origins[(ALICE, QuotaType.PRODUCER_BYTE_RATE)] == f"{ALTERED_ORIGIN} (topic quotas-topic)"
-        for _ in range(100):  # copied on a worker thread
-            await asyncio.sleep(0.01)
-            if (tmp_path / OVERRIDES_FILE).exists():
-                break
+        async with asyncio.timeout(30):  # copied on a worker thread
+            while not (tmp_path / OVERRIDES_FILE).exists():
+                await asyncio.sleep(0.01)
         assert read_overrides(tmp_path / OVERRIDES_FILE) == quotas.overrides
 
         with pytest.raises(QuotaConfigError):  # what does not apply leaves the quotas in force as they were
