@@ -27,9 +27,9 @@ def test_create_and_delete_topics(proxy: ProxyProcess) -> None:
     admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap)
     try:
         admin.create_topics([NewTopic(name, 3, 1) for name in names])
-        wait_until(lambda: set(names) <= set(admin.list_topics()), 10, "topics to appear")
+        wait_until(lambda: set(names) <= set(admin.list_topics()), 30, "topics to appear")
         admin.delete_topics(names)
-        wait_until(lambda: not set(names) & set(admin.list_topics()), 10, "topics to disappear")
+        wait_until(lambda: not set(names) & set(admin.list_topics()), 30, "topics to disappear")
     finally:
         admin.close()
 
@@ -100,11 +100,10 @@ def run_transaction(bootstrap: str, topic: str, tag: str, commit: bool) -> None:
 
 
 def read_committed(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             isolation_level="read_committed", consumer_timeout_ms=5_000)
-    values = [record.value for record in consumer]
-    consumer.close()
-    return values
+    """Every record up to the last stable offset when asked, with no idle timeout to outlast a slow first fetch: the
+    committed transaction's, and past the aborted one's once its marker is written (the coordinator writes the
+    markers just after answering the producer's EndTxn)."""
+    return [record.value for record in read_to_end(bootstrap, topic, isolation_level="read_committed")]
 
 
 def test_transactions_commit_and_abort(proxy: ProxyProcess, broker: Cluster, topic: str) -> None:
@@ -120,8 +119,13 @@ def test_transactions_commit_and_abort(proxy: ProxyProcess, broker: Cluster, top
 def test_clients_only_learn_proxy_addresses(proxy: ProxyProcess, broker: Cluster, topic: str) -> None:
     create_topic(proxy.bootstrap, topic)
     consumer = KafkaConsumer(topic, bootstrap_servers=proxy.bootstrap, group_id=f"g-{uuid.uuid4().hex[:6]}",
-                             auto_offset_reset="earliest", consumer_timeout_ms=1_000)
-    list(consumer)  # joins the group: metadata and FindCoordinator both went through the proxy
+                             auto_offset_reset="earliest")
+
+    def found_coordinator() -> bool:
+        consumer.poll(timeout_ms=200)  # joins the group: metadata and FindCoordinator both through the proxy
+        return consumer._coordinator.coordinator_id is not None
+
+    wait_until(found_coordinator, 30, "the group's coordinator, found through the proxy")
     brokers = {(b.node_id, b.host, b.port) for b in consumer._client.cluster.brokers()}
     coordinator_id = consumer._coordinator.coordinator_id
     consumer.close()
