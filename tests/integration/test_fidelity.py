@@ -14,7 +14,7 @@ import pytest
 
 from tests import fidelity
 from tests.fidelity import Case, Quota, SideBySide, side_by_side
-from tests.support import Cluster
+from tests.support import Cluster, kafka_quota_model
 
 MIB = 1 << 20
 MARGIN = 0.1
@@ -81,13 +81,17 @@ def test_the_proxy_takes_kafkas_time(broker: Cluster, tmp_path: Path, case: Case
 
 
 def test_a_throttled_raw_producer_gets_kafkas_throttles_in_kafkas_time(broker: Cluster, tmp_path: Path) -> None:
-    """Produce has the same formula on both sides: the same requests are throttled, by the same amounts."""
+    """Produce has the same formula on both sides: throttled many times, the largest throttle the same, and no more
+    throttle in all than Kafka's model gives a client that comes back the moment its throttle ends. How many
+    requests are throttled moves with each one's round trip, which the proxy's hop lengthens and a busy machine
+    lengthens more: it is no measure of the formula."""
     result = compare(broker, tmp_path, RAW_PRODUCE)
     assert_within_margin(result)
     kafka, proxy = result.kafka.throttles_ms, result.proxy.throttles_ms
-    assert sum(1 for ms in kafka if ms) > 10
-    assert abs(sum(1 for ms in proxy if ms) - sum(1 for ms in kafka if ms)) <= 3, (kafka, proxy)
+    assert min(sum(1 for ms in side if ms) for side in (kafka, proxy)) > 10, (kafka, proxy)
     assert abs(max(proxy) - max(kafka)) <= 100, (kafka, proxy)
+    model = kafka_quota_model([[units for _, units in result.proxy.events]], MIB)
+    assert sum(proxy) <= model.throttle_ms * (1 + MARGIN), (sum(proxy), model.throttle_ms)
 
 
 def consume_case(name: str, records: int, read: Callable[[str, int, str], fidelity.Workload]) -> Case:

@@ -44,6 +44,7 @@ from tests.support import (
     kafka_quota_model,
     read_frame,
     record_batch,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -55,7 +56,11 @@ BURST = RATE * (WINDOWS - 1)
 PER_USER = 3_000_000
 """Record bytes each of the two users writes (or reads): 6 MB, 4 MB of them at the quota's rate."""
 MODEL_TOLERANCE = 0.1
-"""Around the model's time, or Kafka's (the issue's 10%); measured 0.99-1.04x of Kafka's, 0.99x of the model."""
+"""Below the model's time, or around Kafka's (the issue's 10%); measured 0.99-1.04x of Kafka's, 0.99x of the model."""
+THROTTLE_TOLERANCE = 0.2
+"""Over the throttles the model gives, summed. A client that comes back later than the model's finds a lower rate
+and gets less; but with 3 windows of 1 s a later charge may also fall past a sample leaving the window, and the
+answer after the burst this lets through pays for it."""
 USERS = ("alice", "bob")
 
 
@@ -168,11 +173,36 @@ def topic_throttles(proxy: ProxyProcess, quota_type: str) -> float:
     return metrics(proxy).get(f'kafka_quota_proxy_topic_throttled_requests_total{{quota_type="{quota_type}"}}', 0.0)
 
 
-def held_to_the_model(what: str, elapsed_s: float, request_bytes: list[list[int]], fetch: bool = False) -> None:
-    expected = kafka_quota_model(request_bytes, RATE, window_num=WINDOWS, fetch=fetch)
-    print(f"{what}: {elapsed_s:.2f} s; Kafka's model {expected.elapsed_s:.2f} s")
-    assert expected.elapsed_s * (1 - MODEL_TOLERANCE) <= elapsed_s <= expected.elapsed_s * (1 + MODEL_TOLERANCE), (
-        f"{what}: {elapsed_s:.2f} s, Kafka's model {expected.elapsed_s:.2f} s")
+def held_to_the_model(what: str, elapsed_s: float, throttles_ms: list[int], request_bytes: list[list[int]],
+                      window_num: int = WINDOWS, fetch: bool = False) -> None:
+    """Held at least as long as Kafka's model says (the proxy throttles by its own clock from the bytes it charged: a
+    busy machine only adds time), and given no more throttle in all than the model gives clients that come back the
+    moment their throttle ends (a bound on the time above would be one on the machine's speed)."""
+    expected = kafka_quota_model(request_bytes, RATE, window_num=window_num, fetch=fetch)
+    given_ms = sum(throttles_ms)
+    summary = (f"{what}: {elapsed_s:.2f} s, {given_ms} ms of throttle given; Kafka's model {expected.elapsed_s:.2f} s, "
+               f"{expected.throttle_ms} ms")
+    print(summary)
+    assert elapsed_s >= expected.elapsed_s * (1 - MODEL_TOLERANCE), summary
+    assert given_ms <= expected.throttle_ms * (1 + THROTTLE_TOLERANCE), summary
+
+
+def topic_charges(proxy: ProxyProcess, field: str, total: int) -> dict[tuple[str, str], int]:
+    """The usage log's ``field`` (``topic_bytes``, ``topic_fetch_bytes``) per (user, topic), once it holds ``total``
+    bytes in all: the log is written a second at a time by a thread of the proxy, which a busy machine may hold
+    back."""
+    charged: dict[tuple[str, str], int] = {}
+
+    def summed() -> bool:
+        charged.clear()
+        for line in usage_lines(proxy):
+            if "topic" in line:
+                key = (line["user"], line["topic"])
+                charged[key] = charged.get(key, 0) + line[field]
+        return sum(charged.values()) >= total
+
+    wait_until(summed, 60, f"{total} bytes of {field} in the usage log")
+    return charged
 
 
 def test_raw_pipelined_producers_of_two_users_share_the_topics_budget(
@@ -186,15 +216,13 @@ def test_raw_pipelined_producers_of_two_users_share_the_topics_budget(
                               lambda: pipelined_produce(proxy, "bob", limited, batches, barrier))
     # the last answer of either: both users' bytes went at the topic's one rate, as Kafka's model says
     elapsed_s = max(at for answered in answers for _, at in answered)
-    held_to_the_model("two raw producers", elapsed_s, [[len(batch) for batch in batches]] * len(USERS))
+    held_to_the_model("two raw producers", elapsed_s, [ms for answered in answers for ms, _ in answered],
+                      [[len(batch) for batch in batches]] * len(USERS))
     assert all(any(throttle_ms for throttle_ms, _ in answered) for answered in answers), "each user throttled"
     # what was charged: each user's record batches to the topic, as the usage log has them per (user, topic)
-    time.sleep(2.5)  # the log is written once a second
-    charged = {(line["user"], line["topic"]): 0 for line in usage_lines(proxy) if "topic" in line}
-    for line in usage_lines(proxy):
-        if "topic" in line:
-            charged[(line["user"], line["topic"])] += line["topic_bytes"]
-    assert charged == {(user, limited): sum(map(len, batches)) for user in USERS}
+    per_user = sum(map(len, batches))
+    charged = topic_charges(proxy, "topic_bytes", len(USERS) * per_user)
+    assert charged == {(user, limited): per_user for user in USERS}
     throttled = topic_throttles(proxy, "producer_byte_rate")
     barrier = threading.Barrier(len(USERS))
     answers, _ = side_by_side(*[lambda user=user: pipelined_produce(proxy, user, free, batches, barrier)
@@ -272,16 +300,11 @@ def test_raw_pipelined_consumers_of_two_users_share_the_topics_budget(
                                                       barrier),
                               lambda: pipelined_fetch(proxy, "bob", limited, size, batches, barrier))
     elapsed_s = max(at for _, at in answers)
-    expected = kafka_quota_model([[size] * batches] * len(USERS), RATE, window_num=11, fetch=True)
-    print(f"two raw consumers: {elapsed_s:.2f} s; Kafka's model {expected.elapsed_s:.2f} s")
-    assert expected.elapsed_s * (1 - MODEL_TOLERANCE) <= elapsed_s <= expected.elapsed_s * (1 + MODEL_TOLERANCE)
+    held_to_the_model("two raw consumers", elapsed_s, [ms for throttles, _ in answers for ms in throttles],
+                      [[size] * batches] * len(USERS), window_num=11, fetch=True)
     assert sum(len(throttles) for throttles, _ in answers) > len(USERS) * batches, "some answers were empty"
     # what was charged: each user's batches once, to the topic; the empty answers' bytes were taken back
-    time.sleep(2.5)  # the log is written once a second
-    charged = {(line["user"], line["topic"]): 0 for line in usage_lines(proxy) if "topic" in line}
-    for line in usage_lines(proxy):
-        if "topic" in line:
-            charged[(line["user"], line["topic"])] += line["topic_fetch_bytes"]
+    charged = topic_charges(proxy, "topic_fetch_bytes", len(USERS) * batches * size)
     assert charged == {(user, limited): batches * size for user in USERS}
     throttled = topic_throttles(proxy, "consumer_byte_rate")
     barrier = threading.Barrier(len(USERS))
