@@ -25,9 +25,9 @@ from confluent_kafka import Producer
 from protocol.apis import Api
 from tests.integration.test_kafka_tools import configs
 from tests.integration.test_mutation_quotas import creatable, create
-from tests.integration.test_produce_quotas import create_topic, metrics
+from tests.integration.test_produce_quotas import create_topic, metrics, usage_lines
 from tests.integration.test_produce_refusals import idempotent_request, partition_errors, producer_id_from
-from tests.support import Cluster, ProxyProcess, call, connect_to_leader, read_frame, record_batch
+from tests.support import Cluster, ProxyProcess, call, connect_to_leader, read_frame, record_batch, wait_until
 
 pytestmark = pytest.mark.integration
 MIB = 1 << 20
@@ -109,17 +109,56 @@ class Acknowledged:
     def bytes_between(self, start: float, end: float) -> int:
         return self._total[bisect.bisect_left(self._times, end)] - self._total[bisect.bisect_left(self._times, start)]
 
-    def rate_over_whole_cycles(self, start: float, end: float, quota: float) -> float:
-        """Bytes/s from the first burst starting between ``start`` and ``end`` to the last. A span that cuts the cycles
-        counts three or four bursts of ~20 MiB in 45 s, a rate 15% off either way (two runs in seven failed so); over
-        whole cycles Apache Kafka's own broker gave 1.06-1.09x its quota to three such producers and 1.03x to two."""
+    def whole_cycles(self, start: float, end: float, quota: float) -> tuple[float, float]:
+        """From the first burst starting between ``start`` and ``end`` to the last (at least two cycles)."""
         bursts: list[float] = []
         for at in self._times:
             if start <= at < end and (not bursts or at >= bursts[-1] + BURSTS_APART_S) and (
                     self.bytes_between(at, at + 1) >= BURST_QUOTA_S * quota):
                 bursts.append(at)
         assert len(bursts) >= 3, f"bursts at {[round(at - start, 1) for at in bursts]} s: not two whole cycles"
-        return self.bytes_between(bursts[0], bursts[-1]) / (bursts[-1] - bursts[0])
+        return bursts[0], bursts[-1]
+
+    def rate_over_whole_cycles(self, start: float, end: float, quota: float) -> float:
+        """Bytes/s over ``whole_cycles``. A span that cuts the cycles counts three or four bursts of ~20 MiB in 45 s,
+        a rate 15% off either way (two runs in seven failed so); over whole cycles Apache Kafka's own broker gave
+        1.06-1.09x its quota to three such producers and 1.03x to two."""
+        first, last = self.whole_cycles(start, end, quota)
+        return self.bytes_between(first, last) / (last - first)
+
+
+def throttle_given_s(proxies: list[ProxyProcess], start: float, end: float) -> float:
+    """The throttle the members decided in the seconds from ``start`` to ``end`` (``time.monotonic``), summed from
+    their usage logs, once every member's log has gone past ``end``: producers still sending keep them writing."""
+    to_epoch = time.time() - time.monotonic()
+    first, last = int(start + to_epoch), int(end + to_epoch)
+    wait_until(lambda: all(any(line["time"] >= last for line in usage_lines(proxy)) for proxy in proxies), 30,
+               "every member's usage log past the cycles")
+    return sum(line.get("throttle_ms", 0) for proxy in proxies for line in usage_lines(proxy)
+               if first <= line["time"] < last) / 1000
+
+
+def assert_held_to_the_quota(producers: list[FlatOutProducer], proxies: list[ProxyProcess], start: float,
+                             end: float, quota: float) -> None:
+    """The fleet's rate over whole cycles is at most 15% above the quota: members that did not share would let each
+    producer have the whole of it. Below the quota what is checked is what the members decided, not the rate a busy
+    machine let the producers reach: the bytes through for each second a producer was muted (for its own throttles,
+    one after another) are at least 85% of the quota. A slow machine only raises that figure, as a client that comes
+    back late finds a lower rate and is given less; members counting usage twice would throttle each byte twice as
+    long."""
+    acknowledged = Acknowledged(producers)
+    first, last = acknowledged.whole_cycles(start, end, quota)
+    through = acknowledged.bytes_between(first, last)
+    rate = through / (last - first)
+    muted_s = throttle_given_s(proxies, first, last) / len(producers)
+    per_muted_s = through / muted_s if muted_s else float("inf")
+    scraped = [metrics(proxy) for proxy in proxies]
+    age_s = sum(values.get("kafka_quota_proxy_fleet_usage_age_seconds_sum", 0) for values in scraped) / max(
+        1, sum(values.get("kafka_quota_proxy_fleet_usage_age_seconds_count", 0) for values in scraped))
+    print(f"{len(proxies)} members: {rate / quota:.3f}x the quota over whole cycles, {per_muted_s / quota:.3f}x per "
+          f"second muted; the others' usage {age_s:.2f} s old on average when added")
+    assert rate <= 1.15 * quota, f"{rate / MIB:.2f} MiB/s through the fleet, quota {quota / MIB:.0f} MiB/s"
+    assert per_muted_s >= 0.85 * quota, f"{per_muted_s / MIB:.2f} MiB per second muted, quota {quota / MIB:.0f} MiB/s"
 
 
 def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(  # type: ignore[no-untyped-def]
@@ -132,9 +171,7 @@ def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(
     try:
         started = time.monotonic()
         time.sleep(60)
-        rate = Acknowledged(producers).rate_over_whole_cycles(started + 10, started + 59, quota)
-        print(f"three members: {rate / quota:.3f}x the quota")
-        assert abs(rate - quota) <= 0.15 * quota, f"{rate / MIB:.2f} MiB/s through the fleet, quota 3 MiB/s"
+        assert_held_to_the_quota(producers, proxies, started + 10, started + 59, quota)
         assert all(Acknowledged([p]).bytes_between(started + 10, started + 60) > 0 for p in producers)
 
         proxies[2].stop(signal.SIGKILL)
@@ -142,9 +179,7 @@ def test_three_proxies_hold_one_user_to_one_byte_rate_and_recover_when_one_dies(
         producers[2].stop()
         # one byte window (11 s) plus a publish interval and some, then 45 s
         time.sleep(12 + 45)
-        rate = Acknowledged(producers[:2]).rate_over_whole_cycles(killed_at + 12, killed_at + 56, quota)
-        print(f"two members: {rate / quota:.3f}x the quota")
-        assert abs(rate - quota) <= 0.15 * quota, f"{rate / MIB:.2f} MiB/s through the two left, quota 3 MiB/s"
+        assert_held_to_the_quota(producers[:2], proxies[:2], killed_at + 12, killed_at + 56, quota)
     finally:
         for producer in producers:
             producer.stop()
@@ -164,15 +199,11 @@ def described_producer_rate(proxy: ProxyProcess, user: str) -> float | None:
     return values.get("producer_byte_rate")
 
 
-def seconds_until_every_member_describes(proxies: list[ProxyProcess], user: str, rate: float | None) -> float:
-    """Seconds until each member describes ``rate`` for ``user``, polled every 20 ms (30 s at most)."""
-    started = time.monotonic()
-    waiting = list(proxies)
-    while waiting and time.monotonic() - started < 30:
-        waiting = [proxy for proxy in waiting if described_producer_rate(proxy, user) != rate]
-        time.sleep(0.02)
-    assert not waiting, f"{len(waiting)} members do not describe {rate} for {user}"
-    return time.monotonic() - started
+def until_every_member_describes(proxies: list[ProxyProcess], user: str, rate: float | None) -> None:
+    """Wait until each member describes ``rate`` for ``user`` (30 s at most). How soon a change reaches every member
+    is a figure for ``make bench``: a busy machine delays the quota topic's readers."""
+    wait_until(lambda: all(described_producer_rate(proxy, user) == rate for proxy in proxies), 30,
+               f"every member to describe {rate} for {user}")
 
 
 def produce_throttle_ms(proxy: ProxyProcess, topic: str) -> int:
@@ -191,8 +222,7 @@ def test_a_quota_set_with_kafka_configs_through_one_member_reaches_all_and_outli
     assert all(produce_throttle_ms(proxy, topic) == 0 for proxy in proxies)
     configs(proxies[0], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
             "--add-config", "producer_byte_rate=50000")
-    # Kafka's controller has a change at every broker within its metadata propagation; here within a fetch
-    assert seconds_until_every_member_describes(proxies, "ANONYMOUS", 50_000) < 1.0
+    until_every_member_describes(proxies, "ANONYMOUS", 50_000)
     for proxy in proxies:  # Kafka's own tool, through each member
         assert "Quota configs for user-principal 'ANONYMOUS' are producer_byte_rate=50000.0" in configs(
             proxy, "--describe", "--entity-type", "users", "--entity-name", "ANONYMOUS")
@@ -200,7 +230,7 @@ def test_a_quota_set_with_kafka_configs_through_one_member_reaches_all_and_outli
         assert metrics(proxy)["kafka_quota_proxy_quota_store_reachable"] == 1
     configs(proxies[2], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
             "--add-config", "producer_byte_rate=70000")
-    assert seconds_until_every_member_describes(proxies, "ANONYMOUS", 70_000) < 1.0
+    until_every_member_describes(proxies, "ANONYMOUS", 70_000)
 
     for proxy in proxies:  # all of them gone: the topic keeps the quota for the next fleet
         proxy.stop()
@@ -208,7 +238,7 @@ def test_a_quota_set_with_kafka_configs_through_one_member_reaches_all_and_outli
     assert all(described_producer_rate(proxy, "ANONYMOUS") == 70_000 for proxy in restarted)
     configs(restarted[1], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
             "--delete-config", "producer_byte_rate")
-    assert seconds_until_every_member_describes(restarted, "ANONYMOUS", None) < 1.0
+    until_every_member_describes(restarted, "ANONYMOUS", None)
 
 
 def wait_for_log_in_any(proxies: list[ProxyProcess], text: str, timeout_s: float) -> None:
@@ -226,7 +256,7 @@ def test_members_keep_the_quotas_they_read_while_the_topic_is_gone_and_give_them
     proxies = start_fleet(own_proxy, tmp_path, "[settings]\n", members=2, quotas_topic=quotas_topic)
     configs(proxies[0], "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
             "--add-config", "producer_byte_rate=50000")
-    seconds_until_every_member_describes(proxies, "ANONYMOUS", 50_000)
+    until_every_member_describes(proxies, "ANONYMOUS", 50_000)
     with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
         deleted = call(sock, Api.DELETE_TOPICS, 4, topic_names=[quotas_topic], timeout_ms=30_000)
     assert deleted.responses[0].error_code == 0  # type: ignore[attr-defined]
@@ -237,36 +267,55 @@ def test_members_keep_the_quotas_they_read_while_the_topic_is_gone_and_give_them
     # reads them
     wait_for_log_in_any(proxies, "is new: publishing the 1 overrides in force", timeout_s=60)
     (late,) = start_fleet(own_proxy, tmp_path, "[settings]\n", members=1, quotas_topic=quotas_topic, first=2)
-    seconds_until_every_member_describes([late], "ANONYMOUS", 50_000)  # the seed may land after its first read
+    until_every_member_describes([late], "ANONYMOUS", 50_000)  # the seed may land after its first read
     assert all(metrics(proxy)["kafka_quota_proxy_quota_store_reachable"] == 1 for proxy in (*proxies, late))
+
+
+def usage_records_applied(metrics_ports: list[int]) -> float:
+    """The others' usage records applied by the members (or workers) serving metrics on ``metrics_ports``, together."""
+    return sum(value for port in metrics_ports for key, value in metrics_of(port).items()
+               if key.startswith('kafka_quota_proxy_fleet_records_received_total{outcome="applied"'))
+
+
+def until_every_charge_is_applied(metrics_ports: list[int], charges: int) -> None:
+    """Wait until every member serving metrics on ``metrics_ports`` has applied the others' ``charges`` (a member
+    publishes each charge of a mutation or a producer ID at once, as a record each other member applies), so that
+    whichever member decides the next request decides it on the whole fleet's bucket. How stale a member's view
+    gets on a busy machine is a figure for ``make bench``: here it must not decide what is admitted."""
+    records = (len(metrics_ports) - 1) * charges
+    wait_until(lambda: usage_records_applied(metrics_ports) >= records, 30, f"{records} usage records applied")
+
+
+def assert_one_bucket(outcomes: list[int], burst: int, elapsed_s: float) -> None:
+    """``outcomes`` (error codes in order) are what one bucket of ``burst`` refilled at 1/s for ``elapsed_s`` admits,
+    within 15%, fewer attempts than that all admitted: a bucket at each member would admit up to three times it."""
+    admitted, allowed = outcomes.count(0), burst + elapsed_s
+    assert set(outcomes) <= {0, THROTTLING_QUOTA_EXCEEDED}
+    assert min(len(outcomes), allowed) * 0.85 <= admitted <= allowed * 1.15, (admitted, allowed, outcomes)
 
 
 def test_topics_created_through_three_proxies_follow_one_mutation_bucket(  # type: ignore[no-untyped-def]
         own_proxy, tmp_path: Path) -> None:
-    # 1 partition/s, burst 11 x 1 s x 1 = 11: over the 20 s below the fleet admits about 11 + 20 = 31
+    # 1 partition/s, burst 11 x 1 s x 1 = 11: over the 20 s below the fleet admits about 11 + 20 = 31; alone, each
+    # proxy would admit 31, 93 in all
     proxies = start_fleet(own_proxy, tmp_path,
                           '[settings]\n[[quota]]\nclient-id = "churn"\ncontroller_mutation_rate = 1\n')
     prefix = f"m-{uuid.uuid4().hex[:6]}"
-    admitted = refused = 0
+    outcomes: list[int] = []
     sockets = [socket.create_connection(("127.0.0.1", proxy.port), timeout=30) for proxy in proxies]
     try:
         started = time.monotonic()
-        attempt = 0
         while time.monotonic() - started < 20:
-            sock = sockets[attempt % 3]
-            (error,) = create(sock, "churn", creatable(f"{prefix}-{attempt}", 1))
-            if error == 0:
-                admitted += 1
-            else:
-                assert error == THROTTLING_QUOTA_EXCEEDED, error
-                refused += 1
-            attempt += 1
+            attempt = len(outcomes)
+            outcomes += create(sockets[attempt % 3], "churn", creatable(f"{prefix}-{attempt}", 1))
+            if outcomes[-1] == 0:
+                until_every_charge_is_applied([proxy.metrics_port for proxy in proxies], outcomes.count(0))
             time.sleep(0.1)
+        elapsed = time.monotonic() - started
     finally:
         for sock in sockets:
             sock.close()
-    # alone, each proxy would admit 11 + 20 = 31, 93 in all
-    assert 31 * 0.85 <= admitted <= 31 * 1.15, (admitted, refused)
+    assert_one_bucket(outcomes, 11, elapsed)
 
 
 def test_thirty_new_producer_ids_over_three_proxies_follow_one_bucket(  # type: ignore[no-untyped-def]
@@ -287,15 +336,12 @@ def test_thirty_new_producer_ids_over_three_proxies_follow_one_bucket(  # type: 
             sock.sendall(idempotent_request(topic, pid, 0, correlation_id=i))
             (error,) = partition_errors(read_frame(sock)).values()
             outcomes.append(error)
-            if error == 0 and first_admitted is None:
-                first_admitted = (i % 3, pid)
+            if error == 0:
+                first_admitted = first_admitted or (i % 3, pid)
+                until_every_charge_is_applied([proxy.metrics_port for proxy in proxies], outcomes.count(0))
             time.sleep(max(0.0, started + 0.25 * (i + 1) - time.monotonic()))
-        elapsed = time.monotonic() - started
-        admitted = outcomes.count(0)
         # one bucket: 10 at once, then 1/s; three buckets would admit all 30
-        expected = 10 + elapsed
-        assert set(outcomes) <= {0, THROTTLING_QUOTA_EXCEEDED}
-        assert expected * 0.85 <= admitted <= expected * 1.15, (admitted, expected, outcomes)
+        assert_one_bucket(outcomes, 10, time.monotonic() - started)
         # a PID one proxy charged is not charged again by another, even with the fleet's bucket below zero
         assert first_admitted is not None
         owner, pid = first_admitted
@@ -396,9 +442,9 @@ def test_a_recreated_blocks_topic_is_refused_until_an_operator_confirms_it(  # t
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
         admin.delete_topics([blocks_topic])
+        wait_until(lambda: blocks_topic not in admin.list_topics(), 30, f"{blocks_topic} deleted")
     finally:
         admin.close()
-    time.sleep(1)
     proxy.start()  # the proxy creates the topic again: its offsets start at 0, which would repeat `before`
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         for attempt in range(20):
@@ -449,6 +495,8 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
     for attempt in range(40):  # a new connection each time: the kernel spreads them over the workers
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
             outcomes += create(sock, "churn", creatable(f"{prefix}-{attempt}", 1))
+        if outcomes[-1] == 0:
+            until_every_charge_is_applied([proxy.metrics_port + worker for worker in (0, 1)], outcomes.count(0))
         time.sleep(0.1)
     elapsed = time.monotonic() - started
     assert set(outcomes) <= {0, THROTTLING_QUOTA_EXCEEDED}
@@ -467,7 +515,7 @@ def test_two_workers_share_the_listeners_and_one_quota_and_a_dead_worker_comes_b
                   if any(listening.laddr.port == proxy.metrics_port + 1 for listening in child.net_connections()))
     killed_at = time.time()
     victim.kill()
-    proxy.wait_for_log("exited with -9: starting it again", timeout_s=10)
+    proxy.wait_for_log("exited with -9: starting it again", timeout_s=30)
     # while worker 1 is down its metrics port stays taken (the supervisor holds it), so nothing (an outgoing
     # connection's ephemeral port, say) can take it from the worker coming back; SO_REUSEADDR: a scrape's
     # TIME_WAIT alone would not refuse this bind
@@ -503,8 +551,9 @@ def test_a_quota_set_through_one_worker_is_in_force_at_both(own_proxy, tmp_path:
             return [(answer["quota"], answer["origin"]) for answer in json.load(response)["quotas"]
                     if answer["quota_type"] == "producer_byte_rate"]
 
-    for worker in (0, 1):  # each worker's own endpoint: both have it, from the topic
-        assert in_force(worker) == [(50_000, f"AlterClientQuotas (topic {quotas_topic})")]
+    # each worker's own endpoint: both have it, from the topic (the other worker once it has read it)
+    expected = [(50_000, f"AlterClientQuotas (topic {quotas_topic})")]
+    wait_until(lambda: [in_force(0), in_force(1)] == [expected, expected], 30, "the quota in force at both workers")
 
 
 def metrics_of(port: int, timeout_s: float = 10) -> dict[str, float]:
