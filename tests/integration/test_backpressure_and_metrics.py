@@ -13,7 +13,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest
 
-from tests.support import ProxyProcess, connect_to_leader, encode_request, read_frame
+from tests.integration.test_produce_quotas import metrics
+from tests.support import connect_to_leader, encode_request, read_frame
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
@@ -52,22 +53,23 @@ def test_a_client_that_stops_reading_does_not_grow_the_proxy(own_proxy, topic: s
     assert answers == list(range(fetches))
 
 
-def test_metrics_endpoint_counts_connections_requests_and_bytes(proxy: ProxyProcess) -> None:
-    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+def test_metrics_endpoint_counts_connections_requests_and_bytes(own_proxy) -> None:  # type: ignore[no-untyped-def]
+    proxy = own_proxy()  # its own: what it counts is this test's requests alone
+    waited_s = 0.0
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         for correlation_id in range(3):
+            sent_at = time.perf_counter()
             sock.sendall(encode_request(18, 0, correlation_id=correlation_id))
             read_frame(sock)
-        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-              for line in text.splitlines() if line and not line.startswith("#")}
-    assert values['kafka_quota_proxy_requests_total{api="ApiVersions"}'] >= 3
-    answered = values['kafka_quota_proxy_request_latency_seconds_count{api="ApiVersions"}']
-    assert answered >= 3
-    assert values['kafka_quota_proxy_request_latency_seconds_bucket{api="ApiVersions",le="+Inf"}'] == answered
-    assert 0 < values['kafka_quota_proxy_request_latency_seconds_sum{api="ApiVersions"}'] < answered
+            waited_s += time.perf_counter() - sent_at
+        values = metrics(proxy)
+    assert values['kafka_quota_proxy_requests_total{api="ApiVersions"}'] == 3
+    assert values['kafka_quota_proxy_request_latency_seconds_count{api="ApiVersions"}'] == 3
+    assert values['kafka_quota_proxy_request_latency_seconds_bucket{api="ApiVersions",le="+Inf"}'] == 3
+    # each latency is timed inside the client's own wait for its answer (the same clock): in seconds, not ms
+    assert 0 < values['kafka_quota_proxy_request_latency_seconds_sum{api="ApiVersions"}'] <= waited_s
     assert values["kafka_quota_proxy_client_connections"] >= 1
     assert values["kafka_quota_proxy_client_received_bytes_total"] > 0
     assert values["kafka_quota_proxy_client_sent_bytes_total"] > 0
     with pytest.raises(urllib.error.HTTPError, match="404"):
-        urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/other", timeout=10)
+        urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/other", timeout=30)

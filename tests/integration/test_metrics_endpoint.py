@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -46,13 +45,10 @@ def test_twenty_thousand_client_ids_make_a_bounded_page(own_proxy, broker: Clust
         sock.sendall(b"".join(frames))
         for _ in range(CLIENT_IDS):
             assert read_frame(sock)
-    started = time.monotonic()
     page = scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics")
-    elapsed = time.monotonic() - started
     rates = [line for line in page.splitlines() if line.startswith(b"kafka_quota_proxy_produce_byte_rate{")]
     assert len(rates) == 1001 and any(b'client_id="<others>"' in line for line in rates)
     assert len(page) < 2_000_000, len(page)
-    assert elapsed < 2.0, elapsed
 
 
 def test_basic_authentication_and_tls(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -62,16 +62,14 @@ def read_all(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     return values
 
 
-def spend_the_burst(proxy: ProxyProcess, topic: str, producers: int) -> float:
-    """Admit ``producers`` new producer IDs, one request each, leaving the bucket at -1 plus what it refilled
-    since the first was charged; returns an instant before that first charge (``time.monotonic``)."""
-    producer_ids = [producer_id_from(proxy) for _ in range(producers)]
-    with connect_to_leader(proxy, topic) as sock:
-        before_first_charge = time.monotonic()
-        for i, producer_id in enumerate(producer_ids):
-            sock.sendall(idempotent_request(topic, producer_id, 0, correlation_id=i))
-            assert partition_errors(read_frame(sock)) == {0: 0}
-    return before_first_charge
+def spend_the_burst(sock: socket.socket, topic: str, producer_ids: list[int], followed_by: bytes = b"") -> None:
+    """Admit ``producer_ids`` as new, one request each, leaving the bucket that much under its burst (plus what it
+    refills meanwhile); sent in one write with ``followed_by`` (its answers left to read), so that the bucket has
+    no time to refill in between, however slow the machine."""
+    sock.sendall(b"".join(idempotent_request(topic, producer_id, 0, correlation_id=100 + i)
+                          for i, producer_id in enumerate(producer_ids)) + followed_by)
+    for _ in producer_ids:
+        assert partition_errors(read_frame(sock)) == {0: 0}
 
 
 def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(  # type: ignore[no-untyped-def]
@@ -79,11 +77,12 @@ def test_reject_mode_keeps_a_pipelining_producers_batches_in_order(  # type: ign
     # burst = 2 windows x 1 s x 1 PID/s = 2 tokens: three new IDs leave the bucket at -1
     proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=1, mode="reject", window_size_s=1))
     create_topic_on_one_broker(broker, topic)
-    pid = producer_id_from(proxy)
-    spent_from = spend_the_burst(proxy, topic, 3)
+    pid, *spenders = (producer_id_from(proxy) for _ in range(4))
     with connect_to_leader(proxy, topic) as sock:
-        # a producer pipelining its first two batches while its ID is over the quota
-        sock.sendall(idempotent_request(topic, pid, 0, correlation_id=1) + idempotent_request(topic, pid, 1, 2))
+        spent_from = time.monotonic()
+        # right behind the three, a producer pipelining its first two batches while its ID is over the quota
+        spend_the_burst(sock, topic, spenders, followed_by=idempotent_request(topic, pid, 0, correlation_id=1)
+                        + idempotent_request(topic, pid, 1, 2))
         first = produce_response(read_frame(sock))
         refilled_ms = 1000 * (time.monotonic() - spent_from)  # at most, at 1 token/s, when the first was charged
         second = read_frame(sock)
@@ -108,9 +107,9 @@ def test_reject_mode_closes_an_acks_0_connection_instead_of_dropping_its_records
     # burst = 2 windows x 5 s x 0.1/s = 1 token: two new IDs leave the bucket at -1
     proxy = own_proxy("--quota-file", pid_quota_file(tmp_path, rate=0.1, mode="reject"))
     create_topic_on_one_broker(broker, topic)
-    spend_the_burst(proxy, topic, 2)
-    pid = producer_id_from(proxy)
+    pid, *spenders = (producer_id_from(proxy) for _ in range(3))
     with connect_to_leader(proxy, topic) as sock:
+        spend_the_burst(sock, topic, spenders)
         sock.sendall(idempotent_request(topic, pid, 0, correlation_id=1, acks=0))
         sock.sendall(encode_request(Api.API_VERSIONS, 0, correlation_id=2))
         assert closed_by_peer(sock), "the connection stays open: the producer cannot tell its records were lost"

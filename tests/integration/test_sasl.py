@@ -49,7 +49,7 @@ def sasl_settings(mechanism: str, user: str, password: str) -> dict[str, object]
             "sasl_plain_password": password}
 
 
-def refused_login(bootstrap: str, mechanism: str, user: str, password: str, timeout_s: float = 15) -> str:
+def refused_login(bootstrap: str, mechanism: str, user: str, password: str, timeout_s: float = 30) -> str:
     """librdkafka's report of a refused login at ``bootstrap`` (it comes at once; kafka-python's producer only gives
     up bootstrapping after 30 s, against Kafka itself too)."""
     errors: list[ConfluentError] = []
@@ -198,7 +198,8 @@ def test_logins_are_bounded_in_size_and_time(own_proxy, tmp_path: Path) -> None:
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         started = time.monotonic()
         assert read_frame(sock) == b""  # nothing sent: closed at the deadline
-        assert 0.9 <= time.monotonic() - started < 5
+        assert time.monotonic() - started >= 0.9  # not before it (a loaded machine is only later)
+    proxy.wait_for_log("no SASL login within 1 s")  # the deadline given, not the default 10 s
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         sock.sendall((600 * 1024).to_bytes(4, "big") + b"\0" * 1024)  # over sasl.server.max.receive.size
@@ -207,21 +208,24 @@ def test_logins_are_bounded_in_size_and_time(own_proxy, tmp_path: Path) -> None:
 
 
 def test_password_hashing_leaves_other_clients_served(own_proxy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # PLAIN hashes that take ~0.4 s each: on the event loop, each would stall every connection that long
+    # PLAIN hashes of a million iterations: on the event loop, each would stall every connection that long
     users_file = tmp_path / "users.toml"
     save_users(users_file, UserStore({"bob": {"PLAIN": plain_credential("right", 1_000_000)}}))
     proxy = own_proxy("--sasl-users", str(users_file))
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as busy:
         call(busy, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        started = time.monotonic()
         assert call(busy, Api.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("bob", "right")).error_code == 0  # type: ignore[attr-defined]
+        one_hash = time.monotonic() - started  # on this machine, under its load now
+        call(busy, Api.METADATA, 4, topics=[], allow_auto_topic_creation=False)  # upstream connected: not measured
         guessers = [socket.create_connection(("127.0.0.1", proxy.port), timeout=30) for _ in range(4)]
         try:
             for sock in guessers:
                 call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
-            for sock in guessers:  # 4 hashes, ~1.6 s in one login thread
+            for sock in guessers:  # 4 hashes, one after another in one login thread
                 sock.sendall(encode_request(Api.SASL_AUTHENTICATE, 2, auth_bytes=plain_token("bob", "wrong")))
             slowest = 0.0
-            deadline = time.monotonic() + 1.0
+            deadline = time.monotonic() + 2 * one_hash  # while the 4 hashes run
             while time.monotonic() < deadline:
                 started = time.monotonic()
                 call(busy, Api.METADATA, 4, topics=[], allow_auto_topic_creation=False)
@@ -229,4 +233,6 @@ def test_password_hashing_leaves_other_clients_served(own_proxy, tmp_path: Path)
         finally:
             for sock in guessers:
                 sock.close()
-    assert slowest < 0.2, slowest
+    # a Metadata sent while a hash ran on the event loop would wait for the rest of it: about one_hash. The same
+    # load slows the hashes and the round trips alike, so half of one hash measured now stays a clear margin
+    assert slowest < one_hash / 2, (slowest, one_hash)

@@ -18,6 +18,7 @@ import pytest
 
 from allocator.ledger import read_ledger_file
 from proxy.dev.apache_kafka import KafkaCluster
+from proxy.state.pid_ledger import RETRY_MAX_S
 from tests.support import (
     FOREIGN_PRODUCER_ID,
     Cluster,
@@ -29,7 +30,9 @@ from tests.support import (
     encode_request,
     produce_request,
     read_frame,
+    read_to_end,
     record_batch,
+    wait_until,
 )
 
 DESCRIBE_CLIENT_QUOTAS = 48
@@ -39,7 +42,7 @@ INVALID_REQUEST = 42
 
 
 def write_errors(proxy: ProxyProcess) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=30) as response:
         page = response.read().decode()
     return {store: float(value) for store, value in
             re.findall(r'kafka_quota_proxy_state_write_errors_total\{store="([^"]+)"\} (\S+)', page)}
@@ -122,6 +125,11 @@ def produce_new_pids(proxy: ProxyProcess, topic: str, first_pid: int, count: int
             assert read_frame(sock), "the proxy closed the connection"
 
 
+def sealed_pids(ledger: Path) -> set[int]:
+    """The PIDs of the ledger's sealed snapshots."""
+    return {record.pid for path in ledger.glob("snapshot-*.pids") for record in read_ledger_file(path)}
+
+
 def alter_quota(proxy: ProxyProcess, user: str, value: float) -> tuple[int, str | None]:
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         response = call(sock, ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
@@ -145,37 +153,39 @@ def test_a_full_disk_loses_nothing_stops_no_traffic_and_writing_resumes_with_spa
                              "--config", str(config), node_ids=broker.node_ids)
         proxy.args[proxy.args.index("--state-dir") + 1] = str(state_dir)
         proxy.start()
+        ledger = state_dir / "pid-ledger"
         try:
             create_topic_on_one_broker(broker, topic)
             long_client_id = "c" * 30_000  # a record used to carry the whole client id
             produce_new_pids(proxy, topic, FOREIGN_PRODUCER_ID, 50, long_client_id)
-            time.sleep(1.5)  # written and sealed
+            first_pids = {FOREIGN_PRODUCER_ID + n for n in range(50)}
+            wait_until(lambda: sealed_pids(ledger) == first_pids, 30, "the first PIDs written and sealed")
             filler = fill(state_dir)
             produce_new_pids(proxy, topic, FOREIGN_PRODUCER_ID + 50, 300, long_client_id)
             assert alter_quota(proxy, "alice", 1000.0)[0] == INVALID_REQUEST  # "not applied: ..."
-            deadline = time.monotonic() + 10
-            while not (write_errors(proxy)["pid-ledger"] and write_errors(proxy)["usage-log"]):
-                assert time.monotonic() < deadline, write_errors(proxy)
-                time.sleep(0.2)
+            wait_until(lambda: write_errors(proxy)["pid-ledger"] and write_errors(proxy)["usage-log"], 30,
+                       "failed writes of the pid-ledger and the usage log")
             assert write_errors(proxy)["client-quotas"] >= 1
             filler.unlink()  # space is back
             assert alter_quota(proxy, "bob", 2000.0) == (0, None)
             produce_new_pids(proxy, topic, FOREIGN_PRODUCER_ID + 350, 50, "short")
             settled = write_errors(proxy)
-            time.sleep(3)  # retries (back-off from 1 s) write what waited, the seal goes through
-            assert write_errors(proxy) == settled, "writing did not resume"
+            # the retries (their back-off doubled at each failure, up to RETRY_MAX_S) write what waited, and the
+            # next seal takes it: every PID in a snapshot while the proxy runs, not only written at its shutdown
+            wait_until(lambda: sealed_pids(ledger) == {FOREIGN_PRODUCER_ID + n for n in range(400)}, RETRY_MAX_S + 30,
+                       "every PID written and sealed once the disk has room")
+            assert write_errors(proxy) == settled, "writing failed again with room on the disk"
         finally:
             assert proxy.stop() == 0, proxy.log()
         log = proxy.log()
         assert log.count("cannot write the pid-ledger") <= 2, "a full disk is logged once a minute"
         assert "writing the pid-ledger again" in log
         recorded: dict[int, str] = {}
-        for path in sorted((state_dir / "pid-ledger").iterdir()):
+        for path in sorted(ledger.iterdir()):
             if path.suffix in (".pids", ".log"):
                 recorded.update((record.pid, record.client_id) for record in read_ledger_file(path))
         assert set(recorded) == {FOREIGN_PRODUCER_ID + n for n in range(400)}  # nothing lost, nothing torn
         assert {len(client_id) for client_id in recorded.values()} == {64, 5}
-        assert list((state_dir / "pid-ledger").glob("snapshot-*.pids")), "sealing resumed"
         overrides = (state_dir / "client-quotas.json").read_text()
         assert '"bob"' in overrides and '"alice"' not in overrides  # the failed change was never saved
         usage = "".join(path.read_text() for path in (state_dir / "usage").iterdir())
@@ -231,8 +241,10 @@ def test_a_request_the_cluster_never_answers_closes_its_connection_after_the_tim
                     waited = time.monotonic() - sent_at
                 finally:
                     stalled.brokers[0].resume()
-            assert 1.9 < waited < 6, waited
-            assert "request-timeout-seconds 2" in proxy.log()
+            assert waited > 1.9, waited  # not before the timeout (a loaded machine is only later)
+            # closed by the timeout the proxy was given, for the request the cluster left unanswered
+            assert f"the cluster sent nothing for request 2 (api {METADATA})" in proxy.log()
+            assert "(request-timeout-seconds 2)" in proxy.log()
         finally:
             assert proxy.stop() == 0
 
@@ -245,7 +257,7 @@ def test_an_idempotent_producer_loses_and_duplicates_nothing_across_a_broker_kil
     again on its ports and its data; the clients reconnect through the same proxy. Every record
     acknowledged, before, during and after the restart, by the producer that kept running and by one
     started after it, is consumed exactly once, and nothing unacknowledged is consumed."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     with KafkaCluster(log_directory=tmp_path) as restarting:
@@ -280,18 +292,8 @@ def test_an_idempotent_producer_loses_and_duplicates_nothing_across_a_broker_kil
             send(started_after, "after-new", 500)
             assert started_after.flush(90) == 0 and running.flush(90) == 0
             assert failed == [] and len(acknowledged) == 1100
-            consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "g", "enable.auto.commit": False})
-            consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-            consumed: list[bytes] = []
-            deadline, quiet_since = time.monotonic() + 60, time.monotonic()
-            # until all came, then 2 s more in which a duplicate would show
-            while time.monotonic() < deadline and (len(consumed) < len(acknowledged)
-                                                   or time.monotonic() - quiet_since < 2):
-                message = consumer.poll(0.5)
-                if message is not None and not message.error():
-                    consumed.append(message.value())
-                    quiet_since = time.monotonic()
-            consumer.close()
+            # the whole log, up to its end offset: a duplicate anywhere in it is read
+            consumed = [record.value for record in read_to_end(proxy.bootstrap, topic)]
             assert sorted(consumed) == sorted(acknowledged)  # each acknowledged record once, nothing else
         finally:
             assert proxy.stop() == 0

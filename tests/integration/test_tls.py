@@ -84,7 +84,7 @@ def round_trip_librdkafka(bootstrap: str, topic: str, settings: dict[str, object
 def assert_refused(port: int, context: ssl.SSLContext) -> None:
     """A TLS connection with ``context`` gets no answer (raw: kafka-python leaks the sockets of failed
     TLS handshakes, and the warnings of their collection fail whichever test runs then)."""
-    with (socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+    with (socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
           pytest.raises((ssl.SSLError, ConnectionError)),
           context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
         sock.sendall(encode_request(Api.API_VERSIONS, 0))
@@ -155,7 +155,7 @@ def test_a_client_without_a_certificate_is_refused_when_one_is_required(own_prox
     # the same proxy serves a client that has one
     holder = ca.issue("holder", "Holder", unit="eng")
     context.load_cert_chain(holder.certfile, holder.keyfile)
-    with (socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw,
+    with (socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as raw,
           context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
         sock.sendall(encode_request(Api.API_VERSIONS, 0))
         assert read_frame(sock)
@@ -196,6 +196,8 @@ def test_certificates_are_reread_when_their_files_change(own_proxy, tmp_path: Pa
     assert_refused(proxy.port, ssl.create_default_context(cafile=str(renewed_ca.cafile)))
     shutil.copy(renewed.keyfile, first.keyfile)
     shutil.copy(renewed.certfile, first.certfile)
+    # the proxy looks at its files again at the first connection a second (its clock) after the last look, the
+    # refused one above: this wait is on the same clock, so a loaded machine cannot make it short
     time.sleep(1.5)
     round_trip_kafka_python(proxy.bootstrap, topic, kafka_python_ssl(renewed_ca))
     assert "reloaded the listener certificates" in proxy.log()
@@ -233,7 +235,7 @@ def test_a_certificate_no_rule_maps_is_closed(own_proxy, tmp_path: Path, ca: Cer
     for holder, served in ((ca.issue("eng", "Erin", unit="eng"), True), (ca.issue("apps", "Abe", unit="apps"), False)):
         context = ssl.create_default_context(cafile=str(ca.cafile))
         context.load_cert_chain(holder.certfile, holder.keyfile)
-        with (socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw,
+        with (socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as raw,
               context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
             sock.sendall(encode_request(Api.API_VERSIONS, 0))
             assert bool(read_frame(sock)) is served
