@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -90,10 +91,19 @@ def summed_usage(lines: list[dict[str, Any]]) -> dict[str, int]:
     return totals
 
 
-def usage_totals(proxy: ProxyProcess) -> dict[str, int]:
-    """The usage log's counters summed over every line, once the last second has been written."""
-    time.sleep(2.5)  # the log is written once a second
-    return summed_usage(usage_lines(proxy))
+def usage_totals(proxy: ProxyProcess, ready: Callable[[dict[str, int]], object]) -> dict[str, int]:
+    """The usage log's counters summed over every line, once ``ready`` holds of them: the log is written a second at
+    a time by a thread of the proxy, which a busy machine may hold back (``final_usage_totals`` where the proxy may
+    stop first)."""
+    totals: dict[str, int] = {}
+
+    def written() -> object:
+        totals.clear()
+        totals.update(summed_usage(usage_lines(proxy)))
+        return ready(totals)
+
+    wait_until(written, 60, "the usage log's counters")
+    return totals
 
 
 def final_usage_totals(proxy: ProxyProcess) -> dict[str, int]:

@@ -291,8 +291,8 @@ def test_observed_quotas_let_everything_through_and_count_what_enforcement_would
                and ('outcome="throttled"' in name or 'outcome="refused"' in name))
     # the enforced client beside it was held back
     assert seen[f'kafka_quota_proxy_throttle_time_ms_total{entity_labels("producer_byte_rate", "", ENFORCED)}'] > 0
-    totals = usage_totals(traffic.proxy)
-    assert totals["rejections"] == 0 and totals["observed_throttled"] > 0
+    totals = usage_totals(traffic.proxy, lambda totals: totals.get("observed_throttled"))
+    assert totals.get("rejections", 0) == 0
 
 
 def test_explain_answers_for_a_running_proxy_and_a_live_switch_to_enforce_throttles(traffic: Traffic) -> None:
