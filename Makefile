@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.topic_quotas --out bench/topic-quotas-results.json
 	$(BIN)/python -m bench.fleet_scale --out bench/fleet-scale-results.json
 	$(BIN)/python -m bench.flood_service --out bench/flood-service-results.json
+	$(BIN)/python -m bench.latency_aims --out bench/latency-aims-results.json
 	$(BIN)/python -m bench.docs  # the documentation's table and plots, from the results above
 
 # Every fuzz target 10 minutes under atheris, then 10 minutes of mutated frames at a live proxy beside well-behaved

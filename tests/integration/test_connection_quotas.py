@@ -87,28 +87,39 @@ def test_an_ip_keeps_its_maximum_of_connections_and_the_rest_are_closed(own_prox
     close_all(again)
 
 
+def burst_of_clients(port: int, clients: int = 150, timeout_s: float = 30) -> list[float]:
+    """``clients`` connections opened to ``port`` at once, each asking Metadata (always forwarded): the seconds each
+    waited for its answer from the burst's start. Fails if one is closed, or not answered within ``timeout_s``."""
+    started = time.monotonic()
+    opened = []
+    for index in range(clients):
+        sock = socket.create_connection((LOCAL, port), timeout=timeout_s)
+        sock.sendall(encode_request(Api.METADATA, 1, correlation_id=index, topics=None))
+        opened.append(sock)
+    waits: list[float] = []
+    try:
+        waiting = list(opened)
+        deadline = started + timeout_s
+        while waiting and time.monotonic() < deadline:
+            for sock in select.select(waiting, [], [], 1)[0]:
+                assert read_frame(sock), "the proxy closed a connection"
+                waits.append(time.monotonic() - started)
+                waiting.remove(sock)
+        assert not waiting, f"{len(waiting)} of {clients} clients got no answer in {timeout_s} s"
+    finally:
+        close_all(opened)
+    return waits
+
+
 def test_a_burst_of_clients_reaches_the_broker_without_overflowing_its_backlog(own_proxy) -> None:  # type: ignore[no-untyped-def]
     """A hundred and fifty clients opening at once: the broker has at most ``CONNECTS_AT_ONCE_PER_BROKER`` of the
     proxy's connections not yet accepted, so its backlog (Kafka's ``socket.listen.backlog.size``, 50) never drops
     one, which TCP would try again only a second later: the kernel counts none dropped. A hundred connections
-    opened at once to Apache Kafka overflow it. How long the slowest client waits is a figure for ``make bench``."""
+    opened at once to Apache Kafka overflow it. How long the slowest client waits is a figure of ``make bench``
+    (``bench/latency_aims.py``)."""
     proxy = own_proxy()
     overflows_before = listen_overflows()
-    opened = []
-    for index in range(150):
-        sock = socket.create_connection((LOCAL, proxy.port), timeout=30)
-        sock.sendall(encode_request(Api.METADATA, 1, correlation_id=index, topics=None))  # always forwarded
-        opened.append(sock)
-    try:
-        waiting = list(opened)
-        deadline = time.monotonic() + 30
-        while waiting and time.monotonic() < deadline:
-            for sock in select.select(waiting, [], [], 1)[0]:
-                assert read_frame(sock), "the proxy closed a connection"
-                waiting.remove(sock)
-        assert not waiting, f"{len(waiting)} of 150 clients got no answer in 30 s"
-    finally:
-        close_all(opened)
+    burst_of_clients(proxy.port)
     dropped = listen_overflows() - overflows_before
     assert dropped == 0, f"{dropped} connections dropped by a full listen queue ({CONNECTS_AT_ONCE_PER_BROKER} at once)"
 
@@ -123,7 +134,7 @@ def test_the_creation_rate_makes_the_acceptor_wait(own_proxy, tmp_path: Path) ->
     finally:
         close_all(sockets)
     # one second of credit (10), then 10/s: the last of 60 is accepted after about 5 s at the soonest (the acceptor
-    # decides its waits on its own clock: a busy machine only adds time, so how much longer is for ``make bench``)
+    # decides its waits on its own clock: a busy machine only adds time, so no bound is put on how much)
     assert elapsed >= 4.5, f"60 connections at 10/s took {elapsed:.1f} s"
     assert metrics(proxy)['kafka_quota_proxy_listener_connections_total{listener="bootstrap",outcome="delayed"}'] >= 20
 

@@ -238,8 +238,8 @@ def test_a_consumer_reads_at_its_quota_and_another_is_not_slowed(  # type: ignor
     assert rates['kafka_quota_proxy_throttled_requests_total{quota_type="consumer_byte_rate"}'] > 0
     usage = final_usage_lines(proxy)
     assert_within_model(usage, {"metered"}, metered.since_start_s, client)
-    # the other consumer was given no throttle: it read beside the metered one at its own speed (how fast is the
-    # machine's, make bench)
+    # the other consumer was given no throttle: it read beside the metered one at its own speed, which is the
+    # machine's to decide
     assert charged(usage, {"free"}, "throttle_ms") == 0
 
 

@@ -201,7 +201,7 @@ def described_producer_rate(proxy: ProxyProcess, user: str) -> float | None:
 
 def until_every_member_describes(proxies: list[ProxyProcess], user: str, rate: float | None) -> None:
     """Wait until each member describes ``rate`` for ``user`` (30 s at most). How soon a change reaches every member
-    is a figure for ``make bench``: a busy machine delays the quota topic's readers."""
+    is a figure of ``make bench`` (``bench/latency_aims.py``): a busy machine delays the quota topic's readers."""
     wait_until(lambda: all(described_producer_rate(proxy, user) == rate for proxy in proxies), 30,
                f"every member to describe {rate} for {user}")
 
@@ -281,7 +281,7 @@ def until_every_charge_is_applied(metrics_ports: list[int], charges: int) -> Non
     """Wait until every member serving metrics on ``metrics_ports`` has applied the others' ``charges`` (a member
     publishes each charge of a mutation or a producer ID at once, as a record each other member applies), so that
     whichever member decides the next request decides it on the whole fleet's bucket. How stale a member's view
-    gets on a busy machine is a figure for ``make bench``: here it must not decide what is admitted."""
+    gets is a figure of ``make bench`` (``bench/fleet_scale.py``): here it must not decide what is admitted."""
     records = (len(metrics_ports) - 1) * charges
     wait_until(lambda: usage_records_applied(metrics_ports) >= records, 30, f"{records} usage records applied")
 

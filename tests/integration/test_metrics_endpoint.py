@@ -32,12 +32,16 @@ def scrape(url: str, context: ssl.SSLContext | None = None, authorization: str |
         return bytes(response.read())
 
 
-def test_twenty_thousand_client_ids_make_a_bounded_page(own_proxy, broker: Cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                        topic: str) -> None:
-    quota_file = tmp_path / "quotas.toml"
+def default_client_quota(directory: Path) -> tuple[str, str]:
+    """Proxy flags: a ``<default>`` client-id produce quota never reached, so each client id gets its own rate."""
+    quota_file = directory / "quotas.toml"
     quota_file.write_text('[[quota]]\nclient-id = "<default>"\nproducer_byte_rate = 100000000\n')
-    proxy: ProxyProcess = own_proxy("--quota-file", str(quota_file))
-    create_topic_on_one_broker(broker, topic)
+    return "--quota-file", str(quota_file)
+
+
+def produce_as_many_client_ids(proxy: ProxyProcess, cluster: Cluster, topic: str) -> None:
+    """One record from each of ``CLIENT_IDS`` client ids, pipelined on one connection."""
+    create_topic_on_one_broker(cluster, topic)
     batch = record_batch([b"x"])
     with connect_to_leader(proxy, topic) as sock:
         frames = [produce_request(topic, batch, correlation_id=n, acks=1, client_id=f"client-{n}")
@@ -45,6 +49,13 @@ def test_twenty_thousand_client_ids_make_a_bounded_page(own_proxy, broker: Clust
         sock.sendall(b"".join(frames))
         for _ in range(CLIENT_IDS):
             assert read_frame(sock)
+
+
+def test_twenty_thousand_client_ids_make_a_bounded_page(own_proxy, broker: Cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        topic: str) -> None:
+    """Bounded in size; how long a scrape of it takes is a figure of ``make bench`` (``bench/latency_aims.py``)."""
+    proxy: ProxyProcess = own_proxy(*default_client_quota(tmp_path))
+    produce_as_many_client_ids(proxy, broker, topic)
     page = scrape(f"http://127.0.0.1:{proxy.metrics_port}/metrics")
     rates = [line for line in page.splitlines() if line.startswith(b"kafka_quota_proxy_produce_byte_rate{")]
     assert len(rates) == 1001 and any(b'client_id="<others>"' in line for line in rates)

@@ -176,7 +176,7 @@ def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, to
     slow = summed_usage([line for line in lines if line["client_id"] == "slow"])
     assert slow["bytes"] >= 24 * MIB  # every record charged (and the requests' framing)
     assert_held_to_kafkas_model(elapsed, slow, MIB, "24 MiB at 1 MiB/s")
-    # the unlimited client, beside it, was given no throttle (how fast it ran is the machine's: make bench)
+    # the unlimited client, beside it, was given no throttle (how fast it then ran is the machine's to decide)
     assert summed_usage([line for line in lines if line["client_id"] == "fast"]).get("throttle_ms", 0) == 0
 
 
