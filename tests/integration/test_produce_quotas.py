@@ -126,6 +126,8 @@ def assert_held_to_kafkas_model(elapsed_s: float, usage: dict[str, int], quota: 
     requests, charged = usage["produce_requests"], usage["bytes"]
     model = kafka_quota_model([[charged // requests] * requests], quota)
     what = f"{what} ({charged} B in {requests} requests)"
+    print(f"{what}: {elapsed_s / model.elapsed_s:.3f}x Kafka's model's time, "
+          f"{usage['throttle_ms'] / model.throttle_ms:.3f}x its throttle")
     assert elapsed_s >= model.elapsed_s * (1 - MODEL_TOLERANCE), \
         f"{what}: {elapsed_s:.1f} s, Kafka's model {model.elapsed_s:.1f} s"
     assert 0 < usage["throttle_ms"] <= model.throttle_ms * (1 + MODEL_TOLERANCE), \

@@ -88,6 +88,7 @@ def test_pipelined_raw_requests_over_the_rate_are_held_to_it(own_proxy, tmp_path
     # finds a lower rate; but one decided a little later than the model's may cross the end of a window, where
     # Kafka's rate jumps (one window more)
     model = kafka_quota_model([[1] * count], RATE)
+    print(f"{count} pipelined requests: {sum(throttles)} ms of throttle, Kafka's schedule {model.throttle_ms} ms")
     assert sum(throttles) <= model.throttle_ms * (1 + MODEL_TOLERANCE) + WINDOW_S * 1000, (schedule, model)
     # another client id on its own connection at the same time: no quota, never throttled
     assert {throttle_ms for _, throttle_ms, _ in calm[0]} == {0}

@@ -67,6 +67,8 @@ def test_pipelined_raw_produce_requests_wait_for_the_throttle(own_proxy, tmp_pat
     assert answered[-1][2] >= model.elapsed_s * (1 - MODEL_TOLERANCE), \
         f"{what}: {answered[-1][2]:.1f} s, Kafka's model {model.elapsed_s:.1f} s"
     throttled_ms = sum(throttle_ms for _, throttle_ms, _ in answered)
+    print(f"{what}: {answered[-1][2] / model.elapsed_s:.3f}x Kafka's model's time, "
+          f"{throttled_ms / model.throttle_ms:.3f}x its throttle")
     assert 0 < throttled_ms <= model.throttle_ms * (1 + MODEL_TOLERANCE), \
         f"{what}: throttled {throttled_ms} ms, Kafka's model {model.throttle_ms} ms"
     assert count_messages(proxy.bootstrap, topic) == 25
