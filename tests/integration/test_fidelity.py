@@ -91,6 +91,8 @@ def test_a_throttled_raw_producer_gets_kafkas_throttles_in_kafkas_time(broker: C
     assert min(sum(1 for ms in side if ms) for side in (kafka, proxy)) > 10, (kafka, proxy)
     assert abs(max(proxy) - max(kafka)) <= 100, (kafka, proxy)
     model = kafka_quota_model([[units for _, units in result.proxy.events]], MIB)
+    print(f"raw producer: {sum(1 for ms in kafka if ms)} / {sum(1 for ms in proxy if ms)} throttled (Kafka / proxy), "
+          f"the proxy's throttle {sum(proxy) / model.throttle_ms:.3f}x Kafka's model's")
     assert sum(proxy) <= model.throttle_ms * (1 + MARGIN), (sum(proxy), model.throttle_ms)
 
 
