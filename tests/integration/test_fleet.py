@@ -556,7 +556,7 @@ def test_a_quota_set_through_one_worker_is_in_force_at_both(own_proxy, tmp_path:
     wait_until(lambda: [in_force(0), in_force(1)] == [expected, expected], 30, "the quota in force at both workers")
 
 
-def metrics_of(port: int, timeout_s: float = 10) -> dict[str, float]:
+def metrics_of(port: int, timeout_s: float = 30) -> dict[str, float]:
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:

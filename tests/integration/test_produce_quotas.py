@@ -27,7 +27,7 @@ that are not all the model's size, nor come back when the model's do."""
 
 
 def metrics(proxy: ProxyProcess) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=30) as response:
         text = response.read().decode()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in text.splitlines() if line and not line.startswith("#")}
