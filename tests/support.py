@@ -332,17 +332,6 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = 60, **settings: A
         consumer.close()
 
 
-def kafka_produce_model_s(request_bytes: list[int], quota_bytes_per_s: float, window_num: int = 11,
-                          window_size_s: float = 1.0) -> float:
-    """When a Kafka broker would send the last response, reading one request at a time.
-
-    Kafka's model of a byte-rate quota: a request is read only after the previous response was
-    sent and its throttle has run out (``SocketServer`` mutes the channel); its size is recorded
-    when it is handled. Computed with the project's own rate (Kafka's ``SampledStat``).
-    """
-    return kafka_quota_model([request_bytes], quota_bytes_per_s, window_num, window_size_s).elapsed_s
-
-
 @dataclass(frozen=True)
 class QuotaModel:
     """Kafka's schedule for clients that come back the moment their throttle ends (none can be faster)."""
@@ -356,8 +345,10 @@ class QuotaModel:
 
 def kafka_quota_model(bytes_per_connection: list[list[int]], quota_bytes_per_s: float,
                       window_num: int = 11, window_size_s: float = 1.0, fetch: bool = False) -> QuotaModel:
-    """``kafka_produce_model_s`` for several connections charging one quota (a user's consumers):
-    each connection is muted for its own throttle; the next charge is the connection ready first,
+    """When a Kafka broker would send the last response to connections charging one quota, each read one request
+    at a time: a request is read only after the previous response was sent and its throttle has run out
+    (``SocketServer`` mutes the channel), computed with the project's own rate (Kafka's ``SampledStat``). Each
+    connection is muted for its own throttle; the next charge is the connection ready first,
     connections ready together taking turns (clients running side by side). ``fetch``: Kafka's Fetch,
     where a response that would be throttled is answered empty, its bytes un-recorded, and the same
     bytes asked for again once the throttle has run out."""
