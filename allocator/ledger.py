@@ -6,7 +6,8 @@ Layout under its directory (SPEC §6, seed design "PID ledger"):
   the process being killed; ``flush`` makes it durable (fsync) by sealing it.
 - ``snapshot-<seq>.pids``: an immutable sealed segment, sorted by PID: header, a sorted index of
   (pid, offset) read by binary search with ``pread``, then the records, each with its CRC.
-- ``snapshot-<seq>.bloom``: its Bloom filter (int32 bit count, int32 hash count, int64 words).
+- ``snapshot-<seq>.bloom``: its Bloom filter (int32 bit count, int32 hash count, int64 words), then the
+  CRC-32 of those bytes: a sidecar that fails it is rebuilt from its snapshot.
 
 Memory holds the snapshots' filters (newest first), the active segment's filter and PID ->
 offset map (bounded: the segment is sealed at the filter shape's capacity), and a bounded
@@ -123,6 +124,38 @@ def read_record_at(fd: int, path: Path, position: int) -> PidRecord:
     return decoded[0]
 
 
+def sidecar_bytes(bloom: Filter) -> bytes:
+    """A ``.bloom`` sidecar: the filter's bytes, then their CRC-32."""
+    data = bloom.to_bytes()
+    return data + _CRC.pack(zlib.crc32(data))
+
+
+def sidecar_filter_bytes(sidecar: bytes) -> bytes:
+    """The filter's bytes of a ``.bloom`` sidecar; ValueError when its checksum fails."""
+    data = sidecar[:-_CRC.size]
+    if len(sidecar) < _CRC.size or zlib.crc32(data) != _CRC.unpack_from(sidecar, len(data))[0]:
+        raise ValueError("the filter fails its checksum")
+    return data
+
+
+def _read_snapshot_head(fd: int, path: Path) -> tuple[int, int]:
+    """A snapshot's record count and data offset, once its header and index pass their checks."""
+    head = os.pread(fd, _SNAPSHOT_HEAD.size, 0)
+    if len(head) != _SNAPSHOT_HEAD.size:
+        raise LedgerCorrupt(f"{path}: truncated header")
+    magic, count, data_offset, crc = _SNAPSHOT_HEAD.unpack(head)
+    if magic != _MAGIC:
+        raise LedgerCorrupt(f"{path}: not a ledger snapshot")
+    # the count sizes the index read, so it is checked against the file first
+    index_bytes, file_bytes = count * _INDEX_ENTRY.size, os.fstat(fd).st_size
+    if data_offset != _SNAPSHOT_HEAD.size + index_bytes or data_offset > file_bytes:
+        raise LedgerCorrupt(f"{path}: header declares {count} records (an index of {index_bytes} bytes) and "
+                            f"data at byte {data_offset}, in a file of {file_bytes} bytes")
+    if zlib.crc32(head[:-_CRC.size] + os.pread(fd, index_bytes, _SNAPSHOT_HEAD.size)) != crc:
+        raise LedgerCorrupt(f"{path}: bad header or index checksum")
+    return count, data_offset
+
+
 class Snapshot:
     """One sealed segment: its filter in memory, everything else read from the file on demand."""
 
@@ -131,13 +164,11 @@ class Snapshot:
         self.path = path
         self.filter = bloom
         self._fd = os.open(path, os.O_RDONLY)
-        head = os.pread(self._fd, _SNAPSHOT_HEAD.size, 0)
-        if len(head) != _SNAPSHOT_HEAD.size:
-            raise LedgerCorrupt(f"{path}: truncated header")
-        magic, self.count, self._data_offset, crc = _SNAPSHOT_HEAD.unpack(head)
-        index = os.pread(self._fd, self.count * _INDEX_ENTRY.size, _SNAPSHOT_HEAD.size)
-        if magic != _MAGIC or zlib.crc32(head[:-_CRC.size] + index) != crc:
-            raise LedgerCorrupt(f"{path}: bad header or index checksum")
+        try:
+            self.count, self._data_offset = _read_snapshot_head(self._fd, path)
+        except LedgerCorrupt:
+            os.close(self._fd)
+            raise
 
     @staticmethod
     def encode(records: list[PidRecord]) -> bytes:
@@ -253,7 +284,7 @@ class Segment:
         for record in read_ledger_file(self.path):
             records[record.pid] = record  # the newest version of each PID wins
         path = self.path.with_name(f"snapshot-{self.sequence:010d}.pids")
-        write_durably(path.with_suffix(".bloom"), self.filter.to_bytes())
+        write_durably(path.with_suffix(".bloom"), sidecar_bytes(self.filter))
         write_durably(path, Snapshot.encode(list(records.values())))
         return path
 
@@ -324,13 +355,13 @@ class PidLedger:
     def _open_snapshot(self, sequence: int, path: Path) -> Snapshot:
         sidecar = path.with_suffix(".bloom")
         try:
-            bloom = self._filters.load(sidecar.read_bytes())
+            bloom = self._filters.load(sidecar_filter_bytes(sidecar.read_bytes()))
         except (OSError, ValueError) as error:
             log.warning("%s: rebuilding the Bloom filter (%s)", sidecar, error)
             bloom = self._filters.new()
             for record in read_ledger_file(path):
                 bloom.add(record.pid)
-            write_durably(sidecar, bloom.to_bytes())
+            write_durably(sidecar, sidecar_bytes(bloom))
         return Snapshot(sequence, path, bloom)
 
     # ---- reading and writing -----------------------------------------------------------------

@@ -96,10 +96,10 @@ class BloomFilter:
         if len(data) < _SIDECAR_HEADER.size:
             raise ValueError("Bloom filter data shorter than its header")
         bit_count, hash_count = _SIDECAR_HEADER.unpack_from(data)
-        bloom = cls(bit_count, hash_count)
         words = data[_SIDECAR_HEADER.size:]
-        if len(words) != (len(bloom._bits) + 7) // 8 * 8:
+        if len(words) != (bit_count + 63) // 64 * 8:  # checked before the bit count sizes an allocation
             raise ValueError(f"Bloom filter of {bit_count} bits has {len(words)} bytes of words")
+        bloom = cls(bit_count, hash_count)
         padded = b"".join(words[i:i + 8][::-1] for i in range(0, len(words), 8))
         bloom._bits[:] = padded[:len(bloom._bits)]
         return bloom

@@ -99,6 +99,27 @@ def test_missing_sidecar_is_rebuilt_and_a_corrupt_snapshot_set_aside(tmp_path: P
     recovered.close()
 
 
+def test_a_sidecar_failing_its_checksum_is_rebuilt_and_a_snapshot_count_beyond_its_file_set_aside(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ledger = PidLedger(tmp_path, Filters(capacity=10), segment_capacity=10)
+    for pid in range(20):
+        ledger.update(record(pid))
+    ledger.close()
+    first, second = sorted(tmp_path.glob("snapshot-*.pids"))
+    sidecar = bytearray(first.with_suffix(".bloom").read_bytes())
+    sidecar[20] ^= 0xFF  # a bit of the filter: the pid it drops would read as unknown
+    first.with_suffix(".bloom").write_bytes(bytes(sidecar))
+    data = bytearray(second.read_bytes())
+    data[4:8] = (2**32 - 1).to_bytes(4, "big")  # a count whose index (48 GiB) the file cannot hold
+    second.write_bytes(bytes(data))
+    recovered = PidLedger(tmp_path, Filters(capacity=10), segment_capacity=10)
+    assert f"{first.with_suffix('.bloom')}: rebuilding the Bloom filter (the filter fails its checksum)" in caplog.text
+    assert f"{second}: header declares 4294967295 records" in caplog.text
+    assert second.with_suffix(".corrupt").exists()
+    assert all(recovered.read(pid) == record(pid) for pid in range(10))
+    recovered.close()
+
+
 _WRITER = """
 import sys
 from pathlib import Path

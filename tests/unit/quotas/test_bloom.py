@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -86,3 +87,15 @@ def test_sidecar_bytes_round_trip_in_int64_words() -> None:
     assert first.to_bytes()[8:] == (1).to_bytes(8, "big")
     with pytest.raises(ValueError):
         BloomFilter.from_bytes(data[:-1])
+
+
+def test_a_header_declaring_a_huge_filter_is_refused_before_it_is_allocated() -> None:
+    huge = (2**31 - 1).to_bytes(4, "big") + (3).to_bytes(4, "big") + bytes(8)  # 256 MiB declared, 8 bytes given
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="2147483647 bits has 8 bytes"):
+            BloomFilter.from_bytes(huge)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
