@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from allocator.durable import write_durably
 from proxy.files.toml_file import read_toml
@@ -143,14 +144,10 @@ def _credential_fields(credential: Credential) -> dict[str, str | int]:
 
 
 def save_users(path: Path, store: UserStore) -> None:
-    """Write the users file atomically, readable by its owner only."""
-    lines = ["# kafka-quota-proxy users (written by `kafka-quota-proxy users add`)"]
-    for name in sorted(store.users):
-        for mechanism in MECHANISMS:
-            credential = store.users[name].get(mechanism)
-            if credential is None:
-                continue
-            lines += ["", f"[users.{json.dumps(name)}.{mechanism}]"]
-            lines += [f"{key} = {json.dumps(value)}" for key, value in _credential_fields(credential).items()]
-    write_durably(path, ("\n".join(lines) + "\n").encode(), mode=0o600)
-
+    """Write the users file atomically, readable by its owner only (tomli-w quotes any user name as TOML
+    wants it: JSON's escapes are not TOML's for characters beyond the Basic Multilingual Plane)."""
+    users = {name: {mechanism: _credential_fields(store.users[name][mechanism])
+                    for mechanism in MECHANISMS if mechanism in store.users[name]}
+             for name in sorted(store.users)}
+    header = "# kafka-quota-proxy users (written by `kafka-quota-proxy users add`)\n\n"
+    write_durably(path, (header + tomli_w.dumps({"users": users})).encode(), mode=0o600)

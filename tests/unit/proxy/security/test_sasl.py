@@ -220,6 +220,15 @@ def test_users_file_round_trip_keeps_no_password(tmp_path: Path) -> None:
     assert loaded.users == STORE.users
 
 
+
+@pytest.mark.parametrize("name", ["dev-\U0001F600", 'quote"back\\slash', "tab\tand\u00e9", "a.b"])
+def test_users_file_keeps_any_user_name_toml_can_hold(tmp_path: Path, name: str) -> None:
+    """JSON writes a character beyond the Basic Multilingual Plane as a surrogate pair, which TOML refuses."""
+    path = tmp_path / "users.toml"
+    store = UserStore({name: {"PLAIN": plain_credential("pw", 1000)}})
+    save_users(path, store)
+    assert load_users(path).users == store.users
+
 @pytest.mark.parametrize(("text", "message"), [
     ('[users.a.KERBEROS]\nsalt = ""\n', "unknown mechanism"),
     ('[users.a.PLAIN]\nsalt = "AA=="\niterations = 5\n', "needs exactly"),
