@@ -14,19 +14,28 @@ from kafka.protocol.schemas.fields.codecs import EncodeBufferPool
 
 from protocol.apis import Api, request_class, response_class
 from protocol.errors import ProtocolError
+from protocol.produce import NEWEST_SCANNED_PRODUCE_VERSION
 
-CODEC_APIS = frozenset({
-    Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS, Api.INIT_PRODUCER_ID,
-    Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,
-    Api.API_VERSIONS, Api.METADATA, Api.FIND_COORDINATOR, Api.DESCRIBE_CLUSTER, Api.DESCRIBE_CONFIGS,
-    Api.ALLOCATE_PRODUCER_IDS,
-})
-"""The APIs with a full codec here; Produce has its zero-copy scanner instead (``protocol.produce``)."""
+TESTED_VERSIONS: dict[int, int] = {
+    Api.PRODUCE: NEWEST_SCANNED_PRODUCE_VERSION, Api.FETCH: 18,
+    Api.CREATE_TOPICS: 7, Api.DELETE_TOPICS: 6, Api.CREATE_PARTITIONS: 3, Api.INIT_PRODUCER_ID: 6,
+    Api.ALTER_CLIENT_QUOTAS: 1, Api.DESCRIBE_CLIENT_QUOTAS: 1, Api.SASL_HANDSHAKE: 1, Api.SASL_AUTHENTICATE: 2,
+    Api.API_VERSIONS: 4, Api.METADATA: 13, Api.FIND_COORDINATOR: 6, Api.DESCRIBE_CLUSTER: 2, Api.DESCRIBE_CONFIGS: 4,
+    Api.ALLOCATE_PRODUCER_IDS: 0,
+}
+"""The newest version of each API whose messages the proxy walks that it is tested with (kafka-python 3.0's
+schemas, Apache Kafka 4.3). A newer kafka-python's schema does not raise it: the proxy would offer clients a
+version whose fields it has never been shown to handle (a new topic-naming field it does not check, say)."""
+
+CODEC_APIS = frozenset(TESTED_VERSIONS) - {Api.PRODUCE, Api.FETCH}
+"""The APIs with a full codec here; Produce has its zero-copy scanner instead (``protocol.produce``), Fetch its
+own reader (``protocol.fetch``)."""
 
 
 def max_version(api_key: int) -> int:
-    """The newest version the proxy can parse in both directions."""
-    return int(min(request_class(api_key).max_version, response_class(api_key).max_version))
+    """The newest version the proxy parses in both directions: kafka-python's, up to the tested one."""
+    return int(min(request_class(api_key).max_version, response_class(api_key).max_version,
+                   TESTED_VERSIONS[api_key]))
 
 
 _MAY_READ_AS_NULL = frozenset({"string", "bytes", "records"})

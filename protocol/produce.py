@@ -27,6 +27,8 @@ from protocol.header import RequestHeader, read_uvarint
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
 FIRST_TOPIC_ID_PRODUCE_VERSION = 13
 MIN_SCANNED_PRODUCE_VERSION = 3  # from v3 a partition carries exactly one magic-2 batch
+NEWEST_SCANNED_PRODUCE_VERSION = 13
+"""The newest Produce the scanner reads (Apache Kafka 4.3's newest): the proxy offers clients no newer one."""
 
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
@@ -288,8 +290,9 @@ class StreamedProduceScan:
     def __init__(self, header: RequestHeader, frame_bytes: int) -> None:
         """``frame_bytes``: the frame's size without its size prefix; the frame is fed from its first byte."""
         version = header.api_version
-        if not MIN_SCANNED_PRODUCE_VERSION <= version <= FIRST_TOPIC_ID_PRODUCE_VERSION:
-            raise ProtocolError("Produce version outside the scanned range 3-13", api_key=Api.PRODUCE,
+        if not MIN_SCANNED_PRODUCE_VERSION <= version <= NEWEST_SCANNED_PRODUCE_VERSION:
+            raise ProtocolError(f"Produce version outside the scanned range {MIN_SCANNED_PRODUCE_VERSION}-"
+                                f"{NEWEST_SCANNED_PRODUCE_VERSION}", api_key=Api.PRODUCE,
                                 api_version=version, offset=0)
         self.header = header
         self.scan: ProduceScan | None = None

@@ -1,9 +1,9 @@
 """ApiVersions: what the proxy tells clients it serves, and the answers it gives itself.
 
 The cluster's list, asked once by the proxy, capped for the APIs whose messages the proxy decodes
-(kafka-python's codecs, and Fetch at v15, see ``FETCH_VERSION_CEILING``), with the APIs the proxy
-answers itself added. Responses the cluster sends to a client's own ApiVersions get the same
-treatment on their way back (``proxy.connection.responses``).
+(``protocol.codecs.TESTED_VERSIONS``, and Fetch at v15, see ``FETCH_VERSION_CEILING``), with the APIs the
+proxy answers itself added. Responses the cluster sends to a client's own ApiVersions get the same treatment
+on their way back (``proxy.connection.responses``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
 from proxy.settings.config import ProxyConfig
 
-# APIs whose messages the proxy parses; ApiVersions answers cap them to what kafka-python can parse.
+# APIs whose messages the proxy decodes; ApiVersions answers cap them to the versions it parses and was tested with.
 _DECODED_APIS = ADDRESS_BEARING_APIS | {
-    Api.API_VERSIONS, Api.PRODUCE, Api.FETCH, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
-    Api.INIT_PRODUCER_ID, Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS}
+    Api.API_VERSIONS, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS, Api.INIT_PRODUCER_ID,
+    Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS, Api.SASL_HANDSHAKE,
+    Api.SASL_AUTHENTICATE}
 _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
 FETCH_VERSION_CEILING = 15
