@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.addresses import BrokerAddress
@@ -14,7 +15,7 @@ from protocol.apis import Api, request_class, response_class
 from protocol.codecs import build
 from protocol.errors import ProtocolError
 from protocol.header import response_header_length
-from proxy.security.sasl_messages import AuthenticationFailed, ScramClient, plain_token
+from proxy.security.sasl_messages import AuthenticationFailed, ScramClient, ScramSalt, plain_token, salted_password
 from proxy.security.tls import ReloadingContext
 from proxy.security.users import PLAIN
 from proxy.settings.config import HostPort, UpstreamSasl
@@ -30,12 +31,46 @@ UPSTREAM_ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolE
 """What talking to the cluster may raise: unreachable, slow, closed, garbled or refused."""
 
 
+class SaltedPasswords:
+    """The proxy's SCRAM SaltedPassword per salt and iteration count, computed once on a worker thread.
+
+    In terminate mode every client connection opens its own upstream connection with the proxy's login: PBKDF2
+    on the event loop for each would hold every other connection for its milliseconds. A cluster's brokers
+    share a user's credential, so one salt is the common case; logins waiting for the same salt share one
+    computation."""
+
+    CAPACITY = 16
+    """Salts remembered, oldest dropped first (a credential changed on the cluster brings a new salt)."""
+
+    def __init__(self) -> None:
+        self._known: OrderedDict[tuple[str, ScramSalt], bytes] = OrderedDict()
+        self._computing: dict[tuple[str, ScramSalt], asyncio.Future[bytes]] = {}
+
+    async def get(self, sasl: UpstreamSasl, salt: ScramSalt) -> bytes:
+        key = (sasl.mechanism, salt)
+        known = self._known.get(key)
+        if known is not None:
+            self._known.move_to_end(key)
+            return known
+        computing = self._computing.get(key)
+        if computing is None:
+            computing = asyncio.ensure_future(asyncio.to_thread(salted_password, sasl.mechanism, sasl.password, salt))
+            self._computing[key] = computing
+            computing.add_done_callback(lambda _: self._computing.pop(key, None))
+        salted = await asyncio.shield(computing)
+        self._known[key] = salted
+        while len(self._known) > self.CAPACITY:
+            self._known.popitem(last=False)
+        return salted
+
+
 @dataclass(frozen=True)
 class UpstreamAccess:
     """How the proxy reaches the cluster: its own SASL login (``[upstream-sasl]``) and TLS (``[upstream-tls]``)."""
 
     sasl: UpstreamSasl | None = None
     tls: ReloadingContext | None = None
+    salted_passwords: SaltedPasswords = field(default_factory=SaltedPasswords, compare=False, repr=False)
 
     def tls_arguments(self, target: HostPort) -> dict[str, Any]:
         """``ssl`` and ``server_hostname`` for a connection to ``target`` (both None without TLS)."""
@@ -107,7 +142,7 @@ async def open_upstream(target: HostPort, access: UpstreamAccess,
     reader, writer = await access.open(target)
     if access.sasl is not None:
         try:
-            await _login(reader, writer, access.sasl, max_frame_bytes)
+            await _login(reader, writer, access.sasl, access.salted_passwords, max_frame_bytes)
         except BaseException:
             writer.close()
             raise
@@ -115,7 +150,7 @@ async def open_upstream(target: HostPort, access: UpstreamAccess,
 
 
 async def _login(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: UpstreamSasl,
-                 max_frame_bytes: int) -> None:
+                 salted_passwords: SaltedPasswords, max_frame_bytes: int) -> None:
     handshake = await exchange(reader, writer, Api.SASL_HANDSHAKE, _SASL_HANDSHAKE_VERSION,
                                {"mechanism": sasl.mechanism}, max_frame_bytes)
     if handshake.error_code:
@@ -135,7 +170,8 @@ async def _login(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sas
         return
     client = ScramClient(sasl.mechanism, sasl.username, sasl.password)
     server_first = await send(client.first_message())
-    client.verify_server(await send(client.final_message(server_first)))
+    salted = await salted_passwords.get(sasl, client.server_salt(server_first))
+    client.verify_server(await send(client.final_message(server_first, salted)))
 
 
 async def request_once(target: HostPort, api_key: int, api_version: int, message: dict[str, Any],

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from protocol.apis import Api
 from protocol.codecs import decode_request
 from protocol.header import RequestHeader
-from proxy.security.users import SCRAM_HASHES, b64, saslprep
+from proxy.security.users import MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_HASHES, b64, saslprep
 
 
 def sasl_request_field(frame: memoryview, header: RequestHeader) -> str | bytes:
@@ -125,8 +125,19 @@ def oauthbearer_principal(token: OAuthBearerToken, claim: str) -> str:
 
 # ---- the client side (the proxy's own upstream login) ------------------------------------------
 
+class ScramSalt(NamedTuple):
+    salt: bytes
+    iterations: int
+
+
+def salted_password(mechanism: str, password: str, salt: ScramSalt) -> bytes:
+    """SCRAM's SaltedPassword, Hi(password, salt, i): PBKDF2, thousands of HMACs (milliseconds)."""
+    return hashlib.pbkdf2_hmac(SCRAM_HASHES[mechanism], saslprep(password), salt.salt, salt.iterations)
+
+
 class ScramClient:
     def __init__(self, mechanism: str, user: str, password: str) -> None:
+        self.mechanism = mechanism
         self._digest = SCRAM_HASHES[mechanism]
         self._password = password
         self._nonce = secrets.token_urlsafe(24)
@@ -137,13 +148,31 @@ class ScramClient:
     def first_message(self) -> bytes:
         return f"n,,{self._first_bare}".encode()
 
-    def final_message(self, server_first: bytes) -> bytes:
-        text = server_first.decode()
-        attributes = scram_attributes(text)
-        nonce, salt, iterations = attributes.get("r", ""), attributes.get("s", ""), attributes.get("i", "")
-        if not nonce.startswith(self._nonce) or not iterations.isdigit():
+    def server_salt(self, server_first: bytes) -> ScramSalt:
+        """The salt and iteration count the server-first message asks for, refused outside Kafka's bounds (a
+        count beyond them is no credential a Kafka cluster holds, and would cost the proxy that many HMACs)."""
+        try:
+            attributes = scram_attributes(server_first.decode())
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("invalid SCRAM server-first message (not UTF-8)") from None
+        salt, iterations = attributes.get("s", ""), attributes.get("i", "")
+        if not attributes.get("r", "").startswith(self._nonce) or not iterations.isdigit():
             raise AuthenticationFailed("invalid SCRAM server-first message")
-        salted = hashlib.pbkdf2_hmac(self._digest, saslprep(self._password), base64.b64decode(salt), int(iterations))
+        if not MIN_SCRAM_ITERATIONS <= int(iterations) <= MAX_SCRAM_ITERATIONS:
+            raise AuthenticationFailed(f"the server asks for {iterations} SCRAM iterations, outside Kafka's "
+                                       f"{MIN_SCRAM_ITERATIONS}-{MAX_SCRAM_ITERATIONS} for {self.mechanism}")
+        try:
+            return ScramSalt(base64.b64decode(salt, validate=True), int(iterations))
+        except ValueError:
+            raise AuthenticationFailed("invalid SCRAM server-first message (salt)") from None
+
+    def final_message(self, server_first: bytes, salted: bytes | None = None) -> bytes:
+        """``salted``: the SaltedPassword for ``server_salt(server_first)``, when the caller computed it
+        (computed here otherwise)."""
+        if salted is None:
+            salted = salted_password(self.mechanism, self._password, self.server_salt(server_first))
+        text = server_first.decode()
+        nonce = scram_attributes(text)["r"]
         client_key = hmac.digest(salted, b"Client Key", self._digest)
         stored_key = hashlib.new(self._digest, client_key).digest()
         without_proof = f"c={b64(b'n,,')},r={nonce}"

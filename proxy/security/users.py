@@ -23,6 +23,7 @@ SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISMS = (PLAIN, *SCRAM_HASHES)
 DEFAULT_ITERATIONS = {PLAIN: 100_000, "SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 8192}
 MIN_SCRAM_ITERATIONS = 4096  # RFC 7677 and Kafka's ScramMechanism minimum
+MAX_SCRAM_ITERATIONS = 16384  # Kafka's ScramMechanism maximum: a Kafka cluster stores no credential above it
 
 
 class SaslConfigError(ValueError):
