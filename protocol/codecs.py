@@ -33,9 +33,10 @@ own reader (``protocol.fetch``)."""
 
 
 def max_version(api_key: int) -> int:
-    """The newest version the proxy parses in both directions: kafka-python's, up to the tested one."""
-    return int(min(request_class(api_key).max_version, response_class(api_key).max_version,
-                   TESTED_VERSIONS[api_key]))
+    """The newest version the proxy parses in both directions: kafka-python's, up to the tested one (for the APIs
+    of ``TESTED_VERSIONS``)."""
+    newest = min(request_class(api_key).max_version, response_class(api_key).max_version)
+    return int(min(newest, TESTED_VERSIONS.get(api_key, newest)))
 
 
 _MAY_READ_AS_NULL = frozenset({"string", "bytes", "records"})
