@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from struct import Struct
 from struct import error as StructError
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 from protocol.apis import Api
 from protocol.errors import INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE, ProtocolError
@@ -231,6 +231,36 @@ def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
         topics.append(TopicData(name, topic_id, tuple(partitions)))
     yield from _tagged_fields(cursor)
     return ProduceScan(transactional_id, acks, timeout_ms, tuple(topics))
+
+
+class ProduceTopicsHead(NamedTuple):
+    topic_count: int
+    first_name: str | None
+    first_topic_id: bytes | None
+    """v13 names topics by id instead of name."""
+
+
+def _walk_topics_head(cursor: _Cursor) -> _Walk[ProduceTopicsHead]:
+    yield from _string(cursor, "transactional_id")
+    yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")
+    count = yield from _array_count(cursor, "topic_data")
+    if not count:
+        return ProduceTopicsHead(0, None, None)
+    if cursor.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
+        start = yield from _take(cursor, 16, "topic_id")
+        return ProduceTopicsHead(count, None, bytes(cursor.buf[start:start + 16]))
+    return ProduceTopicsHead(count, (yield from _string(cursor, "topic name")), None)
+
+
+def produce_topics_head(frame_start: bytes | memoryview, header: RequestHeader) -> ProduceTopicsHead | None:
+    """How many topics a Produce request names and its first, read from the request's start (a whole request, or
+    the start of one being cut through); None when the start ends before them."""
+    walk = _walk_topics_head(_Cursor(frame_start, header.length, header.api_version))
+    try:
+        next(walk)
+    except StopIteration as read:
+        return cast(ProduceTopicsHead, read.value)
+    return None
 
 
 def _walk_partition(cursor: _Cursor) -> _Walk[PartitionData]:

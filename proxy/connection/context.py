@@ -23,8 +23,9 @@ class ProduceDecisions(Protocol):
         """``frame`` is the whole request (size prefix excluded) or, when not ``whole``, its start;
         ``request_bytes`` is the whole request's size."""
 
-    def needs_whole_frame(self, user: str) -> bool:
-        """The user's requests are decided only once whole (never cut through)."""
+    def needs_whole_frame(self, user: str, frame_start: memoryview) -> bool:
+        """The request starting with ``frame_start`` (size prefix excluded) is decided only once whole (never cut
+        through)."""
 
     def scans_batches(self, user: str) -> bool:
         """The user's batch headers are read: a request cut through is scanned as it goes by

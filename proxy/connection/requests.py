@@ -238,7 +238,7 @@ class RequestSide(ConnectionState):
         handler = self._context.produce_handler
         api_key = peek_request(frame).api_key
         produce = api_key == Api.PRODUCE
-        if produce and handler.needs_whole_frame(self._user):
+        if produce and handler.needs_whole_frame(self._user, frame):
             return
         if api_key in self._context.handlers:
             return  # handlers other than Produce judge whole requests

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
-from protocol.errors import THROTTLING_QUOTA_EXCEEDED
+from protocol.errors import THROTTLING_QUOTA_EXCEEDED, TOPIC_AUTHORIZATION_FAILED, ProtocolError
 from protocol.header import RequestHeader, parse_request_header, peek_request
 from protocol.produce import (
     FIRST_FLEXIBLE_PRODUCE_VERSION,
@@ -18,6 +18,7 @@ from protocol.produce import (
     ProduceScan,
     StreamedProduceScan,
     produce_acks,
+    produce_topics_head,
     scan_produce,
 )
 from protocol.responses import (
@@ -42,13 +43,15 @@ no answer, notices the disconnection and refreshes its metadata instead of losin
 
 class ProduceHandler:
     def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder, topic_names: TopicNames,
-                 scan_all: bool = False) -> None:
-        """``scan_all``: read every request's batches so the ledger sees every producer ID."""
+                 scan_all: bool = False, reserved_topics: frozenset[str] = frozenset()) -> None:
+        """``scan_all``: read every request's batches so the ledger sees every producer ID. ``reserved_topics``:
+        the proxy's own topics, which no client may write (each request's topics are read to find them)."""
         self._quotas = quotas
         self._usage = usage
         self._ledger = ledger
         self._topic_names = topic_names
         self._scan_all = scan_all
+        self._reserved_topics = reserved_topics
 
     def _checks_producer_ids(self, user: str) -> bool:
         """A producer-ID quota applies (or every PID is recorded)."""
@@ -80,8 +83,8 @@ class ProduceHandler:
         return sizes
 
     def _unnamed_topics(self, scan: ProduceScan) -> set[bytes]:
-        """Topic ids (v13) a topic quota needs named and the proxy cannot name yet."""
-        if not self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE):
+        """Topic ids (v13) a topic quota or the reserved topics need named and the proxy cannot name yet."""
+        if not (self._reserved_topics or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)):
             return set()
         return self._topic_names.unknown(topic.topic_id for topic in scan.topics if topic.topic_id is not None)
 
@@ -96,11 +99,24 @@ class ProduceHandler:
             ledger.seen({batch.producer_id for batch in batches}, user, client_id)
         return decision
 
-    def needs_whole_frame(self, user: str) -> bool:
+    def needs_whole_frame(self, user: str, frame_start: memoryview) -> bool:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
-        and check its producer IDs once it is complete (``completed_throttle``), as topic quotas charge it."""
-        return self._checks_producer_ids(user) and \
-            self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT
+        and check its producer IDs once it is complete (``completed_throttle``), as topic quotas charge it.
+
+        With reserved topics, only a request for one topic the proxy knows is not reserved may stream: the
+        next topic's name comes after the first one's records, too late to keep the request from the cluster."""
+        if self._checks_producer_ids(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT:
+            return True
+        if not self._reserved_topics:
+            return False
+        try:
+            head = produce_topics_head(frame_start, _header(frame_start))
+        except ProtocolError:
+            return True  # the whole request is judged, and refused
+        if head is None or head.topic_count != 1:
+            return True
+        name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
+        return name is None or name in self._reserved_topics
 
     def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
@@ -112,10 +128,11 @@ class ProduceHandler:
         ledger's cache does not know is decided once the worker thread has read it from disk.
         """
         header = _header(frame)
-        scan = scan_produce(frame, header) if whole and self.scans_batches(caller.user) else None
+        scans_batches = self.scans_batches(caller.user)
+        scan = scan_produce(frame, header) if whole and (scans_batches or self._reserved_topics) else None
         if scan is None:
             return self._decide(frame, header, None, [], request_bytes, caller)
-        batches = _producer_batches(scan)
+        batches = _producer_batches(scan) if scans_batches else []
         missing = self._ledger.needs_lookup({batch.producer_id for batch in batches})
         unnamed = self._unnamed_topics(scan)
         if missing or unnamed:
@@ -139,6 +156,8 @@ class ProduceHandler:
         user, now_ms, broker = caller
         client_id = header.client_id or ""
         acks = scan.acks if scan is not None else produce_acks(frame, header)
+        if scan is not None and self._reserved_topics:
+            scan = self._reserved_topics_refused(scan)
         charged = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker)
         throttle_ms = charged.throttle_ms
         if scan is None:
@@ -159,6 +178,19 @@ class ProduceHandler:
         if scan.has_invalid_partitions:
             return _without_invalid_partitions(frame, header, scan, throttle_ms)
         return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
+
+    def _reserved_topics_refused(self, scan: ProduceScan) -> ProduceScan:
+        """The scan with every partition of a reserved topic refused as Kafka refuses a topic the principal may
+        not write (its authorization comes before the records are validated)."""
+        topics = []
+        for topic in scan.topics:
+            name = topic.name if topic.topic_id is None else self._topic_names.name(topic.topic_id)
+            if name in self._reserved_topics:
+                topic = topic._replace(partitions=tuple(
+                    partition._replace(error_code=TOPIC_AUTHORIZATION_FAILED, error_message=None)
+                    for partition in topic.partitions))
+            topics.append(topic)
+        return scan._replace(topics=tuple(topics))
 
     def stream_scan(self, frame_start: memoryview, frame_bytes: int) -> StreamedProduceScan:
         """The scan of a request forwarded while it arrives (``frame_start`` holds its header), fed as it goes

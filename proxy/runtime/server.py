@@ -168,8 +168,13 @@ class ProxyServer:
         self.pid_source = self._producer_id_source(settings)
         self.cluster = ClusterInfo(config, lambda: self._upstream_brokers.keys(), self.upstream_access)
         self.topic_names = TopicNames(self.cluster.topics_by_id)
+        self.reserved_topics = frozenset(
+            ([fleet.topic, fleet.quotas_topic] if fleet is not None else [])
+            + ([settings.blocks_topic] if settings.pid_source == "cluster" else []))
+        """The proxy's own topics: no client's request may reach them (the proxy writes them with its own login,
+        which the cluster lets write them whoever the client is)."""
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names,
-                                              settings.scan_all_produce)
+                                              settings.scan_all_produce, self.reserved_topics)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything

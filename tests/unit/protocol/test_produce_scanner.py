@@ -20,6 +20,7 @@ from protocol.produce import (
     UNSUPPORTED_COMPRESSION_TYPE,
     PartitionData,
     StreamedProduceScan,
+    produce_topics_head,
     scan_produce,
 )
 
@@ -227,3 +228,18 @@ def test_a_null_topic_name_is_a_protocol_error(version: int) -> None:
     frame = header + null_string + struct.pack(">hi", 1, 30_000) + one + null_string + no_partitions + tagged + tagged
     with pytest.raises(ProtocolError, match="topic name is null"):
         scan_produce(frame, parse_request_header(frame, flexible))
+
+
+@settings(max_examples=200)
+@given(produce_requests(), st.integers(0, 200))
+def test_the_topics_head_agrees_with_the_whole_scan_from_any_start_long_enough(generated: tuple[int, bytes],
+                                                                                cut: int) -> None:
+    version, frame = generated
+    header = parse_request_header(frame, flexible=version >= 9)
+    scan = scan_produce(memoryview(frame), header)
+    head = produce_topics_head(memoryview(frame)[:header.length + cut], header)
+    if head is None:  # the start ends before the first topic: a longer one reads it
+        assert produce_topics_head(memoryview(frame), header) is not None
+        return
+    first = scan.topics[0] if scan.topics else None
+    assert head == (len(scan.topics), first and first.name, first and first.topic_id)

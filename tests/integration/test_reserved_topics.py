@@ -1,0 +1,135 @@
+"""The proxy's own topics (the fleet's usage and quotas topics, the producer-ID blocks topic) are out of every
+client's reach: the proxy writes them with its own login, which the cluster lets write them whoever the client is.
+
+The scenario: a client writes, to the fleet's quotas topic, the record the proxy itself writes to lift a user's
+quota. Every client gets TOPIC_AUTHORIZATION_FAILED for that topic, as Kafka answers a topic the principal may not
+write, and the rest of its request is served.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from kafka import KafkaProducer
+from kafka.errors import TopicAuthorizationFailedError
+
+from protocol.apis import Api
+from tests.integration.test_fleet import described_producer_rate, start_fleet, until_every_member_describes
+from tests.integration.test_produce_refusals import PRODUCE_VERSION, produce_response
+from tests.support import (
+    Cluster,
+    ProxyProcess,
+    call,
+    closed_by_peer,
+    create_topic_on_one_broker,
+    encode_request,
+    read_frame,
+    read_to_end,
+    record_batch,
+)
+
+pytestmark = pytest.mark.integration
+TOPIC_AUTHORIZATION_FAILED = 29
+LIFTED_KEY = b'{"quota":"producer_byte_rate","user":"mallory"}'
+LIFTED_VALUE = b'{"limit":null}'
+LARGE = 512 * 1024  # well past the 64 KiB after which a request is forwarded as it arrives
+
+
+def alter_producer_rate(proxy: ProxyProcess, user: str, rate: float) -> None:
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        answer = call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[{
+            "entity": [{"entity_type": "user", "entity_name": user}],
+            "ops": [{"key": "producer_byte_rate", "value": rate, "remove": False}]}])
+    assert [entry.error_code for entry in answer.entries] == [0]  # type: ignore[attr-defined]
+
+
+def lifting_batch() -> bytes:
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+    builder.append(0, LIFTED_KEY, LIFTED_VALUE)
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def topic_id(broker: Cluster, topic: str) -> uuid.UUID:
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        answer = call(sock, Api.METADATA, 12, topics=[{"name": topic, "topic_id": None}],
+                      allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    (described,) = answer.topics  # type: ignore[attr-defined]
+    assert described.error_code == 0
+    return uuid.UUID(str(described.topic_id))
+
+
+@pytest.fixture
+def fleet_member(own_proxy, tmp_path: Path) -> tuple[ProxyProcess, str]:  # type: ignore[no-untyped-def]
+    """One fleet member (no SASL: every client is ANONYMOUS, which may set quotas) with mallory at 100 kB/s."""
+    quotas_topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    (proxy,) = start_fleet(own_proxy, tmp_path, "[settings]\n", members=1, quotas_topic=quotas_topic)
+    alter_producer_rate(proxy, "mallory", 100_000)
+    until_every_member_describes([proxy], "mallory", 100_000)
+    return proxy, quotas_topic
+
+
+def assert_nothing_lifted(proxy: ProxyProcess, broker: Cluster, quotas_topic: str) -> None:
+    """A quota set after the attempts has reached the member, so any record they appended before it was read too:
+    mallory's quota stands, and the topic holds none of their records."""
+    alter_producer_rate(proxy, "sentinel", 1_000)
+    until_every_member_describes([proxy], "sentinel", 1_000)
+    assert described_producer_rate(proxy, "mallory") == 100_000
+    written = [(record.key, record.value) for record in read_to_end(broker.bootstrap, quotas_topic)]
+    assert (LIFTED_KEY, LIFTED_VALUE) not in written
+
+
+def test_clients_cannot_write_the_fleets_quotas_topic(fleet_member: tuple[ProxyProcess, str], broker: Cluster,
+                                                      topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    reports: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 30_000})
+    producer.produce(quotas_topic, LIFTED_VALUE, LIFTED_KEY, on_delivery=lambda error, _: reports.append(error))
+    assert producer.flush(60) == 0
+    assert [error.code() if error else None for error in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+    kafka_python = KafkaProducer(bootstrap_servers=proxy.bootstrap, retries=0)
+    with pytest.raises(TopicAuthorizationFailedError):
+        kafka_python.send(quotas_topic, key=LIFTED_KEY, value=LIFTED_VALUE).get(timeout=30)
+    kafka_python.close()
+
+    # raw: the reserved topic refused beside another of the same broker, which is written
+    leader, _, _ = broker.leader(quotas_topic)
+    create_topic_on_one_broker(broker, topic, node_id=leader)
+    port = proxy.broker_port_base + leader
+    both = [{"name": quotas_topic, "partition_data": [{"index": 0, "records": lifting_batch()}]},
+            {"name": topic, "partition_data": [{"index": 0, "records": record_batch([b"served"])}]}]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(encode_request(Api.PRODUCE, PRODUCE_VERSION, transactional_id=None, acks=-1,
+                                    timeout_ms=30_000, topic_data=both))
+        answer = read_frame(sock)
+        by_id = [{"topic_id": topic_id(broker, quotas_topic),
+                  "partition_data": [{"index": 0, "records": lifting_batch()}]}]
+        by_id_answer = call(sock, Api.PRODUCE, 13, correlation_id=2, transactional_id=None, acks=-1,
+                            timeout_ms=30_000, topic_data=by_id)
+        # a request too large to be held before it is forwarded, the reserved topic after the other's records
+        large = [{"name": topic, "partition_data": [{"index": 0, "records": record_batch([b"L" * LARGE])}]},
+                 both[0]]
+        sock.sendall(encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=3, transactional_id=None,
+                                    acks=-1, timeout_ms=30_000, topic_data=large))
+        large_answer = read_frame(sock)
+        sock.sendall(encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=4, transactional_id=None, acks=0,
+                                    timeout_ms=30_000, topic_data=both[:1]))
+        assert closed_by_peer(sock)  # acks=0 with an error closes the connection, as Kafka does
+    assert _errors_by_topic(answer) == _errors_by_topic(large_answer) == {
+        quotas_topic: TOPIC_AUTHORIZATION_FAILED, topic: 0}
+    assert [p.error_code for result in by_id_answer.responses  # type: ignore[attr-defined]
+            for p in result.partition_responses] == [TOPIC_AUTHORIZATION_FAILED]
+    assert [record.value for record in read_to_end(broker.bootstrap, topic)] == [b"served", b"L" * LARGE]
+    assert_nothing_lifted(proxy, broker, quotas_topic)
+
+
+def _errors_by_topic(frame: bytes) -> dict[str, int]:
+    return {result.name: partition.error_code for result in produce_response(frame).responses
+            for partition in result.partition_responses}
