@@ -36,6 +36,7 @@ from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
 from proxy.handlers.request_rate import RequestRateHandler
+from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import ClusterBlockClaims
@@ -196,6 +197,7 @@ class ProxyServer:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
+            **({Api.METADATA: MetadataWithoutReservedTopics(self.reserved_topics)} if self.reserved_topics else {}),
         }
         self._maintenance: list[asyncio.Task[None]] = []
         self._upstream_brokers: dict[int, HostPort] = {}

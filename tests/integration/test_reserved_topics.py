@@ -9,6 +9,7 @@ write, and the rest of its request is served.
 from __future__ import annotations
 
 import socket
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -133,3 +134,27 @@ def test_clients_cannot_write_the_fleets_quotas_topic(fleet_member: tuple[ProxyP
 def _errors_by_topic(frame: bytes) -> dict[str, int]:
     return {result.name: partition.error_code for result in produce_response(frame).responses
             for partition in result.partition_responses}
+
+
+def described_topics(proxy: ProxyProcess, topics: list[dict[str, object]] | None) -> dict[object, int]:
+    """Metadata v12 through ``proxy``: error code of each topic answered, by name (or by id when it has none)."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        answer = call(sock, Api.METADATA, 12, topics=topics, allow_auto_topic_creation=True,
+                      include_topic_authorized_operations=False)
+    return {topic.name if topic.name is not None else uuid.UUID(str(topic.topic_id)): topic.error_code
+            for topic in answer.topics}  # type: ignore[attr-defined]
+
+
+def test_metadata_leaves_the_proxys_topics_out_and_refuses_them_when_named(
+        fleet_member: tuple[ProxyProcess, str], broker: Cluster, tmp_path: Path, topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    usage_topic = tomllib.loads((tmp_path / "fleet0.toml").read_text())["fleet"]["topic"]
+    create_topic_on_one_broker(broker, topic)
+    everything = described_topics(proxy, None)
+    assert topic in everything and quotas_topic not in everything and usage_topic not in everything
+    named = described_topics(proxy, [{"name": quotas_topic, "topic_id": None}, {"name": topic, "topic_id": None},
+                                     {"name": usage_topic, "topic_id": None}])
+    assert named == {topic: 0, quotas_topic: TOPIC_AUTHORIZATION_FAILED, usage_topic: TOPIC_AUTHORIZATION_FAILED}
+    quotas_id, served_id = topic_id(broker, quotas_topic), topic_id(broker, topic)
+    by_id = described_topics(proxy, [{"name": None, "topic_id": quotas_id}, {"name": None, "topic_id": served_id}])
+    assert by_id == {quotas_id: TOPIC_AUTHORIZATION_FAILED, topic: 0}  # the id refused, its name not disclosed

@@ -1,0 +1,46 @@
+"""The proxy's own topics, kept from clients: Metadata as Kafka answers a principal that may not describe them.
+
+The proxy keeps topics on the cluster (the fleet's usage and quotas topics, the producer-ID blocks topic) and writes
+them with its own login, which the cluster lets do anything with them whoever the client is: a client that wrote the
+quotas topic would set any principal's quota on the whole fleet. So no client request reaches them: Produce refuses
+them (``proxy.handlers.produce``), and Metadata does not show them (here).
+"""
+
+from __future__ import annotations
+
+from protocol.apis import Api
+from protocol.header import read_request_header
+from protocol.reserved_topics import MetadataAsked, metadata_answer, metadata_asked
+from proxy.cluster.rewrites import RewriteMemo
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, replacement_request
+
+_REMEMBERED_ANSWER_BYTES = 1 << 20
+"""All-topics answers left without the reserved topics, remembered by the bytes the cluster sent (clients ask
+for them again and again, and a large cluster's answer costs milliseconds to decode)."""
+
+
+class MetadataWithoutReservedTopics:
+    def __init__(self, reserved_topics: frozenset[str]) -> None:
+        self._reserved = reserved_topics
+        self._all_topics_answers = RewriteMemo(_REMEMBERED_ANSWER_BYTES)
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        version = header.api_version
+        asked = metadata_asked(frame[header.length:], version, self._reserved)
+        if not (asked.all_topics or asked.refused_names or asked.by_id):
+            return FORWARD  # names only topics of the clients'
+
+        def finish(body: memoryview) -> bytes:
+            if asked == _ALL_TOPICS:
+                return self._all_topics_answers.rewritten(
+                    (Api.METADATA, version, bytes(body)),
+                    lambda: metadata_answer(body, version, asked, self._reserved)) or bytes(body)
+            return metadata_answer(body, version, asked, self._reserved)
+
+        replacement = None if asked.forwarded_body is None else replacement_request(frame, header,
+                                                                                     asked.forwarded_body)
+        return Outcome(replacement=replacement, finish=finish)
+
+
+_ALL_TOPICS = MetadataAsked(True, (), False, None)

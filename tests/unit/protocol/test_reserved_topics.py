@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from protocol.apis import Api
+from protocol.codecs import decode_request, decode_response, encode_request, encode_response
+from protocol.reserved_topics import metadata_answer, metadata_asked
+
+RESERVED = frozenset({"quotas"})
+QUOTAS_ID, ORDERS_ID = uuid.uuid4(), uuid.uuid4()
+
+
+def request(version: int, topics: list[dict[str, object]] | None) -> memoryview:
+    fields = {"topics": topics, "allow_auto_topic_creation": True, "include_topic_authorized_operations": False,
+              "include_cluster_authorized_operations": False}
+    return memoryview(encode_request(Api.METADATA, version, fields))
+
+
+def answer(version: int, names: list[str]) -> memoryview:
+    topics = [{"error_code": 0, "name": name, "topic_id": QUOTAS_ID if name == "quotas" else ORDERS_ID,
+               "is_internal": False, "partitions": []} for name in names]
+    return memoryview(encode_response(Api.METADATA, version, {"brokers": [], "cluster_id": "c", "controller_id": 1,
+                                                              "topics": topics}))
+
+
+def client_sees(version: int, asked_topics: list[dict[str, object]] | None, cluster_names: list[str]) -> list[tuple]:
+    asked = metadata_asked(request(version, asked_topics), version, RESERVED)
+    body = metadata_answer(answer(version, cluster_names), version, asked, RESERVED)
+    topics = decode_response(Api.METADATA, version, body).topics
+    return [(topic.error_code, topic.name, getattr(topic, "topic_id", None)) for topic in topics]
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_an_all_topics_answer_leaves_the_reserved_topics_out(version: int) -> None:
+    assert client_sees(version, None, ["orders", "quotas"]) == [
+        (0, "orders", ORDERS_ID if version >= 10 else None)]
+
+
+def test_a_reserved_name_is_refused_after_the_others_and_never_asked_of_the_cluster() -> None:
+    asked = metadata_asked(request(12, [{"name": "quotas", "topic_id": None}, {"name": "orders", "topic_id": None}]),
+                           12, RESERVED)
+    assert asked.forwarded_body is not None
+    forwarded = decode_request(Api.METADATA, 12, asked.forwarded_body)
+    assert [topic.name for topic in forwarded.topics] == ["orders"]  # nor created by it
+    assert client_sees(12, [{"name": "quotas", "topic_id": None}, {"name": "orders", "topic_id": None}],
+                       ["orders"]) == [(0, "orders", ORDERS_ID), (29, "quotas", None)]  # None: the zero id
+
+
+def test_a_reserved_topic_named_by_id_is_refused_without_its_name() -> None:
+    assert client_sees(12, [{"name": None, "topic_id": QUOTAS_ID}], ["quotas"]) == [(29, None, QUOTAS_ID)]
+
+
+def test_a_v0_request_naming_only_reserved_topics_gets_only_their_refusals() -> None:
+    """v0 reads an empty list as every topic: the cluster's whole answer is left out."""
+    assert client_sees(0, [{"name": "quotas"}], ["orders", "quotas"]) == [(29, "quotas", None)]
+
+
+def test_a_request_naming_only_the_clients_topics_is_left_as_it_is() -> None:
+    asked = metadata_asked(request(9, [{"name": "orders"}]), 9, RESERVED)
+    assert not (asked.all_topics or asked.refused_names or asked.by_id) and asked.forwarded_body is None
