@@ -4,6 +4,8 @@ Kafka charges a topic's partitions only once its own checks have passed, right b
 create, delete or extend it (``ControllerApis``, ``ReplicationControlManager``). The proxy does
 the same, entry by entry in request order:
 
+- entries naming one of the proxy's own topics are answered TOPIC_AUTHORIZATION_FAILED, with ControllerApis'
+  message, as Kafka answers a topic the principal may not create, delete or extend, whatever the quota;
 - entries Kafka refuses before the quota (a name given twice, an invalid name, a partition count
   or replication factor below -1 or 0, a bad manual assignment, a partition count that is no
   increase, both or neither of name and id) are answered by the proxy with Kafka's error and
@@ -41,6 +43,7 @@ from protocol.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     REQUEST_TIMED_OUT,
+    TOPIC_AUTHORIZATION_FAILED,
 )
 from protocol.header import RequestHeader, read_request_header
 from protocol.topic_admin import (
@@ -74,6 +77,11 @@ _DUPLICATE_NAME = TopicError(INVALID_REQUEST, "Duplicate topic name.")
 _DUPLICATE_ID = TopicError(INVALID_REQUEST, "Duplicate topic id.")
 _NAME_AND_ID = TopicError(INVALID_REQUEST, "You may not specify both topic name and topic id.")
 _NEITHER_NAME_NOR_ID = TopicError(INVALID_REQUEST, "Neither topic name nor id were specified.")
+_RESERVED_REFUSAL = {  # ControllerApis' answers to a topic the principal may not create, delete or extend
+    Api.CREATE_TOPICS: TopicError(TOPIC_AUTHORIZATION_FAILED, "Authorization failed."),
+    Api.DELETE_TOPICS: TopicError(TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
+    Api.CREATE_PARTITIONS: TopicError(TOPIC_AUTHORIZATION_FAILED, None),
+}
 
 
 @dataclass
@@ -98,24 +106,38 @@ class _Charges:
 
 
 class TopicMutationHandler:
-    def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog) -> None:
+    def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog,
+                 reserved_topics: frozenset[str] = frozenset()) -> None:
+        """``reserved_topics``: the proxy's own, refused to every client as Kafka refuses a topic the principal may
+        not create, delete or extend (before any other check, uncharged)."""
         self._quotas = quotas
         self._cluster = cluster
         self._usage = usage
+        self._reserved_topics = reserved_topics
 
     def __call__(self, frame: memoryview, caller: Caller) -> Decided:
         header = read_request_header(frame)
         client_id = header.client_id or ""
-        if self._quotas.config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is None:
+        limited = self._quotas.config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
+        if not (limited or self._reserved_topics):
             return FORWARD
         request = decode_request(header.api_key, header.api_version, frame[header.length:])
-        return self._decide(bytes(frame), header, request, caller.user)  # a copy: the connection's buffer moves on
+        entries = request_topics(header.api_key, header.api_version, request)
+        if not limited and not any(entry.name in self._reserved_topics or entry.topic_id for entry in entries):
+            return FORWARD
+        # a copy of the frame: the connection's buffer moves on
+        return self._decide(bytes(frame), header, request, entries, caller.user, limited)
 
-    async def _decide(self, frame: bytes, header: RequestHeader, request: Any, user: str) -> Outcome:
-        api_key, version = Api(header.api_key), header.api_version
-        entries = request_topics(api_key, version, request)
+    async def _decide(self, frame: bytes, header: RequestHeader, request: Any, entries: list[TopicRef], user: str,
+                      limited: bool) -> Outcome:
+        api_key = Api(header.api_key)
         try:
-            if api_key == Api.CREATE_TOPICS:
+            refused = await self._reserved_refusals(api_key, entries)
+            if not limited:
+                if not refused:
+                    return FORWARD
+                charges = _Charges()
+            elif api_key == Api.CREATE_TOPICS:
                 charges = await self._create_topics(request, entries)
             elif api_key == Api.DELETE_TOPICS:
                 charges = await self._delete_topics(entries)
@@ -126,10 +148,26 @@ class TopicMutationHandler:
                         error or type(error).__name__)
             unanswered = TopicError(REQUEST_TIMED_OUT, "The proxy could not read the topics' partition counts "
                                                        "from the cluster; retry.")
-            body = merged_topic_response(api_key, version, entries, {}, dict.fromkeys(range(len(entries)),
-                                                                                      unanswered), 0)
+            body = merged_topic_response(api_key, header.api_version, entries, {},
+                                         dict.fromkeys(range(len(entries)), unanswered), 0)
             return local_answer(header, body)
+        for index, (shown, refusal) in refused.items():
+            charges.counts.pop(index, None)
+            charges.refused[index] = refusal
+            charges.display[index] = shown
         return self._admit(memoryview(frame), header, request, entries, charges, user)
+
+    async def _reserved_refusals(self, api_key: Api, entries: list[TopicRef]) -> dict[int, tuple[TopicRef, TopicError]]:
+        """The entries naming a reserved topic (by name, or by id), with how the answer shows them: a topic
+        given by id keeps its name undisclosed, as Kafka answers a topic the principal may not describe."""
+        if not self._reserved_topics:
+            return {}
+        ids = [entry.topic_id for entry in entries if entry.topic_id is not None]
+        names_by_id = {topic_id: name for topic_id, (name, _) in (await self._cluster.topics_by_id(ids)).items()} \
+            if ids else {}
+        error = _RESERVED_REFUSAL[api_key]
+        return {index: (entry, error) for index, entry in enumerate(entries)
+                if (entry.name if entry.topic_id is None else names_by_id.get(entry.topic_id)) in self._reserved_topics}
 
     # ---- what each API is charged -----------------------------------------------------------
 

@@ -176,7 +176,7 @@ class ProxyServer:
         which the cluster lets write them whoever the client is)."""
         self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names,
                                               settings.scan_all_produce, self.reserved_topics)
-        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage)
+        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
         else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""

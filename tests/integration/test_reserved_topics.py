@@ -158,3 +158,28 @@ def test_metadata_leaves_the_proxys_topics_out_and_refuses_them_when_named(
     quotas_id, served_id = topic_id(broker, quotas_topic), topic_id(broker, topic)
     by_id = described_topics(proxy, [{"name": None, "topic_id": quotas_id}, {"name": None, "topic_id": served_id}])
     assert by_id == {quotas_id: TOPIC_AUTHORIZATION_FAILED, topic: 0}  # the id refused, its name not disclosed
+
+
+def test_the_proxys_topics_cannot_be_created_deleted_or_extended(fleet_member: tuple[ProxyProcess, str],
+                                                                  broker: Cluster, topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    quotas_id = topic_id(broker, quotas_topic)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        created = call(sock, Api.CREATE_TOPICS, 7, timeout_ms=30_000, validate_only=False, topics=[
+            {"name": quotas_topic, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []},
+            {"name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}])
+        extended = call(sock, Api.CREATE_PARTITIONS, 3, timeout_ms=30_000, validate_only=False,
+                        topics=[{"name": quotas_topic, "count": 4, "assignments": None}])
+        deleted_by_name = call(sock, Api.DELETE_TOPICS, 5, timeout_ms=30_000, topic_names=[quotas_topic])
+        deleted_by_id = call(sock, Api.DELETE_TOPICS, 6, timeout_ms=30_000,
+                             topics=[{"name": None, "topic_id": quotas_id}, {"name": topic, "topic_id": None}])
+    assert [(t.name, t.error_code, t.error_message) for t in created.topics] == [  # type: ignore[attr-defined]
+        (quotas_topic, TOPIC_AUTHORIZATION_FAILED, "Authorization failed."), (topic, 0, None)]
+    assert [(t.name, t.error_code) for t in extended.results] == [  # type: ignore[attr-defined]
+        (quotas_topic, TOPIC_AUTHORIZATION_FAILED)]
+    assert [(t.name, t.error_code, t.error_message) for t in deleted_by_name.responses] == [  # type: ignore[attr-defined]
+        (quotas_topic, TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")]
+    refused, served = deleted_by_id.responses  # type: ignore[attr-defined]
+    assert (refused.name, refused.topic_id, refused.error_code) == (None, quotas_id, TOPIC_AUTHORIZATION_FAILED)
+    assert (served.name, served.error_code) == (topic, 0)
+    assert topic_id(broker, quotas_topic) == quotas_id  # the same topic, its one partition
