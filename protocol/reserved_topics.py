@@ -1,9 +1,11 @@
 """Requests and answers without the topics a principal may not describe, shaped as Kafka shapes them.
 
 The proxy keeps topics of its own (``proxy.handlers.reserved_topics``); to a client they are what a topic it may not
-describe is to Kafka (``KafkaApis.handleTopicMetadataRequest``): left out of an all-topics answer, answered
-TOPIC_AUTHORIZATION_FAILED when named (by name: the name and a zero topic id; by id: the id and no name), and
-never created by the request.
+describe is to Kafka. Metadata (``KafkaApis.handleTopicMetadataRequest``) leaves them out of an all-topics answer,
+answers them TOPIC_AUTHORIZATION_FAILED when named (by name: the name and a zero topic id; by id: the id and no
+name), and never creates them. The APIs naming partitions of topics answer each partition of such a topic
+TOPIC_AUTHORIZATION_FAILED after the others' results; the config APIs answer such a topic resource
+TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed." (``ConfigHelper``, ``ControllerApis``).
 """
 
 from __future__ import annotations
@@ -64,3 +66,102 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, reserv
 def _refused(topic_class: Any, name: str | None, topic_id: uuid.UUID | None) -> Any:
     return topic_class(error_code=TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=topic_id, is_internal=False,
                        partitions=[])
+
+
+class _PartitionedApi(NamedTuple):
+    """Where a request names topics and their partitions, and where its answer puts each partition's result."""
+
+    topics: str
+    name: str
+    """The topic's name field, in request and answer alike."""
+    request_partitions: str
+    request_index: str | None
+    """The index field of a request's partition; None when the partitions are bare indexes."""
+    answer_topic: str
+    answer_partition: str
+    answer_index: str
+
+
+PARTITIONED_APIS: dict[int, _PartitionedApi] = {
+    Api.LIST_OFFSETS: _PartitionedApi("topics", "name", "partitions", "partition_index", "ListOffsetsTopicResponse",
+                                      "ListOffsetsPartitionResponse", "partition_index"),
+    Api.OFFSET_COMMIT: _PartitionedApi("topics", "name", "partitions", "partition_index", "OffsetCommitResponseTopic",
+                                       "OffsetCommitResponsePartition", "partition_index"),
+    Api.DELETE_RECORDS: _PartitionedApi("topics", "name", "partitions", "partition_index", "DeleteRecordsTopicResult",
+                                        "DeleteRecordsPartitionResult", "partition_index"),
+    Api.OFFSET_FOR_LEADER_EPOCH: _PartitionedApi("topics", "topic", "partitions", "partition",
+                                                 "OffsetForLeaderTopicResult", "EpochEndOffset", "partition"),
+    Api.TXN_OFFSET_COMMIT: _PartitionedApi("topics", "name", "partitions", "partition_index",
+                                           "TxnOffsetCommitResponseTopic", "TxnOffsetCommitResponsePartition",
+                                           "partition_index"),
+    Api.OFFSET_DELETE: _PartitionedApi("topics", "name", "partitions", "partition_index", "OffsetDeleteResponseTopic",
+                                       "OffsetDeleteResponsePartition", "partition_index"),
+    Api.DESCRIBE_PRODUCERS: _PartitionedApi("topics", "name", "partition_indexes", None, "TopicResponse",
+                                            "PartitionResponse", "partition_index"),
+}
+CONFIG_APIS = frozenset({Api.DESCRIBE_CONFIGS, Api.ALTER_CONFIGS, Api.INCREMENTAL_ALTER_CONFIGS})
+_TOPIC_RESOURCE = 2
+_TOPIC_AUTHORIZATION_FAILED_MESSAGE = "Topic authorization failed."
+
+
+class TopicsRefused(NamedTuple):
+    refused: tuple[tuple[str, tuple[int, ...]], ...]
+    """Each reserved topic the request names, with its partitions (none for a config resource)."""
+    forwarded_body: bytes | None
+    """The request body without them, or None when nothing of the request is left to forward."""
+
+
+def topics_refused(api_key: int, version: int, body: memoryview, reserved: frozenset[str]) -> TopicsRefused | None:
+    """The request's reserved topics and the body that goes to the cluster instead, or None when it names none."""
+    request = decode_request(api_key, version, body)
+    refused: tuple[tuple[str, tuple[int, ...]], ...]
+    if api_key in CONFIG_APIS:
+        refused = tuple((resource.resource_name, ()) for resource in request.resources
+                        if resource.resource_type == _TOPIC_RESOURCE and resource.resource_name in reserved)
+        if not refused:
+            return None
+        request.resources = [resource for resource in request.resources
+                             if not (resource.resource_type == _TOPIC_RESOURCE and resource.resource_name in reserved)]
+        kept = bool(request.resources)
+    else:
+        api = PARTITIONED_APIS[api_key]
+        topics = getattr(request, api.topics)
+        refused = tuple((getattr(topic, api.name), _partition_indexes(api, topic)) for topic in topics
+                        if getattr(topic, api.name) in reserved)
+        if not refused:
+            return None
+        setattr(request, api.topics, [topic for topic in topics if getattr(topic, api.name) not in reserved])
+        kept = bool(getattr(request, api.topics))
+    return TopicsRefused(refused, encode_request(api_key, version, request) if kept else None)
+
+
+def _partition_indexes(api: _PartitionedApi, topic: Any) -> tuple[int, ...]:
+    partitions = getattr(topic, api.request_partitions)
+    return tuple(partitions if api.request_index is None else (getattr(p, api.request_index) for p in partitions))
+
+
+def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview | None, refused: TopicsRefused) -> bytes:
+    """The cluster's answer (or, with nothing forwarded, an empty one) with the refused topics after its own."""
+    cls = response_class(api_key)
+    answer = cls(version=version, throttle_time_ms=0) if upstream_body is None else \
+        decode_response(api_key, version, upstream_body)
+    if api_key in CONFIG_APIS:
+        describes = api_key == Api.DESCRIBE_CONFIGS
+        field = "results" if describes else "responses"
+        result_class = cls.DescribeConfigsResult if describes else cls.AlterConfigsResourceResponse
+        extra: dict[str, Any] = {"configs": []} if describes else {}
+        results = [result_class(error_code=TOPIC_AUTHORIZATION_FAILED, resource_type=_TOPIC_RESOURCE,
+                                error_message=_TOPIC_AUTHORIZATION_FAILED_MESSAGE, resource_name=name, **extra)
+                   for name, _ in refused.refused]
+        setattr(answer, field, [*(getattr(answer, field) or []), *results])
+        return encode_response(api_key, version, answer)
+    api = PARTITIONED_APIS[api_key]
+    topic_class = getattr(cls, api.answer_topic)
+    partition_class = getattr(topic_class, api.answer_partition)
+    message = {"error_message": _TOPIC_AUTHORIZATION_FAILED_MESSAGE} if "error_message" in partition_class.fields \
+        else {}
+    topics = [topic_class(**{api.name: name, "partitions": [
+        partition_class(**{api.answer_index: index, "error_code": TOPIC_AUTHORIZATION_FAILED, **message})
+        for index in indexes]}) for name, indexes in refused.refused]
+    setattr(answer, api.topics, [*(getattr(answer, api.topics) or []), *topics])
+    return encode_response(api_key, version, answer)

@@ -3,16 +3,24 @@
 The proxy keeps topics on the cluster (the fleet's usage and quotas topics, the producer-ID blocks topic) and writes
 them with its own login, which the cluster lets do anything with them whoever the client is: a client that wrote the
 quotas topic would set any principal's quota on the whole fleet. So no client request reaches them: Produce refuses
-them (``proxy.handlers.produce``), and Metadata does not show them (here).
+them (``proxy.handlers.produce``), CreateTopics, DeleteTopics and CreatePartitions too
+(``proxy.handlers.topic_mutations``), Metadata does not show them, and the APIs naming topics' partitions and the
+config APIs refuse them (here).
 """
 
 from __future__ import annotations
 
 from protocol.apis import Api
 from protocol.header import read_request_header
-from protocol.reserved_topics import MetadataAsked, metadata_answer, metadata_asked
+from protocol.reserved_topics import (
+    MetadataAsked,
+    answer_with_refusals,
+    metadata_answer,
+    metadata_asked,
+    topics_refused,
+)
 from proxy.cluster.rewrites import RewriteMemo
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, replacement_request
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
 
 _REMEMBERED_ANSWER_BYTES = 1 << 20
 """All-topics answers left without the reserved topics, remembered by the bytes the cluster sent (clients ask
@@ -44,3 +52,25 @@ class MetadataWithoutReservedTopics:
 
 
 _ALL_TOPICS = MetadataAsked(True, (), False, None)
+
+
+class TopicsWithoutReserved:
+    """The APIs naming topics' partitions, and the config APIs: a reserved topic refused, the rest forwarded."""
+
+    def __init__(self, reserved_topics: frozenset[str]) -> None:
+        self._reserved = reserved_topics
+        self._encoded = [name.encode() for name in reserved_topics]
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        request = bytes(frame)  # these requests are small: searched before any decode
+        if not any(name in request for name in self._encoded):
+            return FORWARD
+        header = read_request_header(frame)
+        api_key, version = header.api_key, header.api_version
+        refused = topics_refused(api_key, version, frame[header.length:], self._reserved)
+        if refused is None:
+            return FORWARD
+        if refused.forwarded_body is None:
+            return local_answer(header, answer_with_refusals(api_key, version, None, refused))
+        return Outcome(replacement=replacement_request(frame, header, refused.forwarded_body),
+                       finish=lambda body: answer_with_refusals(api_key, version, body, refused))

@@ -19,6 +19,7 @@ from allocator.block_log import BlockLog
 from allocator.durable import WriteErrors, lock_directory
 from protocol.addresses import BrokerAddress, may_name_brokers, rewrite_broker_addresses
 from protocol.apis import Api
+from protocol.reserved_topics import CONFIG_APIS, PARTITIONED_APIS
 from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
 from proxy.cluster.info import ClusterInfo
@@ -36,7 +37,7 @@ from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
 from proxy.handlers.request_rate import RequestRateHandler
-from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics
+from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics, TopicsWithoutReserved
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import ClusterBlockClaims
@@ -197,7 +198,7 @@ class ProxyServer:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
-            **({Api.METADATA: MetadataWithoutReservedTopics(self.reserved_topics)} if self.reserved_topics else {}),
+            **self._reserved_topic_handlers(),
         }
         self._maintenance: list[asyncio.Task[None]] = []
         self._upstream_brokers: dict[int, HostPort] = {}
@@ -218,6 +219,14 @@ class ProxyServer:
         self._refresh: asyncio.Task[None] | None = None
 
     # ---- ProxyContext ---------------------------------------------------------------------------
+
+    def _reserved_topic_handlers(self) -> dict[int, RequestHandler]:
+        """What keeps the proxy's own topics from clients, besides the Produce and topic-mutation handlers."""
+        if not self.reserved_topics:
+            return {}
+        without = TopicsWithoutReserved(self.reserved_topics)
+        return {Api.METADATA: MetadataWithoutReservedTopics(self.reserved_topics),
+                **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without)}
 
     def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
         if settings.pid_source != "cluster":

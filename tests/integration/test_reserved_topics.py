@@ -183,3 +183,39 @@ def test_the_proxys_topics_cannot_be_created_deleted_or_extended(fleet_member: t
     assert (refused.name, refused.topic_id, refused.error_code) == (None, quotas_id, TOPIC_AUTHORIZATION_FAILED)
     assert (served.name, served.error_code) == (topic, 0)
     assert topic_id(broker, quotas_topic) == quotas_id  # the same topic, its one partition
+
+
+def test_the_proxys_topics_partitions_and_configs_are_refused_and_the_rest_served(
+        fleet_member: tuple[ProxyProcess, str], broker: Cluster, topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    leader, _, _ = broker.leader(quotas_topic)
+    create_topic_on_one_broker(broker, topic, node_id=leader)
+
+    def partitions(name_field: str, index_field: str, **partition: object) -> list[dict[str, object]]:
+        return [{name_field: name, "partitions": [{index_field: 0, **partition}]} for name in (quotas_topic, topic)]
+
+    with socket.create_connection(("127.0.0.1", proxy.broker_port_base + leader), timeout=30) as sock:
+        offsets = call(sock, Api.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=partitions(
+            "name", "partition_index", current_leader_epoch=-1, timestamp=-1))
+        epochs = call(sock, Api.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=-1, topics=partitions(
+            "topic", "partition", current_leader_epoch=-1, leader_epoch=0))
+        deleted = call(sock, Api.DELETE_RECORDS, 2, timeout_ms=30_000, topics=partitions(
+            "name", "partition_index", offset=-1))
+        altered = call(sock, Api.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+            {"resource_type": 2, "resource_name": quotas_topic,
+             "configs": [{"name": "cleanup.policy", "config_operation": 0, "value": "delete"}]}])
+        described = call(sock, Api.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+                         resources=[{"resource_type": 2, "resource_name": name, "configuration_keys": None}
+                                    for name in (quotas_topic, topic)])
+    for answer, name_field in ((offsets, "name"), (epochs, "topic"), (deleted, "name")):
+        assert {getattr(result, name_field): [p.error_code for p in result.partitions]
+                for result in answer.topics} == {quotas_topic: [TOPIC_AUTHORIZATION_FAILED], topic: [0]}  # type: ignore[attr-defined]
+    assert [(r.resource_name, r.error_code, r.error_message) for r in altered.responses] == [  # type: ignore[attr-defined]
+        (quotas_topic, TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")]
+    assert {r.resource_name: r.error_code for r in described.results} == {  # type: ignore[attr-defined]
+        topic: 0, quotas_topic: TOPIC_AUTHORIZATION_FAILED}
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:  # straight to the cluster
+        direct = call(sock, Api.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+                      resources=[{"resource_type": 2, "resource_name": quotas_topic,
+                                  "configuration_keys": ["cleanup.policy"]}])
+    assert [c.value for c in direct.results[0].configs] == ["compact"]  # type: ignore[attr-defined]

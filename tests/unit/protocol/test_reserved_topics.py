@@ -4,9 +4,15 @@ import uuid
 
 import pytest
 
-from protocol.apis import Api
-from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.reserved_topics import metadata_answer, metadata_asked
+from protocol.apis import Api, request_class
+from protocol.codecs import decode_request, decode_response, encode_request, encode_response, max_version
+from protocol.reserved_topics import (
+    PARTITIONED_APIS,
+    answer_with_refusals,
+    metadata_answer,
+    metadata_asked,
+    topics_refused,
+)
 
 RESERVED = frozenset({"quotas"})
 QUOTAS_ID, ORDERS_ID = uuid.uuid4(), uuid.uuid4()
@@ -60,3 +66,23 @@ def test_a_v0_request_naming_only_reserved_topics_gets_only_their_refusals() -> 
 def test_a_request_naming_only_the_clients_topics_is_left_as_it_is() -> None:
     asked = metadata_asked(request(9, [{"name": "orders"}]), 9, RESERVED)
     assert not (asked.all_topics or asked.refused_names or asked.by_id) and asked.forwarded_body is None
+
+
+@pytest.mark.parametrize("api_key", sorted(PARTITIONED_APIS))
+def test_a_request_naming_only_reserved_partitions_is_answered_without_the_cluster(api_key: int) -> None:
+    api = PARTITIONED_APIS[api_key]
+    version = max_version(api_key)
+    request_class_ = request_class(api_key)
+    topic_class = next(getattr(request_class_, name) for name in dir(request_class_)
+                       if name[0].isupper() and api.request_partitions in getattr(getattr(request_class_, name),
+                                                                                 "fields", {}))
+    partitions: list[object] = [3, 5] if api.request_index is None else [
+        getattr(topic_class, name)(**{api.request_index: index}) for name in dir(topic_class)
+        if name[0].isupper() and hasattr(getattr(topic_class, name), "fields") for index in (3, 5)]
+    request = request_class_(version=version, **{api.topics: [topic_class(**{api.name: "quotas",
+                                                                             api.request_partitions: partitions})]})
+    refused = topics_refused(api_key, version, memoryview(encode_request(api_key, version, request)), RESERVED)
+    assert refused is not None and refused.forwarded_body is None
+    answer = decode_response(api_key, version, answer_with_refusals(api_key, version, None, refused))
+    assert [(getattr(topic, api.name), [(getattr(p, api.answer_index), p.error_code) for p in topic.partitions])
+            for topic in getattr(answer, api.topics)] == [("quotas", [(3, 29), (5, 29)])]
