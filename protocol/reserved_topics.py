@@ -11,11 +11,13 @@ TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed." (``ConfigHelper``,
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED
+from protocol.fetch import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_FETCH_VERSION, NO_SESSION_EPOCH, TopicRef
 
 _ZERO_ID = uuid.UUID(int=0)
 
@@ -165,3 +167,58 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
         for index in indexes]}) for name, indexes in refused.refused]
     setattr(answer, api.topics, [*(getattr(answer, api.topics) or []), *topics])
     return encode_response(api_key, version, answer)
+
+
+class FetchRefused(NamedTuple):
+    refused: tuple[tuple[TopicRef, tuple[int, ...]], ...]
+    """Each reserved topic the request names (by name, or v13+ by its 16-byte id), with its partitions."""
+    forwarded_body: bytes | None
+    """The request without them, outside any fetch session; None when nothing is left to ask."""
+
+
+def fetch_refused(body: memoryview, version: int, reserved: Callable[[TopicRef], bool]) -> FetchRefused | None:
+    """The reserved topics of a Fetch and the request that goes to the cluster instead, or None when it names none.
+
+    The rest goes as a full fetch outside any session: the cluster then keeps no session without the topic, and
+    the client, given no session, asks for it again in full and is refused again, as Kafka refuses it at every
+    fetch of a topic the principal may not read."""
+    request = decode_request(Api.FETCH, version, body)
+    by_id = version >= FIRST_TOPIC_ID_FETCH_VERSION
+    refused, kept = [], []
+    for topic in request.topics:
+        ref: TopicRef = (topic.topic_id or _ZERO_ID).bytes if by_id else topic.topic
+        if reserved(ref):
+            refused.append((ref, tuple(partition.partition for partition in topic.partitions)))
+        else:
+            kept.append(topic)
+    if not refused:
+        return None
+    if not kept:
+        return FetchRefused(tuple(refused), None)
+    request.topics = kept
+    if version >= FIRST_SESSION_VERSION:
+        request.session_id, request.session_epoch = 0, NO_SESSION_EPOCH
+        request.forgotten_topics_data = []
+    return FetchRefused(tuple(refused), encode_request(Api.FETCH, version, request))
+
+
+def fetch_answer_with_refusals(version: int, upstream_body: memoryview | None, refused: FetchRefused) -> bytes:
+    """The cluster's Fetch answer (or, with nothing forwarded, an empty one) with each refused partition after
+    its own: TOPIC_AUTHORIZATION_FAILED, no records, its offsets unknown (``FetchResponse.partitionResponse``)."""
+    cls = response_class(Api.FETCH)
+    answer = cls(version=version, throttle_time_ms=0, error_code=0, session_id=0, responses=[]) \
+        if upstream_body is None else decode_response(Api.FETCH, version, upstream_body)
+    topic_class = cls.FetchableTopicResponse
+    for ref, partitions in refused.refused:
+        named: dict[str, Any] = {"topic_id": uuid.UUID(bytes=ref)} if isinstance(ref, bytes) else {"topic": ref}
+        answer.responses.append(topic_class(**named, partitions=[topic_class.PartitionData(
+            partition_index=index, error_code=TOPIC_AUTHORIZATION_FAILED, high_watermark=-1, last_stable_offset=-1,
+            log_start_offset=-1, records=b"") for index in partitions]))
+    return encode_response(Api.FETCH, version, answer)
+
+
+def fetch_session_not_found(version: int) -> bytes:
+    """The answer to an incremental fetch adding a reserved topic: its session is gone, so the client asks again
+    in full (``FetchResponse`` with FETCH_SESSION_ID_NOT_FOUND), and that full fetch is refused the topic."""
+    return encode_response(Api.FETCH, version, {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
+                                                "session_id": 0, "responses": []})

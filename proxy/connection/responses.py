@@ -271,8 +271,8 @@ class ResponseSide(ConnectionState):
             if not throttle_ms and not names_brokers and request.finish is None:
                 return None
             header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
-            body = request.answer_body
-            if request.finish is not None:
+            body = request.answer_body  # Kafka's answer to a throttled Fetch: nothing of the cluster's to finish
+            if request.finish is not None and body is None:
                 body = request.finish(frame[header_length:])
             if throttle_ms:
                 body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),

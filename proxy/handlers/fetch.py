@@ -26,6 +26,7 @@ import asyncio
 from collections.abc import Iterable
 
 from protocol.fetch import (
+    FIRST_TOPIC_ID_FETCH_VERSION,
     TopicRef,
     capped_fetch_request,
     fetch_request_topics,
@@ -36,8 +37,9 @@ from protocol.fetch import (
     throttled_fetch_response_body,
 )
 from protocol.header import RequestHeader, read_request_header, response_header_length
+from protocol.reserved_topics import fetch_answer_with_refusals, fetch_refused, fetch_session_not_found
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Outcome, frame
+from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Outcome, frame, local_answer
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaType
@@ -45,26 +47,62 @@ from quotas.managers import UNLIMITED
 
 
 class FetchHandler:
-    def __init__(self, quotas: QuotaService, usage: UsageLog, topic_names: TopicNames) -> None:
+    def __init__(self, quotas: QuotaService, usage: UsageLog, topic_names: TopicNames,
+                 reserved_topics: frozenset[str] = frozenset()) -> None:
+        """``reserved_topics``: the proxy's own, whose partitions every client is refused (TOPIC_AUTHORIZATION_FAILED,
+        as Kafka refuses a topic the principal may not read), the rest of its fetch served."""
         self._quotas = quotas
         self._usage = usage
         self._topic_names = topic_names
+        self._reserved_topics = reserved_topics
+        self._reserved_names = [name.encode() for name in reserved_topics]
         self._late_charges: set[asyncio.Task[None]] = set()
 
     def __call__(self, request: memoryview, caller: Caller) -> Decided:
         header = read_request_header(request)
-        if not self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
+        guarded = self._may_name_reserved_topics(request, header)
+        if not (guarded or self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)):
             return self._decide(request, header, caller, None)
         topics = fetch_request_topics(request, header)
         unnamed = self._topic_names.unknown(topic for topic in topics if isinstance(topic, bytes))
         if unnamed:
-            return self._decide_once_named(request, header, caller, topics, unnamed)
-        return self._decide(request, header, caller, topics)
+            return self._decide_once_named(request, header, caller, topics, unnamed, guarded)
+        return self._decide_named(request, header, caller, topics, guarded)
+
+    def _may_name_reserved_topics(self, request: memoryview, header: RequestHeader) -> bool:
+        """Names are looked for in the request's bytes (a few hundred); ids (v13+) only the cluster can name."""
+        if not self._reserved_topics:
+            return False
+        if header.api_version >= FIRST_TOPIC_ID_FETCH_VERSION:
+            return True
+        searched = bytes(request)
+        return any(name in searched for name in self._reserved_names)
 
     async def _decide_once_named(self, request: memoryview, header: RequestHeader, caller: Caller,
-                                 topics: list[TopicRef], unnamed: set[bytes]) -> Outcome:
+                                 topics: list[TopicRef], unnamed: set[bytes], guarded: bool) -> Outcome:
         await self._topic_names.look_up(unnamed)
-        return self._decide(request, header, caller._replace(now_ms=now_ms()), topics)
+        return self._decide_named(request, header, caller._replace(now_ms=now_ms()), topics, guarded)
+
+    def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: list[TopicRef],
+                      guarded: bool) -> Outcome:
+        limited_topics = topics if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE) else None
+        if not (guarded and any(self._reserved(topic) for topic in topics)):
+            return self._decide(request, header, caller, limited_topics)
+        version = header.api_version
+        if fetch_session_epoch(request, header) > 0:
+            return local_answer(header, fetch_session_not_found(version))
+        refused = fetch_refused(request[header.length:], version, self._reserved)
+        assert refused is not None, "a reserved topic is named"
+        if refused.forwarded_body is None:
+            return local_answer(header, fetch_answer_with_refusals(version, None, refused))
+        kept = bytes(request[:header.length]) + refused.forwarded_body
+        outcome = self._decide(memoryview(kept), header, caller, None if limited_topics is None else [
+            topic for topic in topics if not self._reserved(topic)])
+        return outcome._replace(replacement=outcome.replacement or frame(kept), whole_response=True,
+                                finish=lambda body: fetch_answer_with_refusals(version, body, refused))
+
+    def _reserved(self, topic: TopicRef) -> bool:
+        return (topic if isinstance(topic, str) else self._topic_names.name(topic)) in self._reserved_topics
 
     def _names(self, topics: Iterable[TopicRef]) -> list[str]:
         named = (topic if isinstance(topic, str) else self._topic_names.name(topic) for topic in topics)

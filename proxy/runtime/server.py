@@ -190,7 +190,7 @@ class ProxyServer:
         self.handlers: Mapping[int, RequestHandler] = {
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
-            Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names),
+            Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names, self.reserved_topics),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,

@@ -219,3 +219,40 @@ def test_the_proxys_topics_partitions_and_configs_are_refused_and_the_rest_serve
                       resources=[{"resource_type": 2, "resource_name": quotas_topic,
                                   "configuration_keys": ["cleanup.policy"]}])
     assert [c.value for c in direct.results[0].configs] == ["compact"]  # type: ignore[attr-defined]
+
+
+def fetch_errors(answer: object, version: int) -> dict[object, list[int]]:
+    return {(uuid.UUID(str(topic.topic_id)) if version >= 13 else topic.topic): [p.error_code for p in topic.partitions]
+            for topic in answer.responses}  # type: ignore[attr-defined]
+
+
+def test_clients_cannot_read_the_proxys_topics_and_the_rest_of_a_fetch_is_served(
+        fleet_member: tuple[ProxyProcess, str], broker: Cluster, topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    leader, _, _ = broker.leader(quotas_topic)
+    create_topic_on_one_broker(broker, topic, node_id=leader)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, b"readable")
+    assert producer.flush(30) == 0
+
+    def fetch(version: int, names: list[object], session_epoch: int = -1) -> object:
+        field = "topic_id" if version >= 13 else "topic"
+        topics = [{field: name, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                                "last_fetched_epoch": -1, "log_start_offset": -1,
+                                                "partition_max_bytes": 1 << 20}]} for name in names]
+        with socket.create_connection(("127.0.0.1", proxy.broker_port_base + leader), timeout=30) as sock:
+            return call(sock, Api.FETCH, version, replica_id=-1, max_wait_ms=100, min_bytes=0, max_bytes=1 << 20,
+                        isolation_level=0, session_id=0 if session_epoch < 1 else 7, session_epoch=session_epoch,
+                        topics=topics, forgotten_topics_data=[], rack_id="")
+
+    by_name = fetch(12, [quotas_topic, topic], session_epoch=0)
+    assert fetch_errors(by_name, 12) == {topic: [0], quotas_topic: [TOPIC_AUTHORIZATION_FAILED]}
+    assert b"readable" in next(p.records for t in by_name.responses for p in t.partitions  # type: ignore[attr-defined]
+                               if t.topic == topic)
+    assert by_name.session_id == 0  # type: ignore[attr-defined]  # no session opened without the refused topic
+    quotas_id, served_id = topic_id(broker, quotas_topic), topic_id(broker, topic)
+    assert fetch_errors(fetch(13, [quotas_id, served_id]), 13) == {served_id: [0],
+                                                                     quotas_id: [TOPIC_AUTHORIZATION_FAILED]}
+    assert fetch_errors(fetch(12, [quotas_topic]), 12) == {quotas_topic: [TOPIC_AUTHORIZATION_FAILED]}
+    incremental = fetch(12, [quotas_topic], session_epoch=3)
+    assert incremental.error_code == 70 and not incremental.responses  # type: ignore[attr-defined]
