@@ -21,7 +21,9 @@ from kafka.errors import TopicAuthorizationFailedError
 from protocol.apis import Api
 from tests.integration.test_fleet import described_producer_rate, start_fleet, until_every_member_describes
 from tests.integration.test_produce_refusals import PRODUCE_VERSION, produce_response
+from tests.integration.test_sasl import add_user
 from tests.support import (
+    PASSWORDS,
     Cluster,
     ProxyProcess,
     call,
@@ -256,3 +258,36 @@ def test_clients_cannot_read_the_proxys_topics_and_the_rest_of_a_fetch_is_served
     assert fetch_errors(fetch(12, [quotas_topic]), 12) == {quotas_topic: [TOPIC_AUTHORIZATION_FAILED]}
     incremental = fetch(12, [quotas_topic], session_epoch=3)
     assert incremental.error_code == 70 and not incremental.responses  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mode", ["terminate", "inspect"])
+def test_a_logged_in_client_cannot_write_the_quotas_topic_either(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                 tmp_path: Path, mode: str) -> None:
+    """The proxy's login writes the topic in both modes (in inspect mode the client's own login reaches the cluster,
+    but the cluster's ACLs may well let it write there: the proxy refuses it whatever they say)."""
+    quotas_topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "proxy.toml"
+    fleet = (f'[fleet]\ntopic = "usage-{uuid.uuid4().hex[:8]}"\nquotas-topic = "{quotas_topic}"\n'
+             'instance-id = "solo"\npublish-interval-ms = 200\n')
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"quota.scope" = "cluster"\n')
+    if mode == "terminate":
+        users_file = tmp_path / "users.toml"
+        add_user(users_file, "alice", "SCRAM-SHA-512")
+        config.write_text(fleet)
+        proxy = own_proxy("--sasl-users", str(users_file), "--config", str(config), "--quota-file", str(quota_file))
+    else:
+        if broker.sasl_bootstrap is None:
+            pytest.skip("the cluster under test names no SASL listener (KAFKA_SASL_BOOTSTRAP)")
+        config.write_text('[upstream-sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "quota-proxy"\n'
+                          f'password = "{PASSWORDS["quota-proxy"]}"\n' + fleet)
+        proxy = own_proxy("--sasl-mode", "inspect", "--config", str(config), "--quota-file", str(quota_file),
+                          upstream=broker.sasl_bootstrap)
+    proxy.wait_for_log("client quotas: can read the quota topic", timeout_s=30)
+    reports: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+                         "sasl.password": PASSWORDS["alice"], "message.timeout.ms": 30_000})
+    producer.produce(quotas_topic, LIFTED_VALUE, LIFTED_KEY, on_delivery=lambda error, _: reports.append(error))
+    assert producer.flush(60) == 0
+    assert [error.code() if error else None for error in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
