@@ -33,6 +33,8 @@ _FIRST_VERSION_WITH_ADDRESSES: dict[int, int] = {
     Api.DESCRIBE_CLUSTER: 0,
     Api.PRODUCE: 10,
     Api.FETCH: 16,
+    Api.SHARE_FETCH: 1,  # KIP-932: a share consumer follows these to a moved leader, whatever Metadata said
+    Api.SHARE_ACKNOWLEDGE: 1,
 }
 ADDRESS_BEARING_APIS = frozenset(_FIRST_VERSION_WITH_ADDRESSES)
 
@@ -82,6 +84,8 @@ _REWRITERS: dict[int, Callable[[Any, Advertise], bool]] = {
     Api.DESCRIBE_CLUSTER: _rewrite_described_cluster,
     Api.PRODUCE: _rewrite_node_endpoints,
     Api.FETCH: _rewrite_node_endpoints,
+    Api.SHARE_FETCH: _rewrite_node_endpoints,
+    Api.SHARE_ACKNOWLEDGE: _rewrite_node_endpoints,
 }
 
 

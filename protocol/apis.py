@@ -15,6 +15,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
+import protocol.share_groups  # noqa: F401  (and 78, 79)
 from protocol.errors import ProtocolError
 
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
@@ -48,6 +49,8 @@ class Api(enum.IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     ALLOCATE_PRODUCER_IDS = 67
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 def _primary_classes(root: type) -> list[Any]:
@@ -89,7 +92,7 @@ WITHOUT_SCHEMA: dict[int, SchemalessApi] = {
     38: SchemalessApi(2, None), 41: SchemalessApi(2, None),  # Create/DescribeDelegationToken
     39: SchemalessApi(2, 10), 40: SchemalessApi(2, 10),  # Renew/Expire...: error_code, expiry_timestamp_ms first
     # consumer, share and streams groups, telemetry: added after KIP-482, flexible and throttle first throughout
-    **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 78, 79, 88, 89, 90, 91, 92)},
+    **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 88, 89, 90, 91, 92)},
 }
 """From Kafka 4.3's ``clients/src/main/resources/common/message/*.json``."""
 

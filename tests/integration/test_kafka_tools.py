@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fidelity import java_tool
-from tests.integration.test_produce_quotas import usage_totals
+from tests.integration.test_produce_quotas import metrics, usage_totals
 from tests.support import ProxyProcess, admin_config
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
@@ -95,3 +95,11 @@ def test_kafka_performance_tools_run_through_the_proxy(proxy: ProxyProcess, topi
                          "--topic", topic, "--num-records", "20000", "--timeout", "60000")
     assert ", 20000, " in consumed, consumed
     usage_totals(proxy, lambda totals: totals.get("bytes", 0) >= 20000 * 1000)
+    # a share group (KIP-932) through the proxy too: its ShareFetch answers are read for their broker addresses
+    group = f"share-{topic}"
+    configs(proxy, "--alter", "--entity-type", "groups", "--entity-name", group,
+            "--add-config", "share.auto.offset.reset=earliest")
+    shared = java_tool("org.apache.kafka.tools.ShareConsumerPerformance", "--bootstrap-server", proxy.bootstrap,
+                       "--topic", topic, "--group", group, "--num-records", "20000", "--timeout", "60000")
+    assert ", 20000, " in shared, shared
+    assert metrics(proxy)['kafka_quota_proxy_requests_total{api="ShareFetch"}'] >= 1

@@ -78,7 +78,8 @@ def test_describe_cluster(version: int) -> None:
         (1, "proxy.local", 20001), (2, "proxy.local", 20002)]
 
 
-@pytest.mark.parametrize(("api_key", "versions"), [(0, range(10, 14)), (1, range(16, 19))])
+@pytest.mark.parametrize(("api_key", "versions"), [(0, range(10, 14)), (1, range(16, 19)), (78, range(1, 3)),
+                                                   (79, range(1, 3))])
 def test_kip_951_node_endpoints(api_key: int, versions: range) -> None:
     cls = response_class(api_key)
     for version in versions:

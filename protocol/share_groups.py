@@ -1,0 +1,24 @@
+"""ShareFetch and ShareAcknowledge (api keys 78 and 79, KIP-932 share groups), loaded through kafka-python's
+JSON-schema machinery: kafka-python 3.0 knows their api keys, not their messages."""
+
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+import protocol.schemas
+
+
+class ShareFetchRequest(ApiMessage, load_json=protocol.schemas):  # type: ignore[call-arg]
+    pass
+
+
+class ShareFetchResponse(ApiMessage, load_json=protocol.schemas):  # type: ignore[call-arg]
+    pass
+
+
+class ShareAcknowledgeRequest(ApiMessage, load_json=protocol.schemas):  # type: ignore[call-arg]
+    pass
+
+
+class ShareAcknowledgeResponse(ApiMessage, load_json=protocol.schemas):  # type: ignore[call-arg]
+    pass
