@@ -23,7 +23,7 @@ request's topics as by the principal's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from protocol.fetch import (
     FIRST_TOPIC_ID_FETCH_VERSION,
@@ -52,11 +52,10 @@ class FetchHandler:
         """``reserved_topics``: the proxy's own, whose partitions every client is refused (TOPIC_AUTHORIZATION_FAILED,
         as Kafka refuses a topic the principal may not read), the rest of its fetch served."""
         self._quotas = quotas
-        self._usage = usage
         self._topic_names = topic_names
         self._reserved_topics = reserved_topics
         self._reserved_names = [name.encode() for name in reserved_topics]
-        self._late_charges: set[asyncio.Task[None]] = set()
+        self._consumed = ConsumedBytes(quotas, usage, topic_names)
 
     def __call__(self, request: memoryview, caller: Caller) -> Decided:
         header = read_request_header(request)
@@ -104,21 +103,17 @@ class FetchHandler:
     def _reserved(self, topic: TopicRef) -> bool:
         return (topic if isinstance(topic, str) else self._topic_names.name(topic)) in self._reserved_topics
 
-    def _names(self, topics: Iterable[TopicRef]) -> list[str]:
-        named = (topic if isinstance(topic, str) else self._topic_names.name(topic) for topic in topics)
-        return [name for name in named if name is not None]
-
     def _decide(self, request: memoryview, header: RequestHeader, caller: Caller,
                 topics: list[TopicRef] | None) -> Outcome:
         """``topics``: the request's, when a topic quota exists (its response is charged per topic too, unless it
         is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
-        manager, topic_manager = self._quotas.fetch, self._quotas.fetch_topics
         client_id = header.client_id or ""
         user, _, broker = caller
-        window_bytes = manager.max_value_in_window(user, client_id)
+        window_bytes = self._quotas.fetch.max_value_in_window(user, client_id)
         incremental = fetch_session_epoch(request, header) > 0
         if topics is not None:
-            topic_window_bytes = topic_manager.max_value_in_topics_window(user, self._names(topics))
+            topic_window_bytes = self._quotas.fetch_topics.max_value_in_topics_window(
+                user, self._consumed.names(topics))
             if topic_window_bytes is not None:
                 window_bytes = min(topic_window_bytes, window_bytes or topic_window_bytes)
             elif not incremental:
@@ -130,29 +125,17 @@ class FetchHandler:
         capped = None if window_bytes is None else capped_fetch_request(request, header,
                                                                         int(min(window_bytes, 2**31 - 1)))
         flexible, version = header.flexible, header.api_version
-        usage = self._usage
 
         def charge(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             size = fetch_response_size(response_start, response_bytes, flexible)
-            now = now_ms()
-            decision = manager.record_unless_throttled(user, client_id, size, now, broker)
-            topic_decision = UNLIMITED
-            if topics is not None and decision.admitted:  # the response is whole (``whole_response``)
-                body = response_start[response_header_length(response_start, flexible):]
-                sizes = self._named_bytes(fetch_response_topic_bytes(body, version), user, broker)
-                topic_decision = topic_manager.record_topics_unless_throttled(user, sizes, now, broker)
-                if topic_decision.admitted:
-                    usage.topic_bytes(user, sizes, fetched=True)
-                else:
-                    manager.take_back(decision, size, now)
-                    decision = decision._replace(admitted=False)
-            throttle_ms = max(decision.throttle_ms, topic_decision.throttle_ms)
-            usage.fetch(user, client_id, size if decision.admitted else 0, throttle_ms)
-            usage.observed(user, client_id, max(decision.observed_ms, topic_decision.observed_ms))
-            if decision.admitted:
+            body = response_start[response_header_length(response_start, flexible):]
+            # per topic only when read whole (``whole_response``)
+            admitted, throttle_ms = self._consumed.charge(
+                user, client_id, broker, size, None if topics is None else lambda: fetch_response_topic_bytes(
+                    body, version))
+            if admitted:
                 return ChargedResponse(throttle_ms)
-            upstream = fetch_response_start(response_start[response_header_length(response_start, flexible):],
-                                            version)
+            upstream = fetch_response_start(body, version)
             # a full fetch's session is not opened, as Kafka opens none for a throttled one; a throttle of the
             # cluster's own is kept, as the proxy keeps it in any response
             return ChargedResponse(throttle_ms, throttled_fetch_response_body(
@@ -160,6 +143,43 @@ class FetchHandler:
 
         return Outcome(replacement=None if capped is None else frame(capped), charge_response=charge,
                        whole_response=topics is not None)
+
+
+class ConsumedBytes:
+    """What a consumer's answer costs, Fetch's or ShareFetch's alike: Kafka records both to one
+    ``consumer_byte_rate`` (``quotas.fetch``), and takes the bytes back when the answer throttles."""
+
+    def __init__(self, quotas: QuotaService, usage: UsageLog, topic_names: TopicNames) -> None:
+        self._quotas = quotas
+        self._usage = usage
+        self._topic_names = topic_names
+        self._late_charges: set[asyncio.Task[None]] = set()
+
+    def names(self, topics: Iterable[TopicRef]) -> list[str]:
+        named = (topic if isinstance(topic, str) else self._topic_names.name(topic) for topic in topics)
+        return [name for name in named if name is not None]
+
+    def charge(self, user: str, client_id: str, broker: str, size: int,
+               topic_bytes: Callable[[], dict[TopicRef, int]] | None) -> tuple[bool, int]:
+        """Record an answer of ``size`` bytes (and, with ``topic_bytes``, each topic's records to its topic
+        quota): whether it is admitted (else every byte is taken back and the client gets no records), and the
+        throttle."""
+        manager = self._quotas.fetch
+        now = now_ms()
+        decision = manager.record_unless_throttled(user, client_id, size, now, broker)
+        topic_decision = UNLIMITED
+        if topic_bytes is not None and decision.admitted:
+            sizes = self._named_bytes(topic_bytes(), user, broker)
+            topic_decision = self._quotas.fetch_topics.record_topics_unless_throttled(user, sizes, now, broker)
+            if topic_decision.admitted:
+                self._usage.topic_bytes(user, sizes, fetched=True)
+            else:
+                manager.take_back(decision, size, now)
+                decision = decision._replace(admitted=False)
+        throttle_ms = max(decision.throttle_ms, topic_decision.throttle_ms)
+        self._usage.fetch(user, client_id, size if decision.admitted else 0, throttle_ms)
+        self._usage.observed(user, client_id, max(decision.observed_ms, topic_decision.observed_ms))
+        return decision.admitted, throttle_ms
 
     def _named_bytes(self, topic_bytes: dict[TopicRef, int], user: str, broker: str) -> dict[str, int]:
         """``topic_bytes`` by topic name. A topic named by an id the proxy cannot name yet (a fetch session's

@@ -38,6 +38,7 @@ from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
 from proxy.handlers.request_rate import RequestRateHandler
 from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics, TopicsWithoutReserved
+from proxy.handlers.share_fetch import ShareFetchHandler
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import ClusterBlockClaims
@@ -191,6 +192,7 @@ class ProxyServer:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
             Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names, self.reserved_topics),
+            Api.SHARE_FETCH: ShareFetchHandler(self.quotas, self.usage, self.topic_names),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,
