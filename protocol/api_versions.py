@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
 from protocol.apis import Api, response_class
@@ -18,16 +18,21 @@ class VersionRange(NamedTuple):
 
 
 def adapt_api_versions(body: bytes | memoryview, api_version: int, ceilings: Mapping[int, int],
-                       served: Mapping[int, VersionRange] | None = None) -> bytes | None:
+                       served: Mapping[int, VersionRange] | None = None,
+                       offered: Collection[int] | None = None) -> bytes | None:
     """Each api in ``ceilings`` limited to its ceiling; the apis the proxy ``served`` itself listed
-    with the proxy's versions, whether the upstream has them or not. Returns the body to send
-    instead, or None when the upstream's answer stands as it is.
+    with the proxy's versions, whether the upstream has them or not; with ``offered``, the upstream's apis
+    outside it left out. Returns the body to send instead, or None when the upstream's answer stands as it is.
 
     A broker answering an ApiVersions version it does not know replies in v0 format with
     UNSUPPORTED_VERSION; that body is decoded and re-encoded as v0 too, and left without additions.
     """
     message = decode_response(Api.API_VERSIONS, api_version, body)
     changed = False
+    if offered is not None:
+        kept = [api for api in message.api_keys if api.api_key in offered]
+        changed = len(kept) != len(message.api_keys)
+        message.api_keys = kept
     for api in message.api_keys:
         ceiling = ceilings.get(api.api_key)
         if ceiling is not None and api.max_version > ceiling:

@@ -20,6 +20,7 @@ from protocol.reserved_topics import CONFIG_APIS, PARTITIONED_APIS
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
+from proxy.handlers.charges import CHARGES
 from proxy.settings.config import ProxyConfig
 
 # APIs whose messages the proxy decodes; ApiVersions answers cap them to the versions it parses and was tested with.
@@ -60,6 +61,8 @@ class ApiVersionsAnswers:
         self._upstream_access = upstream_access
         self.ceilings = version_ceilings(in_front_of_controllers)
         self.served = served_versions(config.sasl_mode == "terminate", in_front_of_controllers)
+        self._offered = None if in_front_of_controllers else frozenset(CHARGES)
+        """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not."""
         self._cluster_api_versions: list[dict[str, int]] | None = None
         """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
         error or a version's subset): for the answers given before a login and for what is forwarded."""
@@ -69,7 +72,8 @@ class ApiVersionsAnswers:
     def adapt(self, body: memoryview, version: int) -> bytes | None:
         """The cluster's ApiVersions answer as the client gets it (see ``adapt_api_versions``)."""
         return self._adapted.rewritten((Api.API_VERSIONS, version, bytes(body)),
-                                       lambda: adapt_api_versions(body, version, self.ceilings, self.served))
+                                       lambda: adapt_api_versions(body, version, self.ceilings, self.served,
+                                                                  self._offered))
 
     def answer(self, frame: memoryview) -> Decided:
         """ApiVersions answered by the proxy (before a login, or newer than it parses)."""

@@ -9,14 +9,14 @@ time and stays the cluster's: it is forwarded, never replaced.
 
 from __future__ import annotations
 
-from protocol.apis import Api
 from protocol.header import peek_client_id
 from proxy.decision.outcome import Caller
+from proxy.handlers.charges import CHARGES, Charge
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 
-_UNCHARGED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE})
+_UNCHARGED_APIS = frozenset(api_key for api_key, charge in CHARGES.items() if charge is Charge.TO_CONNECT)
 """What a client needs to connect and log in, whatever its rate."""
 
 
