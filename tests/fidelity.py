@@ -517,6 +517,31 @@ def consumer_performance(topic: str, records: int, client_id: str, partitions: i
     return run
 
 
+def share_consumer_performance(topic: str, records: int, client_id: str) -> Workload:
+    """Kafka's ``ShareConsumerPerformance`` (KIP-932 share group), its group reading from the earliest offset: elapsed
+    and rate from its own report (its fetch time)."""
+    def run(bootstrap: str) -> Run:
+        result = Run()
+        group = f"share-{topic}"
+        java_tool("kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap, "--alter", "--entity-type",
+                  "groups", "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest")
+        output = java_tool("org.apache.kafka.tools.ShareConsumerPerformance", "--bootstrap-server", bootstrap,
+                           "--topic", topic, "--group", group, "--num-records", str(records), "--timeout", "60000",
+                           "--command-property", f"client.id={client_id}", "fetch.max.bytes=1048576",
+                           "max.partition.fetch.bytes=1048576")
+        lines = output.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
+        names = [name.strip() for name in lines[at].split(",")]
+        values = next(line for line in lines[at + 1:] if len(line.split(",")) == len(names))
+        report = dict(zip(names, (value.strip() for value in values.split(",")), strict=True))
+        assert int(report["data.consumed.in.nMsg"]) >= records, output
+        fetch_s = int(report["fetch.time.ms"]) / 1000
+        result.events.append((result.started + fetch_s, int(report["data.consumed.in.nMsg"]) * len(RECORD)))
+        return result
+
+    return run
+
+
 @dataclass(frozen=True)
 class Case:
     """A workload and its quota; ``prepare`` makes a fresh topic for one side (and fills it to be read)."""

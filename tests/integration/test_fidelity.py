@@ -122,6 +122,13 @@ def test_a_throttled_fetch_is_answered_empty_as_kafka_answers_it(broker: Cluster
         assert abs(len(throttled[0]) - len(throttled[1])) <= 2, throttled
 
 
+def test_a_share_group_reads_in_kafkas_time(broker: Cluster, tmp_path: Path) -> None:
+    """KIP-932: Kafka charges a ShareFetch to the consumer's ``consumer_byte_rate`` as it charges a Fetch, and so
+    does the proxy (``ShareConsumerPerformance``, Kafka's tool, on each side)."""
+    assert_within_margin(compare(broker, tmp_path, consume_case("consume-share-group", 16 * 1024,
+                                                                fidelity.share_consumer_performance)))
+
+
 def test_a_group_of_two_shares_its_users_quota_as_on_kafka(broker: Cluster, tmp_path: Path) -> None:
     """Two members of one group, each its own partition and client id, logged in as the same user: the user's
     quota is theirs together, on Kafka and through the proxy alike."""

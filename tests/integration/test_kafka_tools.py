@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fidelity import java_tool
-from tests.integration.test_produce_quotas import metrics, usage_totals
+from tests.integration.test_produce_quotas import usage_totals
 from tests.support import ProxyProcess, admin_config
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
@@ -95,34 +95,4 @@ def test_kafka_performance_tools_run_through_the_proxy(proxy: ProxyProcess, topi
                          "--topic", topic, "--num-records", "20000", "--timeout", "60000")
     assert ", 20000, " in consumed, consumed
     usage_totals(proxy, lambda totals: totals.get("bytes", 0) >= 20000 * 1000)
-    # a share group (KIP-932) through the proxy too: its ShareFetch answers are read for their broker addresses
-    group = f"share-{topic}"
-    configs(proxy, "--alter", "--entity-type", "groups", "--entity-name", group,
-            "--add-config", "share.auto.offset.reset=earliest")
-    shared = java_tool("org.apache.kafka.tools.ShareConsumerPerformance", "--bootstrap-server", proxy.bootstrap,
-                       "--topic", topic, "--group", group, "--num-records", "20000", "--timeout", "60000")
-    assert ", 20000, " in shared, shared
-    assert metrics(proxy)['kafka_quota_proxy_requests_total{api="ShareFetch"}'] >= 1
 
-
-def test_a_share_consumer_is_charged_to_its_consumer_byte_rate(own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                                topic: str) -> None:
-    """ShareFetch answers count for ``consumer_byte_rate`` as Fetch answers do (Kafka's handleShareFetchRequest):
-    Kafka's share consumer reads everything, each byte it got is charged, and 3 MB against 150 kB/s (twice the quota
-    over Kafka's 10 s of samples even if read at once) is throttled. (How long it takes beside Kafka's own quota is
-    a figure of ``make bench``.)"""
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text('[[quota]]\nuser = "ANONYMOUS"\nconsumer_byte_rate = 150000\n')
-    proxy = own_proxy("--quota-file", str(quota_file))
-    produced = java_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", "3000",
-                         "--record-size", "1000", "--throughput", "-1", "--command-property",
-                         f"bootstrap.servers={proxy.bootstrap}", "acks=all")
-    assert re.search(r"^3000 records sent", produced, re.M), produced
-    group = f"share-{topic}"
-    configs(proxy, "--alter", "--entity-type", "groups", "--entity-name", group,
-            "--add-config", "share.auto.offset.reset=earliest")
-    shared = java_tool("org.apache.kafka.tools.ShareConsumerPerformance", "--bootstrap-server", proxy.bootstrap,
-                       "--topic", topic, "--group", group, "--num-records", "3000", "--timeout", "120000")
-    assert ", 3000, " in shared, shared
-    totals = usage_totals(proxy, lambda totals: totals.get("fetch_bytes", 0) >= 3000 * 1000)
-    assert totals["throttle_ms"] > 0, totals
