@@ -222,3 +222,64 @@ def fetch_session_not_found(version: int) -> bytes:
     in full (``FetchResponse`` with FETCH_SESSION_ID_NOT_FOUND), and that full fetch is refused the topic."""
     return encode_response(Api.FETCH, version, {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
                                                 "session_id": 0, "responses": []})
+
+
+SHARE_APIS = frozenset({Api.SHARE_FETCH, Api.SHARE_ACKNOWLEDGE})
+
+
+class ShareRefused(NamedTuple):
+    refused: tuple[tuple[bytes, tuple[int, ...], frozenset[int]], ...]
+    """Each reserved topic's id, its partitions, and those of them the request acknowledged records of."""
+    forwarded_body: bytes | None
+    """The request without them, or None when nothing is left to ask."""
+
+
+def share_refused(api_key: int, version: int, body: memoryview,
+                  reserved: Callable[[bytes], bool]) -> ShareRefused | None:
+    """The reserved topics a ShareFetch or ShareAcknowledge names (by id: these APIs name topics no other way), and
+    the request that goes to the cluster instead; None when it names none. A share session cannot be left as a
+    Fetch session can: the refusal comes with each request naming the topic."""
+    request = decode_request(api_key, version, body)
+    refused, kept = [], []
+    for topic in request.topics:
+        topic_id = (topic.topic_id or _ZERO_ID).bytes
+        if reserved(topic_id):
+            refused.append((topic_id, tuple(p.partition_index for p in topic.partitions),
+                            frozenset(p.partition_index for p in topic.partitions if p.acknowledgement_batches)))
+        else:
+            kept.append(topic)
+    if not refused:
+        return None
+    if not kept:
+        return ShareRefused(tuple(refused), None)
+    request.topics = kept
+    return ShareRefused(tuple(refused), encode_request(api_key, version, request))
+
+
+def share_answer_with_refusals(api_key: int, version: int, upstream_body: memoryview | None,
+                               refused: ShareRefused) -> bytes:
+    """The cluster's answer (or an empty one) with each refused partition after the others: TOPIC_AUTHORIZATION_FAILED,
+    for its acknowledgements too, and no records."""
+    cls = response_class(api_key)
+    answer = cls(version=version, throttle_time_ms=0, error_code=0, error_message=None,
+                 acquisition_lock_timeout_ms=0, responses=[], node_endpoints=[]) \
+        if upstream_body is None else decode_response(api_key, version, upstream_body)
+    topic_class = cls.ShareFetchableTopicResponse if api_key == Api.SHARE_FETCH else cls.ShareAcknowledgeTopicResponse
+    partition_class = topic_class.PartitionData
+    no_leader = partition_class.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+    for topic_id, partitions, acknowledged in refused.refused:
+        if api_key == Api.SHARE_FETCH:
+            results = [partition_class(partition_index=index, error_code=TOPIC_AUTHORIZATION_FAILED,
+                                       acknowledge_error_code=TOPIC_AUTHORIZATION_FAILED if index in acknowledged
+                                       else 0, current_leader=no_leader, records=b"", acquired_records=[])
+                       for index in partitions]
+        else:
+            results = [partition_class(partition_index=index, error_code=TOPIC_AUTHORIZATION_FAILED,
+                                       current_leader=no_leader) for index in partitions]
+        answer.responses.append(topic_class(topic_id=uuid.UUID(bytes=topic_id), partitions=results))
+    return encode_response(api_key, version, answer)
+
+
+def share_topic_ids(api_key: int, version: int, body: memoryview) -> list[bytes]:
+    """The topic ids a ShareFetch or ShareAcknowledge names."""
+    return [(topic.topic_id or _ZERO_ID).bytes for topic in decode_request(api_key, version, body).topics]

@@ -4,11 +4,13 @@ The proxy keeps topics on the cluster (the fleet's usage and quotas topics, the 
 them with its own login, which the cluster lets do anything with them whoever the client is: a client that wrote the
 quotas topic would set any principal's quota on the whole fleet. So no client request reaches them: Produce refuses
 them (``proxy.handlers.produce``), CreateTopics, DeleteTopics and CreatePartitions too
-(``proxy.handlers.topic_mutations``), Metadata does not show them, and the APIs naming topics' partitions and the
-config APIs refuse them (here).
+(``proxy.handlers.topic_mutations``), Fetch (``proxy.handlers.fetch``), Metadata does not show them, and the APIs
+naming topics' partitions, the config APIs, ShareFetch and ShareAcknowledge refuse them (here).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from protocol.apis import Api
 from protocol.header import read_request_header
@@ -17,10 +19,16 @@ from protocol.reserved_topics import (
     answer_with_refusals,
     metadata_answer,
     metadata_asked,
+    share_answer_with_refusals,
+    share_refused,
+    share_topic_ids,
     topics_refused,
 )
 from proxy.cluster.rewrites import RewriteMemo
+from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.decision.outcome import frame as frame_of
+from proxy.state.quota_service import now_ms
 
 _REMEMBERED_ANSWER_BYTES = 1 << 20
 """All-topics answers left without the reserved topics, remembered by the bytes the cluster sent (clients ask
@@ -74,3 +82,42 @@ class TopicsWithoutReserved:
             return local_answer(header, answer_with_refusals(api_key, version, None, refused))
         return Outcome(replacement=replacement_request(frame, header, refused.forwarded_body),
                        finish=lambda body: answer_with_refusals(api_key, version, body, refused))
+
+
+class ShareTopicsWithoutReserved:
+    """ShareFetch and ShareAcknowledge: a reserved topic's partitions refused, the rest handed to ``inner`` (the
+    consume quota's handler, for ShareFetch) and forwarded."""
+
+    def __init__(self, reserved_topics: frozenset[str], topic_names: TopicNames,
+                 inner: Callable[[memoryview, Caller], Decided] | None = None) -> None:
+        self._reserved = reserved_topics
+        self._topic_names = topic_names
+        self._inner = inner
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        unnamed = self._topic_names.unknown(share_topic_ids(header.api_key, header.api_version,
+                                                            frame[header.length:]))
+        if unnamed:
+            return self._once_named(bytes(frame), caller, unnamed)  # a copy: the connection's buffer moves on
+        return self._decide(frame, caller)
+
+    async def _once_named(self, frame: bytes, caller: Caller, unnamed: set[bytes]) -> Outcome:
+        await self._topic_names.look_up(unnamed)
+        decided = self._decide(memoryview(frame), caller._replace(now_ms=now_ms()))
+        return decided if isinstance(decided, Outcome) else await decided
+
+    def _decide(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        api_key, version = header.api_key, header.api_version
+        refused = share_refused(api_key, version, frame[header.length:],
+                                lambda topic_id: self._topic_names.name(topic_id) in self._reserved)
+        if refused is None:
+            return FORWARD if self._inner is None else self._inner(frame, caller)
+        if refused.forwarded_body is None:
+            return local_answer(header, share_answer_with_refusals(api_key, version, None, refused))
+        kept = bytes(frame[:header.length]) + refused.forwarded_body
+        decided = FORWARD if self._inner is None else self._inner(memoryview(kept), caller)
+        assert isinstance(decided, Outcome), "the consume quota decides at once"
+        return decided._replace(replacement=decided.replacement or frame_of(kept), whole_response=True,
+                                finish=lambda body: share_answer_with_refusals(api_key, version, body, refused))

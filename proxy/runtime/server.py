@@ -37,7 +37,11 @@ from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
 from proxy.handlers.request_rate import RequestRateHandler
-from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics, TopicsWithoutReserved
+from proxy.handlers.reserved_topics import (
+    MetadataWithoutReservedTopics,
+    ShareTopicsWithoutReserved,
+    TopicsWithoutReserved,
+)
 from proxy.handlers.share_fetch import ShareFetchHandler
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
@@ -192,7 +196,6 @@ class ProxyServer:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
             Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names, self.reserved_topics),
-            Api.SHARE_FETCH: ShareFetchHandler(self.quotas, self.usage, self.topic_names),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,
@@ -200,7 +203,7 @@ class ProxyServer:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
-            **self._reserved_topic_handlers(),
+            **self._reserved_topic_handlers(ShareFetchHandler(self.quotas, self.usage, self.topic_names)),
         }
         self._maintenance: list[asyncio.Task[None]] = []
         self._upstream_brokers: dict[int, HostPort] = {}
@@ -222,13 +225,16 @@ class ProxyServer:
 
     # ---- ProxyContext ---------------------------------------------------------------------------
 
-    def _reserved_topic_handlers(self) -> dict[int, RequestHandler]:
-        """What keeps the proxy's own topics from clients, besides the Produce and topic-mutation handlers."""
+    def _reserved_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:
+        """ShareFetch's handler, and what keeps the proxy's own topics from clients besides the Produce, Fetch and
+        topic-mutation handlers."""
         if not self.reserved_topics:
-            return {}
+            return {Api.SHARE_FETCH: share_fetch}
         without = TopicsWithoutReserved(self.reserved_topics)
         return {Api.METADATA: MetadataWithoutReservedTopics(self.reserved_topics),
-                **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without)}
+                **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without),
+                Api.SHARE_FETCH: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names, share_fetch),
+                Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names)}
 
     def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
         if settings.pid_source != "cluster":

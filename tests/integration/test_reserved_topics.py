@@ -291,3 +291,26 @@ def test_a_logged_in_client_cannot_write_the_quotas_topic_either(own_proxy, brok
     producer.produce(quotas_topic, LIFTED_VALUE, LIFTED_KEY, on_delivery=lambda error, _: reports.append(error))
     assert producer.flush(60) == 0
     assert [error.code() if error else None for error in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_share_groups_cannot_read_or_acknowledge_the_proxys_topics(fleet_member: tuple[ProxyProcess, str],
+                                                                   broker: Cluster) -> None:
+    proxy, quotas_topic = fleet_member
+    leader, _, _ = broker.leader(quotas_topic)
+    quotas_id = topic_id(broker, quotas_topic)
+    acknowledged = [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
+    with socket.create_connection(("127.0.0.1", proxy.broker_port_base + leader), timeout=30) as sock:
+        fetched = call(sock, Api.SHARE_FETCH, 1, group_id="g", member_id="m", share_session_epoch=0, max_wait_ms=100,
+                       min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100, forgotten_topics_data=[],
+                       topics=[{"topic_id": quotas_id, "partitions": [
+                           {"partition_index": 0, "acknowledgement_batches": acknowledged}]}])
+        acknowledging = call(sock, Api.SHARE_ACKNOWLEDGE, 1, group_id="g", member_id="m", share_session_epoch=1,
+                             topics=[{"topic_id": quotas_id, "partitions": [
+                                 {"partition_index": 0, "acknowledgement_batches": acknowledged}]}])
+    assert [(uuid.UUID(str(t.topic_id)), [(p.partition_index, p.error_code, p.acknowledge_error_code, p.records)
+                                          for p in t.partitions])
+            for t in fetched.responses] == [  # type: ignore[attr-defined]
+        (quotas_id, [(0, TOPIC_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, b"")])]
+    assert [(uuid.UUID(str(t.topic_id)), [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in acknowledging.responses] == [  # type: ignore[attr-defined]
+        (quotas_id, [(0, TOPIC_AUTHORIZATION_FAILED)])]
