@@ -26,7 +26,7 @@ TESTED_VERSIONS: dict[int, int] = {
     # topics by id, which that check does not resolve
     Api.LIST_OFFSETS: 11, Api.OFFSET_COMMIT: 9, Api.DELETE_RECORDS: 2, Api.OFFSET_FOR_LEADER_EPOCH: 4,
     Api.TXN_OFFSET_COMMIT: 5, Api.OFFSET_DELETE: 0, Api.DESCRIBE_PRODUCERS: 0, Api.ALTER_CONFIGS: 2,
-    Api.INCREMENTAL_ALTER_CONFIGS: 1,
+    Api.INCREMENTAL_ALTER_CONFIGS: 1, Api.DESCRIBE_TOPIC_PARTITIONS: 0,
     Api.SHARE_FETCH: 2, Api.SHARE_ACKNOWLEDGE: 2,  # protocol/schemas: their NodeEndpoints name brokers
 }
 """The newest version of each API whose messages the proxy walks that it is tested with (kafka-python 3.0's

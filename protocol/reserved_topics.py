@@ -22,6 +22,12 @@ from protocol.fetch import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_FETCH_VERSION, 
 _ZERO_ID = uuid.UUID(int=0)
 
 
+_DESCRIBED_TOPIC_CLASSES: dict[int, Any] = {
+    Api.METADATA: response_class(Api.METADATA).MetadataResponseTopic,
+    Api.DESCRIBE_TOPIC_PARTITIONS: response_class(Api.DESCRIBE_TOPIC_PARTITIONS).DescribeTopicPartitionsResponseTopic,
+}
+
+
 class MetadataAsked(NamedTuple):
     all_topics: bool
     refused_names: tuple[str, ...]
@@ -48,11 +54,13 @@ def metadata_asked(body: memoryview, version: int, reserved: frozenset[str]) -> 
     return MetadataAsked(False, refused, by_id, encode_request(Api.METADATA, version, request))
 
 
-def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, reserved: frozenset[str]) -> bytes:
-    """The cluster's Metadata answer as the client gets it: reserved topics left out of an all-topics answer,
-    one named by id answered refused with its id alone, the names refused appended (Kafka appends them too)."""
-    answer = decode_response(Api.METADATA, version, body)
-    topic_class = response_class(Api.METADATA).MetadataResponseTopic
+def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, reserved: frozenset[str],
+                    api_key: int = Api.METADATA) -> bytes:
+    """The cluster's Metadata (or DescribeTopicPartitions) answer as the client gets it: reserved topics left out of
+    an all-topics answer, one named by id answered refused with its id alone, the names refused appended (Kafka
+    appends them too)."""
+    answer = decode_response(api_key, version, body)
+    topic_class = _DESCRIBED_TOPIC_CLASSES[api_key]
     topics = []
     for topic in answer.topics:
         if topic.name not in reserved:
@@ -62,7 +70,32 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, reserv
             topics.append(_refused(topic_class, None, topic.topic_id))
     topics += [_refused(topic_class, name, _ZERO_ID) for name in asked.refused_names]
     answer.topics = topics
-    return encode_response(Api.METADATA, version, answer)
+    return encode_response(api_key, version, answer)
+
+
+def described_topics_asked(body: memoryview, version: int, reserved: frozenset[str]) -> MetadataAsked:
+    """What a DescribeTopicPartitions request asks of the reserved topics (``DescribeTopicPartitionsRequestHandler``:
+    no topics is every topic), and the body that goes to the cluster instead: None when it names only reserved
+    topics (nothing left to ask: an empty list would ask for every topic)."""
+    request = decode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, body)
+    if not request.topics:
+        return MetadataAsked(True, (), False, None)
+    refused = tuple(topic.name for topic in request.topics if topic.name in reserved)
+    if not refused:
+        return MetadataAsked(False, (), False, None)
+    request.topics = [topic for topic in request.topics if topic.name not in reserved]
+    if request.cursor is not None and request.cursor.topic_name in reserved:
+        request.cursor = None  # it must name a topic of the list: the rest is described from its start
+    forwarded = encode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, request) if request.topics else None
+    return MetadataAsked(False, refused, False, forwarded)
+
+
+def described_topics_refused(version: int, asked: MetadataAsked) -> bytes:
+    """The answer to a DescribeTopicPartitions naming only reserved topics: each refused."""
+    topic_class = _DESCRIBED_TOPIC_CLASSES[Api.DESCRIBE_TOPIC_PARTITIONS]
+    return encode_response(Api.DESCRIBE_TOPIC_PARTITIONS, version, {
+        "throttle_time_ms": 0, "next_cursor": None,
+        "topics": [_refused(topic_class, name, _ZERO_ID) for name in asked.refused_names]})
 
 
 def _refused(topic_class: Any, name: str | None, topic_id: uuid.UUID | None) -> Any:

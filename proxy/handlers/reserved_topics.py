@@ -17,6 +17,8 @@ from protocol.header import read_request_header
 from protocol.reserved_topics import (
     MetadataAsked,
     answer_with_refusals,
+    described_topics_asked,
+    described_topics_refused,
     metadata_answer,
     metadata_asked,
     share_answer_with_refusals,
@@ -60,6 +62,27 @@ class MetadataWithoutReservedTopics:
 
 
 _ALL_TOPICS = MetadataAsked(True, (), False, None)
+
+
+class DescribedTopicsWithoutReserved:
+    """DescribeTopicPartitions (Kafka's Java AdminClient describes topics with it) as Kafka answers a principal
+    that may not describe the reserved topics: left out of an all-topics answer, refused when named."""
+
+    def __init__(self, reserved_topics: frozenset[str]) -> None:
+        self._reserved = reserved_topics
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        version = header.api_version
+        asked = described_topics_asked(frame[header.length:], version, self._reserved)
+        if not (asked.all_topics or asked.refused_names):
+            return FORWARD
+        if asked.refused_names and asked.forwarded_body is None:
+            return local_answer(header, described_topics_refused(version, asked))
+        replacement = None if asked.forwarded_body is None else replacement_request(frame, header,
+                                                                                     asked.forwarded_body)
+        return Outcome(replacement=replacement, finish=lambda body: metadata_answer(
+            body, version, asked, self._reserved, Api.DESCRIBE_TOPIC_PARTITIONS))
 
 
 class TopicsWithoutReserved:

@@ -38,6 +38,7 @@ from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
 from proxy.handlers.request_rate import RequestRateHandler
 from proxy.handlers.reserved_topics import (
+    DescribedTopicsWithoutReserved,
     MetadataWithoutReservedTopics,
     ShareTopicsWithoutReserved,
     TopicsWithoutReserved,
@@ -232,6 +233,7 @@ class ProxyServer:
             return {Api.SHARE_FETCH: share_fetch}
         without = TopicsWithoutReserved(self.reserved_topics)
         return {Api.METADATA: MetadataWithoutReservedTopics(self.reserved_topics),
+                Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutReserved(self.reserved_topics),
                 **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without),
                 Api.SHARE_FETCH: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names, share_fetch),
                 Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names)}

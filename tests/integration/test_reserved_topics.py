@@ -160,6 +160,19 @@ def test_metadata_leaves_the_proxys_topics_out_and_refuses_them_when_named(
     quotas_id, served_id = topic_id(broker, quotas_topic), topic_id(broker, topic)
     by_id = described_topics(proxy, [{"name": None, "topic_id": quotas_id}, {"name": None, "topic_id": served_id}])
     assert by_id == {quotas_id: TOPIC_AUTHORIZATION_FAILED, topic: 0}  # the id refused, its name not disclosed
+    # DescribeTopicPartitions, which Kafka's Java AdminClient describes topics with, alike
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        every = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=2000, cursor=None)
+        both = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, response_partition_limit=2000, cursor=None,
+                    topics=[{"name": quotas_topic}, {"name": topic}])
+        only = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, response_partition_limit=2000, cursor=None,
+                    topics=[{"name": usage_topic}])
+    names = {t.name for t in every.topics}  # type: ignore[attr-defined]
+    assert topic in names and quotas_topic not in names and usage_topic not in names
+    assert {t.name: t.error_code for t in both.topics} == {  # type: ignore[attr-defined]
+        topic: 0, quotas_topic: TOPIC_AUTHORIZATION_FAILED}
+    assert [(t.name, t.error_code) for t in only.topics] == [  # type: ignore[attr-defined]
+        (usage_topic, TOPIC_AUTHORIZATION_FAILED)]
 
 
 def test_the_proxys_topics_cannot_be_created_deleted_or_extended(fleet_member: tuple[ProxyProcess, str],
