@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
@@ -202,6 +202,22 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     return encode_response(api_key, version, answer)
 
 
+_Refusal = TypeVar("_Refusal")
+
+
+def _split(topics: list[Any], refusal: Callable[[Any], _Refusal | None]) -> tuple[list[_Refusal], list[Any]]:
+    """The request's topics as the refusals of the reserved ones and the others, kept in order."""
+    refused: list[_Refusal] = []
+    kept = []
+    for topic in topics:
+        refused_topic = refusal(topic)
+        if refused_topic is None:
+            kept.append(topic)
+        else:
+            refused.append(refused_topic)
+    return refused, kept
+
+
 class FetchRefused(NamedTuple):
     refused: tuple[tuple[TopicRef, tuple[int, ...]], ...]
     """Each reserved topic the request names (by name, or v13+ by its 16-byte id), with its partitions."""
@@ -217,13 +233,12 @@ def fetch_refused(body: memoryview, version: int, reserved: Callable[[TopicRef],
     fetch of a topic the principal may not read."""
     request = decode_request(Api.FETCH, version, body)
     by_id = version >= FIRST_TOPIC_ID_FETCH_VERSION
-    refused, kept = [], []
-    for topic in request.topics:
+
+    def refusal(topic: Any) -> tuple[TopicRef, tuple[int, ...]] | None:
         ref: TopicRef = (topic.topic_id or _ZERO_ID).bytes if by_id else topic.topic
-        if reserved(ref):
-            refused.append((ref, tuple(partition.partition for partition in topic.partitions)))
-        else:
-            kept.append(topic)
+        return (ref, tuple(partition.partition for partition in topic.partitions)) if reserved(ref) else None
+
+    refused, kept = _split(request.topics, refusal)
     if not refused:
         return None
     if not kept:
@@ -273,14 +288,14 @@ def share_refused(api_key: int, version: int, body: memoryview,
     the request that goes to the cluster instead; None when it names none. A share session cannot be left as a
     Fetch session can: the refusal comes with each request naming the topic."""
     request = decode_request(api_key, version, body)
-    refused, kept = [], []
-    for topic in request.topics:
+
+    def refusal(topic: Any) -> tuple[bytes, tuple[int, ...], frozenset[int]] | None:
         topic_id = (topic.topic_id or _ZERO_ID).bytes
-        if reserved(topic_id):
-            refused.append((topic_id, tuple(p.partition_index for p in topic.partitions),
-                            frozenset(p.partition_index for p in topic.partitions if p.acknowledgement_batches)))
-        else:
-            kept.append(topic)
+        return (topic_id, tuple(p.partition_index for p in topic.partitions),
+                frozenset(p.partition_index for p in topic.partitions if p.acknowledgement_batches)) \
+            if reserved(topic_id) else None
+
+    refused, kept = _split(request.topics, refusal)
     if not refused:
         return None
     if not kept:
