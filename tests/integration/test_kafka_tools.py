@@ -95,4 +95,3 @@ def test_kafka_performance_tools_run_through_the_proxy(proxy: ProxyProcess, topi
                          "--topic", topic, "--num-records", "20000", "--timeout", "60000")
     assert ", 20000, " in consumed, consumed
     usage_totals(proxy, lambda totals: totals.get("bytes", 0) >= 20000 * 1000)
-
