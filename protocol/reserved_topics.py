@@ -1,11 +1,12 @@
 """Requests and answers without the topics a principal may not describe, shaped as Kafka shapes them.
 
 The proxy keeps topics of its own (``proxy.handlers.reserved_topics``); to a client they are what a topic it may not
-describe is to Kafka. Metadata (``KafkaApis.handleTopicMetadataRequest``) leaves them out of an all-topics answer,
-answers them TOPIC_AUTHORIZATION_FAILED when named (by name: the name and a zero topic id; by id: the id and no
-name), and never creates them. The APIs naming partitions of topics answer each partition of such a topic
-TOPIC_AUTHORIZATION_FAILED after the others' results; the config APIs answer such a topic resource
-TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed." (``ConfigHelper``, ``ControllerApis``).
+describe is to Kafka. Metadata (``KafkaApis.handleTopicMetadataRequest``) and DescribeTopicPartitions leave them out
+of an all-topics answer, answer them TOPIC_AUTHORIZATION_FAILED when named (by name: the name and a zero topic id; by
+id: the id and no name), and never create them. The APIs naming partitions of topics (Fetch, ShareFetch and
+ShareAcknowledge among them) answer each partition of such a topic TOPIC_AUTHORIZATION_FAILED after the others'
+results; the config APIs answer such a topic resource TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed."
+(``ConfigHelper``, ``ControllerApis``).
 """
 
 from __future__ import annotations
