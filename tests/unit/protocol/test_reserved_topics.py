@@ -9,8 +9,12 @@ from protocol.codecs import decode_request, decode_response, encode_request, enc
 from protocol.reserved_topics import (
     PARTITIONED_APIS,
     answer_with_refusals,
+    fetch_answer_with_refusals,
+    fetch_refused,
     metadata_answer,
     metadata_asked,
+    share_answer_with_refusals,
+    share_refused,
     topics_refused,
 )
 
@@ -86,3 +90,45 @@ def test_a_request_naming_only_reserved_partitions_is_answered_without_the_clust
     answer = decode_response(api_key, version, answer_with_refusals(api_key, version, None, refused))
     assert [(getattr(topic, api.name), [(getattr(p, api.answer_index), p.error_code) for p in topic.partitions])
             for topic in getattr(answer, api.topics)] == [("quotas", [(3, 29), (5, 29)])]
+
+
+def fetch_request(version: int, topics: list[object], session_epoch: int = 0) -> memoryview:
+    field = "topic_id" if version >= 13 else "topic"
+    fields = {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+              "session_id": 9 if session_epoch > 0 else 0, "session_epoch": session_epoch, "rack_id": "",
+              "forgotten_topics_data": [], "topics": [
+                  {field: topic, "partitions": [{"partition": index, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                                                 "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                                                 "log_start_offset": -1} for index in (0, 1)]} for topic in topics]}
+    return memoryview(encode_request(Api.FETCH, version, fields))
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_a_fetch_goes_without_the_reserved_topic_and_outside_its_session(version: int) -> None:
+    names = {QUOTAS_ID.bytes: "quotas", ORDERS_ID.bytes: "orders"}
+    topics: list[object] = [QUOTAS_ID, ORDERS_ID] if version >= 13 else ["quotas", "orders"]
+    refused = fetch_refused(fetch_request(version, topics), version,
+                            lambda ref: (names[ref] if isinstance(ref, bytes) else ref) in RESERVED)
+    assert refused is not None and refused.forwarded_body is not None
+    forwarded = decode_request(Api.FETCH, version, refused.forwarded_body)
+    assert len(forwarded.topics) == 1 and (forwarded.session_id, forwarded.session_epoch) == (0, -1)
+    answer = decode_response(Api.FETCH, version, fetch_answer_with_refusals(version, None, refused))
+    assert [[(p.partition_index, p.error_code, p.high_watermark) for p in topic.partitions]
+            for topic in answer.responses] == [[(0, 29, -1), (1, 29, -1)]]
+
+
+def test_a_share_fetch_refuses_the_reserved_topics_partitions_and_their_acknowledgements() -> None:
+    acknowledged = [{"first_offset": 0, "last_offset": 3, "acknowledge_types": [1]}]
+    request = encode_request(Api.SHARE_FETCH, 2, {
+        "group_id": "g", "member_id": "m", "share_session_epoch": 1, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [], "topics": [
+            {"topic_id": QUOTAS_ID, "partitions": [{"partition_index": 0, "acknowledgement_batches": acknowledged},
+                                                   {"partition_index": 1, "acknowledgement_batches": []}]},
+            {"topic_id": ORDERS_ID, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+    refused = share_refused(Api.SHARE_FETCH, 2, memoryview(request), lambda topic_id: topic_id == QUOTAS_ID.bytes)
+    assert refused is not None and refused.forwarded_body is not None
+    kept = decode_request(Api.SHARE_FETCH, 2, refused.forwarded_body)
+    assert [topic.topic_id for topic in kept.topics] == [ORDERS_ID]
+    answer = decode_response(Api.SHARE_FETCH, 2, share_answer_with_refusals(Api.SHARE_FETCH, 2, None, refused))
+    assert [(p.partition_index, p.error_code, p.acknowledge_error_code) for topic in answer.responses
+            for p in topic.partitions] == [(0, 29, 29), (1, 29, 0)]
