@@ -1,9 +1,10 @@
 """One handler per Kafka API the proxy decides on, beside each other: Produce (``produce``), Fetch
-(``fetch``), CreateTopics, DeleteTopics and CreatePartitions (``topic_mutations``), InitProducerId and
-AllocateProducerIds (``producer_ids``), AlterClientQuotas and DescribeClientQuotas
-(``client_quotas``), ApiVersions (``api_versions``). A handler reads the request, asks the quota
-engines, and returns a decision (``proxy.decision``); it never touches the connection, which carries
-the decision out. APIs without a handler pass through as bytes.
+(``fetch``), ShareFetch (``share_fetch``), CreateTopics, DeleteTopics and CreatePartitions (``topic_mutations``),
+InitProducerId and AllocateProducerIds (``producer_ids``), AlterClientQuotas and DescribeClientQuotas
+(``client_quotas``), ApiVersions (``api_versions``), and, with topics of the proxy's own, the APIs that could reach
+them (``reserved_topics``). How each API is charged is one table (``charges``). A handler reads the request, asks the
+quota engines, and returns a decision (``proxy.decision``); it never touches the connection, which carries the
+decision out. APIs without a handler pass through as bytes.
 
 May import: proxy.decision, proxy.producer_ids, proxy.cluster, proxy.settings, proxy.reporting, proxy.state, protocol,
 quotas, allocator.
