@@ -15,7 +15,6 @@ from collections.abc import Callable
 from protocol.apis import Api
 from protocol.header import read_request_header
 from protocol.reserved_topics import (
-    MetadataAsked,
     answer_with_refusals,
     described_topics_asked,
     described_topics_refused,
@@ -50,7 +49,7 @@ class MetadataWithoutReservedTopics:
             return FORWARD  # names only topics of the clients'
 
         def finish(body: memoryview) -> bytes:
-            if asked == _ALL_TOPICS:
+            if asked.all_topics and not asked.refused_names:  # the same answer for every client: remembered
                 return self._all_topics_answers.rewritten(
                     (Api.METADATA, version, bytes(body)),
                     lambda: metadata_answer(body, version, asked, self._reserved)) or bytes(body)
@@ -60,8 +59,6 @@ class MetadataWithoutReservedTopics:
                                                                                      asked.forwarded_body)
         return Outcome(replacement=replacement, finish=finish)
 
-
-_ALL_TOPICS = MetadataAsked(True, (), False, None)
 
 
 class DescribedTopicsWithoutReserved:
