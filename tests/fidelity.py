@@ -245,14 +245,16 @@ def aiokafka_produce(topic: str, records: int, client_id: str) -> Workload:
     return run
 
 
-def java_tool(main_class: str, *args: str, succeeds: bool = True, timeout_s: float = 300) -> str:
+def java_tool(main_class: str, *args: str, succeeds: bool = True, timeout_s: float = 300,
+              system_properties: dict[str, str] | None = None) -> str:
     """Run one of Kafka's tools from the jars the launcher resolved: its standard output, or when it is expected to
-    fail (``succeeds`` False), everything it printed."""
+    fail (``succeeds`` False), everything it printed. ``system_properties``: the JVM's ``-D`` options."""
     import subprocess
 
     from proxy.dev.kafka_jars import java_executable, kafka_libs
 
-    done = subprocess.run([java_executable(), "-Xmx256m", "-cp", f"{kafka_libs()}/*", main_class, *args],
+    properties = [f"-D{name}={value}" for name, value in (system_properties or {}).items()]
+    done = subprocess.run([java_executable(), "-Xmx256m", *properties, "-cp", f"{kafka_libs()}/*", main_class, *args],
                           capture_output=True, text=True, timeout=timeout_s)
     printed = f"{done.stdout[-3000:]}{done.stderr[-3000:]}"
     if succeeds:

@@ -162,11 +162,13 @@ class KafkaNode:
 
     def __init__(self, directory: Path, node_id: int, *, broker: bool, controller: bool, users: SaslUsers,
                  log_path: Path, heap_mb: int = 512, advertised_host: str = LOOPBACK,
-                 ssl: SslCertificate | None = None) -> None:
+                 ssl: SslCertificate | None = None, system_properties: Mapping[str, str] | None = None) -> None:
         """``advertised_host``: where clients are told the broker's listeners are (their ports the same): another
         loopback address, where a fault injector forwards them on (``proxy.dev.toxiproxy``). ``ssl``: a broker
-        also listens for TLS clients with it."""
+        also listens for TLS clients with it. ``system_properties``: the JVM's ``-D`` options (Kafka reads a few
+        settings only there, such as the URLs its OAUTHBEARER validator may read)."""
         self.node_id = node_id
+        self._system_properties = dict(system_properties or {})
         self.advertised_host = advertised_host
         self.directory = directory
         self.log_path = log_path
@@ -290,6 +292,7 @@ class KafkaNode:
 
     def _java(self) -> list[str]:
         return [java_executable(), f"-Xmx{self._heap_mb}m", f"-Xms{self._heap_mb}m", *_JVM_OPTIONS,
+                *(f"-D{name}={value}" for name, value in self._system_properties.items()),
                 f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
                 "-cp", str(kafka_libs() / "*")]
 
@@ -345,7 +348,7 @@ class KafkaCluster:
     def __init__(self, brokers: int = 1, *, dedicated_controller: bool = False, users: SaslUsers | None = None,
                  directory: Path | None = None, log_directory: Path | None = None, heap_mb: int = 512,
                  extra_properties: Mapping[str, str] | None = None, advertised_host: str = LOOPBACK,
-                 ssl: SslCertificate | None = None) -> None:
+                 ssl: SslCertificate | None = None, system_properties: Mapping[str, str] | None = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self._own_directory = directory is None
@@ -358,7 +361,7 @@ class KafkaCluster:
         def node(node_id: int, broker: bool, controller: bool) -> KafkaNode:
             return KafkaNode(self.directory / f"node-{node_id}", node_id, broker=broker, controller=controller,
                              users=users, log_path=logs / f"kafka-{node_id}.log", heap_mb=heap_mb,
-                             advertised_host=advertised_host, ssl=ssl)
+                             advertised_host=advertised_host, ssl=ssl, system_properties=system_properties)
 
         if dedicated_controller:
             self.controller = node(self.CONTROLLER_ID, broker=False, controller=True)
