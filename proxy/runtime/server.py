@@ -60,6 +60,7 @@ from proxy.reporting.metrics import ProxyMetrics, serve_metrics, worker_labelled
 from proxy.reporting.usage_log import STORE as USAGE_LOG_STORE
 from proxy.reporting.usage_log import UsageLog
 from proxy.runtime.memory import FreedMemory
+from proxy.security.oauthbearer import token_validator
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
 from proxy.security.tls import PrincipalMapper, ReloadingContext
@@ -167,6 +168,9 @@ class ProxyServer:
         self.quotas.observe(self.usage.quotas_in_force)  # the report draws each principal's quota in force
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
+        self.tokens, self._jwks_endpoint = (token_validator(config.login.oauthbearer) if config.sasl_mode == "terminate"
+                                            else (None, None))
+        """What checks OAUTHBEARER tokens (terminate mode), and the JWKS endpoint it fetches keys from."""
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
         self.allocator_settings = settings = AllocatorSettings.from_config(config)
         self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
@@ -261,9 +265,9 @@ class ProxyServer:
         settings = self.config.login
         if self.config.sasl_mode == "inspect":
             return SaslInspector(settings, peer, self.metrics)
-        if self.users is None:
+        if self.users is None and self.tokens is None:
             return None
-        return SaslServer(self.users, settings, self._login_pool, peer, self.metrics)
+        return SaslServer(self.users, self.tokens, settings, self._login_pool, peer, self.metrics)
 
     def connection_opened(self, connection: Connection) -> None:
         self._connections[connection] = self._admitted.pop(connection)
@@ -460,6 +464,8 @@ class ProxyServer:
     # ---- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._jwks_endpoint is not None:  # no login can succeed before it has keys
+            await self._jwks_endpoint.start()
         listen = self.config.listen
         sock = self._listening_socket(listen.host, listen.port)
         self._serve(sock, "bootstrap", self._bootstrap_target)
@@ -473,6 +479,8 @@ class ProxyServer:
                              loop.create_task(self._freed_memory.return_periodically())]
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
+        if self._jwks_endpoint is not None:
+            self._maintenance.append(loop.create_task(self._jwks_endpoint.refresh_periodically()))
         settings = self.allocator_settings
         self._maintenance.append(loop.create_task(self.ledger.maintain(
             settings.ledger_seal_interval_s, settings.producer_id_expiration_ms, LEDGER_CHECK_INTERVAL_S)))

@@ -1,5 +1,5 @@
-"""SASL terminated at the proxy: PLAIN, SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and, for tests,
-OAUTHBEARER with unsigned JWTs (RFC 7628).
+"""SASL terminated at the proxy: PLAIN, SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and OAUTHBEARER (RFC 7628) with
+JWTs signed by a key of a JWKS (or, for tests, unsigned ones).
 
 ``SaslServer`` runs one connection's exchange as Kafka's ``SaslServerAuthenticator`` does:
 SaslHandshake (v1) names the mechanism, SaslAuthenticate frames carry the tokens, the first failure
@@ -16,7 +16,6 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,9 +25,9 @@ from protocol.codecs import encode_response
 from protocol.errors import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from protocol.header import RequestHeader, read_request_header
 from proxy.decision.outcome import Decided, Outcome, local_answer
+from proxy.security.oauthbearer import OAuthBearerSettings, TokenValidator
 from proxy.security.sasl_messages import (
     AuthenticationFailed,
-    oauthbearer_principal,
     parse_oauthbearer_token,
     parse_plain_token,
     parse_scram_client_first,
@@ -60,10 +59,7 @@ class LoginSettings:
     """``connection.failed.authentication.delay.ms``: a failed login is answered, then closed, this late."""
     max_receive_bytes: int = 512 * 1024
     """``sasl.server.max.receive.size``: the largest frame taken before a login completes."""
-    oauthbearer_principal_claim: str = "sub"
-    """``sasl.oauthbearer.sub.claim.name``: the JWT claim naming the principal."""
-    oauthbearer_unsecured_jwt: bool = False
-    """terminate: accept unsigned JWTs (Kafka's ``OAuthBearerUnsecuredValidatorCallbackHandler``), for tests."""
+    oauthbearer: OAuthBearerSettings = OAuthBearerSettings()
 
 
 class LoginEvents(Protocol):
@@ -174,11 +170,11 @@ def verify_plain(store: UserStore, token: bytes) -> str:
 
 
 class _OAuthBearerExchange:
-    """An unsigned JWT checked as Kafka's unsecured validator does: ``alg`` none, the principal claim,
-    an ``exp`` still to come."""
+    """RFC 7628's one message: the client's token, checked by ``validator``."""
 
-    def __init__(self, settings: LoginSettings) -> None:
-        self._claim = settings.oauthbearer_principal_claim
+    def __init__(self, validator: TokenValidator, principal_claim: str) -> None:
+        self._validator = validator
+        self._claim = principal_claim
         self.claimed_user: str | None = None
         self.user: str | None = None
 
@@ -188,13 +184,9 @@ class _OAuthBearerExchange:
 
     def step(self, token: bytes) -> bytes:
         parsed = parse_oauthbearer_token(token)
-        self.claimed_user = oauthbearer_principal(parsed, self._claim)
-        if parsed.signed or parsed.header.get("alg") != "none":
-            raise AuthenticationFailed("only unsecured (alg none) JWTs are accepted")
-        expires = parsed.claims.get("exp")
-        if isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires <= time.time():
-            raise AuthenticationFailed("the token has expired or has no exp claim")
-        self.user = self.claimed_user
+        claimed = parsed.claims.get(self._claim)
+        self.claimed_user = claimed if isinstance(claimed, str) else None  # for the log line of a refusal
+        self.user = self._validator.principal(parsed)
         return b""
 
 
@@ -207,14 +199,16 @@ class SaslServer:
 
     The first failure is final: SASL_AUTHENTICATION_FAILED (or the handshake's error) is answered
     ``failed_delay_s`` late and the connection closed. PLAIN's password hash runs in ``pool``.
-    ``user`` is set once the login has succeeded.
+    ``user`` is set once the login has succeeded. PLAIN and SCRAM users are in ``store``; OAUTHBEARER tokens are
+    checked by ``tokens``; either may be absent.
     """
 
     needs_upstream_before_login = False
 
-    def __init__(self, store: UserStore, settings: LoginSettings, pool: Executor, peer: str,
-                 events: LoginEvents) -> None:
+    def __init__(self, store: UserStore | None, tokens: TokenValidator | None, settings: LoginSettings,
+                 pool: Executor, peer: str, events: LoginEvents) -> None:
         self._store = store
+        self._tokens = tokens
         self._settings = settings
         self._pool = pool
         self._peer = peer
@@ -231,8 +225,8 @@ class SaslServer:
 
     @property
     def mechanisms(self) -> list[str]:
-        enabled = self._store.mechanisms
-        return [*enabled, OAUTHBEARER] if self._settings.oauthbearer_unsecured_jwt else enabled
+        enabled = [] if self._store is None else self._store.mechanisms
+        return enabled if self._tokens is None else [*enabled, OAUTHBEARER]
 
     def handle(self, frame: memoryview) -> Decided:
         header = read_request_header(frame)
@@ -258,9 +252,11 @@ class SaslServer:
                                 {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled})
         self._mechanism = mechanism
         if mechanism in SCRAM_HASHES:
+            assert self._store is not None
             self._exchange = _ScramExchange(mechanism, self._store)
         elif mechanism == OAUTHBEARER:
-            self._exchange = _OAuthBearerExchange(self._settings)
+            assert self._tokens is not None
+            self._exchange = _OAuthBearerExchange(self._tokens, self._settings.oauthbearer.sub_claim_name)
         body = encode_response(Api.SASL_HANDSHAKE, header.api_version, {"error_code": 0, "mechanisms": enabled})
         return local_answer(header, body)
 
@@ -283,6 +279,7 @@ class SaslServer:
                                                     self._auth_fields(0, None, reply)))
 
     async def _verify_plain(self, header: RequestHeader, token: bytes) -> Outcome:
+        assert self._store is not None  # PLAIN is offered only with users
         try:
             user = await asyncio.get_running_loop().run_in_executor(self._pool, verify_plain, self._store, token)
         except AuthenticationFailed as failure:

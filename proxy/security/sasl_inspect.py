@@ -39,7 +39,7 @@ class SaslInspector:
     needs_upstream_before_login = True
 
     def __init__(self, settings: LoginSettings, peer: str, events: LoginEvents) -> None:
-        self._claim = settings.oauthbearer_principal_claim
+        self._claim = settings.oauthbearer.sub_claim_name
         self._peer = peer
         self._events = events
         self._mechanism = ""

@@ -83,7 +83,9 @@ def parse_plain_token(token: bytes) -> PlainToken:
 
 class OAuthBearerToken(NamedTuple):
     authorization_id: str
+    jwt: str
     header: dict[str, Any]
+    """The JWT's header and claims, as yet unverified."""
     claims: dict[str, Any]
     signed: bool
 
@@ -110,7 +112,7 @@ def parse_oauthbearer_token(token: bytes) -> OAuthBearerToken:
         raise AuthenticationFailed("invalid OAUTHBEARER token (not a JWT)") from None
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise AuthenticationFailed("invalid OAUTHBEARER token (not a JWT)")
-    return OAuthBearerToken(_scram_unescape(gs2_parts[1][2:]), header, claims, bool(parts[2]))
+    return OAuthBearerToken(_scram_unescape(gs2_parts[1][2:]), jwt, header, claims, bool(parts[2]))
 
 
 def oauthbearer_principal(token: OAuthBearerToken, claim: str) -> str:

@@ -37,6 +37,7 @@ class Setting(NamedTuple):
 PROXY_DEFAULTS: dict[str, Any] = {field.name: field.default for field in fields(ProxyConfig)}
 """``ProxyConfig``'s field defaults, by name: what applies without a setting."""
 _LOGIN = LoginSettings()
+_OAUTHBEARER = _LOGIN.oauthbearer
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("upstream", "upstream",
@@ -102,11 +103,9 @@ SETTINGS: tuple[Setting, ...] = (
             _LOGIN.max_receive_bytes, {"type": int}),
     Setting("sasl_login_threads", "sasl-login-threads", "threads hashing PLAIN passwords, off the event loop",
             PROXY_DEFAULTS["login_threads"], {"type": int}),
-    Setting("oauthbearer_principal_claim", "oauthbearer-principal-claim", "the JWT claim naming the principal",
-            _LOGIN.oauthbearer_principal_claim),
     Setting("oauthbearer_unsecured_jwt", "oauthbearer-unsecured-jwt",
             "terminate: accept unsigned JWTs (Kafka's unsecured validator), for tests only",
-            _LOGIN.oauthbearer_unsecured_jwt, flag=False),
+            _LOGIN.oauthbearer.unsecured_jwt, flag=False),
     Setting("default_num_partitions", "default-num-partitions",
             "partitions charged for CreateTopics num_partitions=-1 when the cluster does not tell",
             PROXY_DEFAULTS["default_num_partitions"], {"type": int}),
@@ -184,6 +183,23 @@ TABLES: tuple[Table, ...] = (
         TableKey("username", "the proxy's user on the cluster", derived=REQUIRED),
         TableKey("password", "its password (or password-file; exactly one of them)", derived="none"),
         TableKey("password-file", "a file whose first line is the password", derived="none"),
+    )),
+    Table("oauthbearer", "OAUTHBEARER logins: Kafka's sasl.oauthbearer.* settings (KIP-768) without the prefix", (
+        TableKey("jwks.endpoint.url", "terminate: JWTs must be signed by a key of this JWKS, a file:// (read again "
+                 "when it changes) or an http(s):// endpoint", derived="no OAUTHBEARER logins at the proxy"),
+        TableKey("jwks.endpoint.refresh.ms", "how often an http(s) JWKS is fetched again (and at once when a token "
+                 "names a key it lacks)", _OAUTHBEARER.jwks_endpoint_refresh_ms),
+        TableKey("jwks.endpoint.retry.backoff.ms", "the first wait after a failed fetch, doubled each try",
+                 _OAUTHBEARER.jwks_endpoint_retry_backoff_ms),
+        TableKey("jwks.endpoint.retry.backoff.max.ms", "how long a fetch is retried (at start: the proxy does not "
+                 "start without keys)", _OAUTHBEARER.jwks_endpoint_retry_backoff_max_ms),
+        TableKey("expected.audience", "a token's aud must name one of these (a list)", derived="any audience"),
+        TableKey("expected.issuer", "a token's iss must be this", derived="any issuer"),
+        TableKey("scope.claim.name", "the claim holding the token's scopes", _OAUTHBEARER.scope_claim_name),
+        TableKey("sub.claim.name", "the claim naming the principal (in inspect mode too)",
+                 _OAUTHBEARER.sub_claim_name),
+        TableKey("clock.skew.seconds", "how far the token issuer's clock may be from the proxy's",
+                 _OAUTHBEARER.clock_skew_s),
     )),
     Table("admin", "who may use AlterClientQuotas and DescribeClientQuotas", (
         TableKey("principals", 'a list such as ["User:ops"]', derived="required in the table; without the "

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from proxy import __version__
 from proxy.decision.outcome import PRINCIPAL_PREFIX
 from proxy.files.toml_file import read_toml
+from proxy.security.oauthbearer import OAuthBearerSettings
 from proxy.security.sasl import LoginSettings
 from proxy.security.tls import CLIENT_AUTH, TLS_VERSIONS, ListenerTls, PrincipalMapper, TlsConfigError, UpstreamTls
 from proxy.security.users import MECHANISMS
@@ -35,6 +37,8 @@ _TLS_SECTION = "tls"
 _METRICS_SECTION = "metrics"
 _UPSTREAM_TLS_SECTION = "upstream-tls"
 _ADMIN_SECTION = "admin"
+_OAUTHBEARER_SECTION = "oauthbearer"
+_JWKS_SCHEMES = ("file", "http", "https")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,7 +121,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
     if not isinstance(splice, bool):
         raise ConfigError(f"splice: true or false, got {splice!r}")
     sasl_users = settings.get("sasl_users")
-    sasl_mode, login = _login_settings(settings)
+    sasl_mode, login = _login_settings(settings, extra.pop(_OAUTHBEARER_SECTION, None))
     connection_limits = ConnectionLimits(
         max_connections=_optional_positive("max_connections", settings, int),
         max_connections_per_ip=_optional_positive("max_connections_per_ip", settings, int),
@@ -149,19 +153,23 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
     )
 
 
-def _login_settings(settings: dict[str, Any]) -> tuple[str, LoginSettings]:
+def _login_settings(settings: dict[str, Any], oauthbearer_section: dict[str, Any] | None) -> tuple[str, LoginSettings]:
     mode = settings.get("sasl_mode") or ("terminate" if settings.get("sasl_users") else "none")
     if mode not in SASL_MODES:
         raise ConfigError(f"sasl-mode: one of {', '.join(SASL_MODES)}, got {mode!r}")
-    if (mode == "terminate") != bool(settings.get("sasl_users")):
-        raise ConfigError("sasl-users: needed with sasl-mode terminate, and only with it")
-    defaults = LoginSettings()
-    claim = settings.get("oauthbearer_principal_claim", defaults.oauthbearer_principal_claim)
-    if not isinstance(claim, str) or not claim:
-        raise ConfigError(f"oauthbearer-principal-claim: a claim name, got {claim!r}")
     unsecured = settings.get("oauthbearer_unsecured_jwt", False)
     if not isinstance(unsecured, bool) or (unsecured and mode != "terminate"):
         raise ConfigError("oauthbearer-unsecured-jwt: true or false, and true only with sasl-mode terminate")
+    oauthbearer = _oauthbearer(oauthbearer_section or {}, unsecured)
+    if oauthbearer.jwks_endpoint_url is not None and (mode != "terminate" or unsecured):
+        raise ConfigError(f"[{_OAUTHBEARER_SECTION}] jwks.endpoint.url: only with sasl-mode terminate (in inspect mode "
+                          "the cluster checks tokens), and not with oauthbearer-unsecured-jwt")
+    if settings.get("sasl_users") and mode != "terminate":
+        raise ConfigError("sasl-users: only with sasl-mode terminate")
+    if mode == "terminate" and not settings.get("sasl_users") and not oauthbearer.validates_tokens:
+        raise ConfigError(f"sasl-mode terminate: needs sasl-users, or [{_OAUTHBEARER_SECTION}] jwks.endpoint.url for "
+                          "OAUTHBEARER logins, or both")
+    defaults = LoginSettings()
     delay_ms = settings.get("sasl_failed_authentication_delay_ms", defaults.failed_delay_s * 1000)
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float)) or delay_ms < 0:
         raise ConfigError(f"sasl-failed-authentication-delay-ms: a number >= 0, got {delay_ms!r}")
@@ -169,8 +177,57 @@ def _login_settings(settings: dict[str, Any]) -> tuple[str, LoginSettings]:
         timeout_s=_optional_positive("sasl_login_timeout_s", settings, float) or defaults.timeout_s,
         failed_delay_s=delay_ms / 1000,
         max_receive_bytes=_optional_positive("sasl_max_receive_bytes", settings, int) or defaults.max_receive_bytes,
-        oauthbearer_principal_claim=claim,
-        oauthbearer_unsecured_jwt=unsecured)
+        oauthbearer=oauthbearer)
+
+
+def _dotted(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A table whose keys are Kafka's dotted names: TOML reads ``jwks.endpoint.url = ...`` as nested tables."""
+    flat: dict[str, Any] = {}
+    for key, value in section.items():
+        if isinstance(value, dict):
+            flat |= _dotted(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _oauthbearer(nested: dict[str, Any], unsecured: bool) -> OAuthBearerSettings:
+    where = f"[{_OAUTHBEARER_SECTION}]"
+    section = _dotted(nested)
+    TABLE_BY_NAME[_OAUTHBEARER_SECTION].refuse_unknown(section)
+    defaults = OAuthBearerSettings()
+
+    def text(key: str, default: str | None) -> str | None:
+        value = section.get(key, default)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(f"{where} {key}: a non-empty string, got {value!r}")
+        return value
+
+    def whole(key: str, default: int, least: int) -> int:
+        value = section.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{where} {key}: a whole number >= {least}, got {value!r}")
+        return value
+
+    url = text("jwks.endpoint.url", None)
+    if url is not None and urlsplit(url).scheme.lower() not in _JWKS_SCHEMES:
+        raise ConfigError(f"{where} jwks.endpoint.url: a {', '.join(_JWKS_SCHEMES)} URL, got {url!r}")
+    audience = section.get("expected.audience", [])
+    if not isinstance(audience, list) or not all(isinstance(entry, str) and entry for entry in audience):
+        raise ConfigError(f"{where} expected.audience: a list of strings, got {audience!r}")
+    return OAuthBearerSettings(
+        jwks_endpoint_url=url,
+        jwks_endpoint_refresh_ms=whole("jwks.endpoint.refresh.ms", defaults.jwks_endpoint_refresh_ms, 1),
+        jwks_endpoint_retry_backoff_ms=whole("jwks.endpoint.retry.backoff.ms",
+                                             defaults.jwks_endpoint_retry_backoff_ms, 1),
+        jwks_endpoint_retry_backoff_max_ms=whole("jwks.endpoint.retry.backoff.max.ms",
+                                                 defaults.jwks_endpoint_retry_backoff_max_ms, 1),
+        expected_audience=tuple(audience),
+        expected_issuer=text("expected.issuer", None),
+        scope_claim_name=str(text("scope.claim.name", defaults.scope_claim_name)),
+        sub_claim_name=str(text("sub.claim.name", defaults.sub_claim_name)),
+        clock_skew_s=whole("clock.skew.seconds", defaults.clock_skew_s, 0),
+        unsecured_jwt=unsecured)
 
 
 def _workers(value: Any, extra: dict[str, Any]) -> int:

@@ -60,6 +60,7 @@ from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.producer_ids import InitProducerIdHandler
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.oauthbearer import OAuthBearerSettings, UnsecuredJwtValidator
 from proxy.security.sasl import LoginSettings, SaslServer
 from proxy.security.sasl_messages import (
     AuthenticationFailed,
@@ -484,8 +485,8 @@ def sasl_login_target(data: bytes) -> None:
     """A connection's login, terminated by the proxy: up to four SaslHandshake or SaslAuthenticate requests, each
     answered or refused as Kafka's authenticator would (PLAIN, SCRAM-SHA-256 and unsecured OAUTHBEARER on)."""
     here = proxy()
-    login = SaslServer(here.users, LoginSettings(failed_delay_s=0, oauthbearer_unsecured_jwt=True), here.login_pool,
-                       "fuzz:1", _Logins())
+    login = SaslServer(here.users, UnsecuredJwtValidator(OAuthBearerSettings(unsecured_jwt=True)),
+                       LoginSettings(failed_delay_s=0), here.login_pool, "fuzz:1", _Logins())
     reader = Reader(data)
     for _ in range(4):
         api_key = _SASL_APIS[reader.byte() % 2]

@@ -16,6 +16,7 @@ from protocol.codecs import decode_response
 from protocol.errors import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from proxy.decision.outcome import Outcome
 from proxy.security import users
+from proxy.security.oauthbearer import OAuthBearerSettings, TokenValidator, UnsecuredJwtValidator
 from proxy.security.sasl import LoginSettings, SaslServer, verify_plain
 from proxy.security.sasl_messages import AuthenticationFailed, ScramClient, plain_token
 from proxy.security.users import (
@@ -49,8 +50,9 @@ POOL = ThreadPoolExecutor(1)
 NO_DELAY = LoginSettings(failed_delay_s=0)
 
 
-def new_server(settings: LoginSettings = NO_DELAY, store: UserStore = STORE) -> SaslServer:
-    return SaslServer(store, settings, POOL, "10.0.0.9:4242", CountedLogins())
+def new_server(settings: LoginSettings = NO_DELAY, store: UserStore | None = STORE,
+               tokens: TokenValidator | None = None) -> SaslServer:
+    return SaslServer(store, tokens, settings, POOL, "10.0.0.9:4242", CountedLogins())
 
 
 def ask(server: SaslServer, api_key: int, version: int, **fields: object) -> tuple[Outcome, object]:
@@ -176,13 +178,13 @@ def unsecured_jwt(claims: dict[str, object], alg: str = "none", signature: str =
 
 
 def test_oauthbearer_unsecured_jwts_when_enabled() -> None:
-    settings = LoginSettings(failed_delay_s=0, oauthbearer_unsecured_jwt=True)
+    tokens = UnsecuredJwtValidator(OAuthBearerSettings(unsecured_jwt=True))
     expiry = time.time() + 60
     for token, user in ((unsecured_jwt({"sub": "erin", "exp": expiry}), "erin"),
                         (unsecured_jwt({"sub": "erin", "exp": time.time() - 1}), None),
                         (unsecured_jwt({"exp": expiry}), None),
                         (unsecured_jwt({"sub": "erin", "exp": expiry}, "HS256", "c2ln"), None)):
-        server = new_server(settings)
+        server = new_server(tokens=tokens)
         _, handshake = ask(server, Api.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER")
         assert handshake.error_code == 0  # type: ignore[attr-defined]
         _, answer = ask(server, Api.SASL_AUTHENTICATE, 2, auth_bytes=token)

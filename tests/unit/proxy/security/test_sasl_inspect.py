@@ -6,6 +6,7 @@ from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
 from protocol.errors import UNSUPPORTED_SASL_MECHANISM
 from proxy.decision.outcome import Outcome
+from proxy.security.oauthbearer import OAuthBearerSettings
 from proxy.security.sasl import LoginSettings
 from proxy.security.sasl_inspect import SaslInspector
 from proxy.security.sasl_messages import ScramClient, plain_token
@@ -14,7 +15,8 @@ from tests.unit.proxy.security.test_sasl import CountedLogins, unsecured_jwt
 
 
 def inspector(claim: str = "sub") -> SaslInspector:
-    return SaslInspector(LoginSettings(oauthbearer_principal_claim=claim), "10.0.0.9:4242", CountedLogins())
+    settings = LoginSettings(oauthbearer=OAuthBearerSettings(sub_claim_name=claim))
+    return SaslInspector(settings, "10.0.0.9:4242", CountedLogins())
 
 
 def forwarded(inspect: SaslInspector, api_key: int, version: int, **fields: object) -> Outcome:

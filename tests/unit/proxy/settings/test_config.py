@@ -114,9 +114,10 @@ def test_login_settings(tmp_path: Path) -> None:
     config = load("--upstream", "a:1", "--sasl-users", str(users))
     assert config.sasl_mode == "terminate" and config.login.timeout_s == 10 and config.login.failed_delay_s == 0.1
     assert config.login.max_receive_bytes == 512 * 1024 and config.login_threads == 1
-    config = load("--upstream", "a:1", "--sasl-mode", "inspect", "--oauthbearer-principal-claim", "upn",
-                  "--sasl-failed-authentication-delay-ms", "0")
-    assert (config.sasl_mode, config.login.oauthbearer_principal_claim, config.login.failed_delay_s) == (
+    path = tmp_path / "c.toml"
+    path.write_text('upstream = "a:1"\nsasl-mode = "inspect"\n[oauthbearer]\n"sub.claim.name" = "upn"\n')
+    config = load("--config", str(path), "--sasl-failed-authentication-delay-ms", "0")
+    assert (config.sasl_mode, config.login.oauthbearer.sub_claim_name, config.login.failed_delay_s) == (
         "inspect", "upn", 0)
     assert load("--upstream", "a:1").sasl_mode == "none"
     for bad, message in ((("--sasl-mode", "inspect", "--sasl-users", str(users)), "sasl-users"),
@@ -124,7 +125,6 @@ def test_login_settings(tmp_path: Path) -> None:
                          (("--sasl-users", str(users), "--sasl-failed-authentication-delay-ms", "-1"), "delay")):
         with pytest.raises(ConfigError, match=message):
             load("--upstream", "a:1", *bad)
-    path = tmp_path / "c.toml"
     path.write_text('upstream = "a:1"\nsasl-mode = "inspect"\noauthbearer-unsecured-jwt = true\n')
     with pytest.raises(ConfigError, match="only with sasl-mode terminate"):
         load("--config", str(path))
