@@ -15,6 +15,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
+import protocol.delegation_tokens  # noqa: F401  (and 41, for the proxy's own requests)
 import protocol.share_groups  # noqa: F401  (and 78, 79)
 from protocol.errors import ProtocolError
 
@@ -41,6 +42,7 @@ class Api(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
+    DESCRIBE_DELEGATION_TOKEN = 41
     CREATE_PARTITIONS = 37
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47

@@ -24,6 +24,7 @@ from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
 from proxy.cluster.info import ClusterInfo
 from proxy.cluster.rewrites import RewriteMemo
+from proxy.cluster.token_owners import TokenOwners
 from proxy.cluster.topic_names import TopicNames
 from proxy.cluster.upstream import UPSTREAM_ERRORS, ConnectTurns, UpstreamAccess, fetch_brokers
 from proxy.connection.client import ClientConnection
@@ -151,6 +152,9 @@ class ProxyServer:
                                        else self.upstream_access)
         """Inspected clients log in to the cluster themselves: the proxy's login is for its own requests."""
         self.upstream_connects = ConnectTurns()
+        self.token_owners = TokenOwners(config.upstream, self.upstream_access, config.connect_timeout_s,
+                                        config.max_frame_bytes)
+        """Whose the delegation tokens inspected logins name are (asked under the proxy's own login)."""
         listener_tls = config.tls
         self.listener_tls = None if listener_tls is None else ReloadingContext(
             listener_tls.context, listener_tls.files(), "listener")
@@ -264,7 +268,7 @@ class ProxyServer:
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         settings = self.config.login
         if self.config.sasl_mode == "inspect":
-            return SaslInspector(settings, peer, self.metrics)
+            return SaslInspector(settings, peer, self.metrics, self.token_owners)
         if self.users is None and self.tokens is None:
             return None
         return SaslServer(self.users, self.tokens, settings, self._login_pool, peer, self.metrics)

@@ -110,6 +110,9 @@ class _ScramExchange:
 
     def _client_first(self, text: str) -> bytes:
         first = parse_scram_client_first(text)
+        if first.extensions:  # the one Kafka knows names a delegation token, which only the cluster holds
+            raise AuthenticationFailed("SCRAM extensions (delegation tokens) are not supported by the proxy's logins: "
+                                       f"{', '.join(sorted(first.extensions))}")
         self._gs2_header = first.gs2_header
         self.claimed_user = user = first.user
         if first.authorization_id and first.authorization_id != user:

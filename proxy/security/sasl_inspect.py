@@ -5,19 +5,23 @@ are, so the cluster verifies the password and authorizes every later request as 
 proxy reads the name the client logs in with from its own tokens (PLAIN's authcid, SCRAM's ``n=``,
 the OAUTHBEARER JWT's principal claim) and takes it as the connection's principal only once the
 cluster has answered the exchange's last SaslAuthenticate without an error.
+A SCRAM login with a delegation token (``tokenauth=true``) names the token's id: its principal is the token's
+owner, which the proxy learns from the cluster before the login's last step goes on. A login whose principal the
+proxy cannot learn is refused, never charged to ``ANONYMOUS``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
-from protocol.errors import UNSUPPORTED_SASL_MECHANISM, ProtocolError
+from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from protocol.header import RequestHeader, read_request_header
 from proxy.decision.outcome import FORWARD, Decided, Outcome, local_answer
 from proxy.security.sasl import OAUTHBEARER, LoginEvents, LoginSettings, log_failed_login
 from proxy.security.sasl_messages import (
+    TOKEN_AUTH_EXTENSION,
     AuthenticationFailed,
     oauthbearer_principal,
     parse_oauthbearer_token,
@@ -33,17 +37,29 @@ _STEPS = {PLAIN: 1, OAUTHBEARER: 1, **dict.fromkeys(SCRAM_HASHES, 2)}
 """SaslAuthenticate round trips a successful login takes."""
 
 
+class TokenOwnerUnknown(Exception):
+    """Whose a delegation token is could not be learnt; the message says why."""
+
+
+class TokenOwnerLookup(Protocol):
+    async def owner(self, token_id: str) -> str:
+        """The name of the principal owning the token, or TokenOwnerUnknown."""
+
+
 class SaslInspector:
     """One connection's login, watched; ``user`` is set once the cluster has accepted it."""
 
     needs_upstream_before_login = True
 
-    def __init__(self, settings: LoginSettings, peer: str, events: LoginEvents) -> None:
+    def __init__(self, settings: LoginSettings, peer: str, events: LoginEvents, token_owners: TokenOwnerLookup) -> None:
         self._claim = settings.oauthbearer.sub_claim_name
         self._peer = peer
         self._events = events
+        self._token_owners = token_owners
         self._mechanism = ""
         self._claimed_user: str | None = None
+        self._token_id: str | None = None
+        """The delegation token a SCRAM login names (``tokenauth=true``), whose owner is not known yet."""
         self._steps_answered = 0
         self.user: str | None = None
         self.refused = False
@@ -79,11 +95,20 @@ class SaslInspector:
             self._steps_answered = 0
         return FORWARD
 
-    def _authenticate(self, header: RequestHeader, token: bytes) -> Outcome:
+    def _authenticate(self, header: RequestHeader, token: bytes) -> Decided:
+        if not self._mechanism:
+            return self._forwarded(header.api_version)  # the cluster answers ILLEGAL_SASL_STATE
         if self._steps_answered == 0:
-            self._claimed_user = self._user_named_by(token)
-        version = header.api_version
+            self._token_id = None
+            try:
+                self._claimed_user = self._user_named_by(token)
+            except AuthenticationFailed as unnamed:
+                return self._refuse(header, f"the proxy cannot tell who logs in: {unnamed}")
+        if self._token_id is not None and self._steps_answered == 1:
+            return self._with_token_owner(header)
+        return self._forwarded(header.api_version)
 
+    def _forwarded(self, version: int) -> Outcome:
         def watch(body: memoryview) -> bytes:
             answer = decode_response(Api.SASL_AUTHENTICATE, version, body)
             self._answered(answer)
@@ -91,17 +116,40 @@ class SaslInspector:
 
         return Outcome(finish=watch)
 
-    def _user_named_by(self, token: bytes) -> str | None:
+    async def _with_token_owner(self, header: RequestHeader) -> Outcome:
+        """The last step of a delegation-token login goes on once the token's owner is known."""
+        token_id = self._token_id
+        assert token_id is not None
         try:
-            if self._mechanism == PLAIN:
-                return parse_plain_token(token).user
-            if self._mechanism == OAUTHBEARER:
-                return oauthbearer_principal(parse_oauthbearer_token(token), self._claim)
-            if self._mechanism in SCRAM_HASHES:
-                return parse_scram_client_first(token.decode(errors="replace")).user
-        except AuthenticationFailed:
-            pass
-        return None  # the cluster refuses what the proxy cannot read
+            self._claimed_user = await self._token_owners.owner(token_id)
+        except TokenOwnerUnknown as unknown:
+            return self._refuse(header, f"the owner of delegation token {token_id!r} cannot be learnt: {unknown}")
+        return self._forwarded(header.api_version)
+
+    def _refuse(self, header: RequestHeader, reason: str) -> Outcome:
+        """SASL_AUTHENTICATION_FAILED saying why, and the connection closed: a login the proxy cannot name does not
+        go on, whatever the cluster would answer."""
+        log_failed_login(self._peer, self._mechanism or "-", self._claimed_user, reason)
+        self._events.login_ended(self._mechanism or "-", succeeded=False)
+        self.refused = True
+        body = encode_response(Api.SASL_AUTHENTICATE, header.api_version, {
+            "error_code": SASL_AUTHENTICATION_FAILED, "error_message": f"Authentication failed: {reason}",
+            "auth_bytes": b"", "session_lifetime_ms": 0})
+        return local_answer(header, body, close_after_response=True)
+
+    def _user_named_by(self, token: bytes) -> str:
+        """The user the first token names (AuthenticationFailed when it names none the proxy can read)."""
+        if self._mechanism == PLAIN:
+            return parse_plain_token(token).user
+        if self._mechanism == OAUTHBEARER:
+            return oauthbearer_principal(parse_oauthbearer_token(token), self._claim)
+        first = parse_scram_client_first(token.decode(errors="replace"))
+        unknown = set(first.extensions) - {TOKEN_AUTH_EXTENSION}
+        if unknown:  # Kafka refuses them too (ScramSaslServer's SUPPORTED_EXTENSIONS)
+            raise AuthenticationFailed(f"unsupported SCRAM extensions {', '.join(sorted(unknown))}")
+        if first.delegation_token:
+            self._token_id = first.user
+        return first.user
 
     def _answered(self, answer: Any) -> None:
         mechanism = self._mechanism or "-"

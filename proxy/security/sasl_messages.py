@@ -36,18 +36,35 @@ class ScramClientFirst(NamedTuple):
     user: str
     nonce: str
     bare: str
+    extensions: dict[str, str]
+    """Kafka's SCRAM extensions after the nonce (``tokenauth=true``: the user is a delegation token's id)."""
+
+    @property
+    def delegation_token(self) -> bool:
+        return self.extensions.get(TOKEN_AUTH_EXTENSION) == "true"
+
+
+TOKEN_AUTH_EXTENSION = "tokenauth"
 
 
 def parse_scram_client_first(text: str) -> ScramClientFirst:
+    """``gs2-header n=user,r=nonce[,key=value...]``, as Kafka's ``ClientFirstMessage`` reads it."""
     parts = text.split(",", 2)
     if len(parts) != 3 or parts[0] not in ("n", "y") or (parts[1] and not parts[1].startswith("a=")):
         raise AuthenticationFailed("invalid SCRAM client-first message (channel binding is not supported)")
     bare = parts[2]
-    attributes = scram_attributes(bare)
-    if "n" not in attributes or "r" not in attributes or set(attributes) - {"n", "r"}:
-        raise AuthenticationFailed("invalid SCRAM client-first message (extensions are not supported)")
+    user, _, rest_text = bare.partition(",")
+    nonce, *rest = rest_text.split(",")
+    if not user.startswith("n=") or not nonce.startswith("r="):
+        raise AuthenticationFailed("invalid SCRAM client-first message (expected n=user,r=nonce)")
+    extensions = {}
+    for extension in rest:
+        key, separator, value = extension.partition("=")
+        if not separator or not key:
+            raise AuthenticationFailed(f"invalid SCRAM extension {extension!r}")
+        extensions[key] = value
     return ScramClientFirst(f"{parts[0]},{parts[1]},", _scram_unescape(parts[1][2:]),
-                            _scram_unescape(attributes["n"]), attributes["r"], bare)
+                            _scram_unescape(user[2:]), nonce[2:], bare, extensions)
 
 
 def _scram_unescape(name: str) -> str:

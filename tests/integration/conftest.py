@@ -1,12 +1,12 @@
 """The cluster under the integration tests and proxies in front of it.
 
 Without ``KAFKA_BOOTSTRAP`` an Apache Kafka node (KRaft, broker and controller) is started for the
-session, with a SASL_PLAINTEXT listener for the users of ``tests.support.PASSWORDS`` and an SSL listener (a
-certificate of a CA made for the session); the tests that need several brokers share a cluster of three, started
-the first time one asks for it. With ``KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster`` the tests run
-against that cluster (``KAFKA_SASL_BOOTSTRAP`` names its SASL listener, if it has one with those users; the tests
-of Kafka's own SSL listener are skipped). Tests that stop,
-kill or pause brokers, or put a proxy between brokers and their controller, start clusters of their own.
+session, with a SASL_PLAINTEXT listener for the users of ``tests.support.PASSWORDS`` (and delegation tokens) and an
+SSL listener (a certificate of a CA made for the session); the tests that need several brokers share a cluster of
+three, started the first time one asks for it. With ``KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster``
+the tests run against that cluster (``KAFKA_SASL_BOOTSTRAP`` names its SASL listener, if it has one with those
+users; the tests of Kafka's own SSL listener are skipped). Tests that stop, kill or pause brokers, or put a proxy
+between brokers and their controller, start clusters of their own.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if external:
         yield Cluster(external, os.environ.get("KAFKA_SASL_BOOTSTRAP")).wait_until_ready()
         return
-    yield from _launched(1, tmp_path_factory.mktemp("kafka"))
+    # delegation tokens on: logins with Kafka's own tokens through an inspecting proxy (test_sasl_inspect)
+    yield from _launched(1, tmp_path_factory.mktemp("kafka"), **{"delegation.token.secret.key": uuid.uuid4().hex})
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -19,18 +20,22 @@ from kafka import KafkaProducer
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from protocol.apis import Api
-from proxy.security.sasl_messages import plain_token
+from proxy.security.sasl_messages import ScramClient, plain_token
+from tests.fidelity import java_tool
+from tests.integration.test_oauthbearer import answer_to
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import refused_login, sasl_settings
 from tests.support import (
     PASSWORDS,
     Cluster,
     ProxyProcess,
+    closed_by_peer,
     create_topic_on_one_broker,
     encode_request,
     produce_request,
     read_frame,
     record_batch,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -132,3 +137,90 @@ def test_a_pipelined_login_and_produce_is_charged_to_the_user_the_cluster_accept
                     break
         assert answered == ([1, 2, 3] if charged else [1, 2])  # a refused login: closed, the Produce unread
         assert quota_users(proxy) == charged
+
+
+class TokenScramClient(ScramClient):
+    """A SCRAM client logging in with a delegation token, as Kafka's ``ScramLoginModule`` with ``tokenauth="true"``:
+    the extension is part of the client-first message, and so of what the proof signs."""
+
+    def __init__(self, token_id: str, hmac: str) -> None:
+        super().__init__("SCRAM-SHA-256", token_id, hmac)
+        self._first_bare += ",tokenauth=true"
+
+
+def delegation_token(cluster: Cluster, owner: str, tmp_path: Path) -> tuple[str, str]:
+    """A token for ``owner``, made with Kafka's own kafka-delegation-tokens tool: its id and HMAC."""
+    settings = tmp_path / f"{owner}.properties"
+    settings.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                        f'username="{owner}" password="{PASSWORDS[owner]}";\n')
+    printed = java_tool("org.apache.kafka.tools.DelegationTokenCommand", "--bootstrap-server",
+                        str(cluster.sasl_bootstrap), "--create", "--max-life-time-period", "-1",
+                        "--command-config", str(settings))
+    token_id = printed.split("Created delegation token with tokenId : ")[1].split()[0]
+    hmac = next(line.split() for line in printed.splitlines() if line.startswith(f"{token_id} "))[1]
+
+    def usable() -> bool:  # the broker learns the token from the metadata log a moment after the controller
+        sock, answer = token_login(str(cluster.sasl_bootstrap), token_id, hmac)
+        sock.close()
+        return answer.error_code == 0
+
+    wait_until(usable, 30, "the new token to reach the broker")
+    return token_id, hmac
+
+
+def token_login(bootstrap: str, token_id: str, hmac: str) -> tuple[socket.socket, Any]:
+    """SCRAM-SHA-256 with the token by raw frames, the handshake and the client-first message pipelined: the socket
+    and the last SaslAuthenticate answer."""
+    client = TokenScramClient(token_id, hmac)
+    host, _, port = bootstrap.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(encode_request(Api.SASL_HANDSHAKE, 1, correlation_id=1, mechanism="SCRAM-SHA-256")
+                 + encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=2, auth_bytes=client.first_message()))
+    assert answer_to(sock, Api.SASL_HANDSHAKE, 1).error_code == 0
+    first = answer_to(sock, Api.SASL_AUTHENTICATE, 2)
+    if first.error_code:
+        return sock, first
+    sock.sendall(encode_request(Api.SASL_AUTHENTICATE, 2, correlation_id=3,
+                                auth_bytes=client.final_message(bytes(first.auth_bytes))))
+    return sock, answer_to(sock, Api.SASL_AUTHENTICATE, 2)
+
+
+def test_a_delegation_token_login_is_charged_to_the_tokens_owner(inspecting: ProxyProcess, broker: Cluster,
+                                                                 topic: str, tmp_path: Path) -> None:
+    proxy = inspecting
+    create_topic_on_one_broker(broker, topic)
+    token_id, hmac = delegation_token(broker, "alice", tmp_path)
+    sock, answer = token_login(proxy.bootstrap, token_id, hmac)
+    with sock:
+        assert answer.error_code == 0, answer
+        sock.sendall(produce_request(topic, record_batch([b"with a token"]), correlation_id=4, acks=1))
+        assert answer_to(sock, Api.PRODUCE, 7).responses[0].partition_responses[0].error_code == 0
+    assert quota_users(proxy) == {"alice"}  # the token's owner, never its id nor ANONYMOUS
+    settings = tmp_path / "token.properties"
+    settings.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                        f'username="{token_id}" password="{hmac}" tokenauth="true";\n')
+    printed = java_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", "20",
+                        "--record-size", "100", "--throughput", "-1", "--producer.config", str(settings),
+                        "--producer-props", f"bootstrap.servers={proxy.bootstrap}", "acks=all")
+    assert "20 records sent" in printed
+    assert quota_users(proxy) == {"alice"}
+    unknown, refused = token_login(proxy.bootstrap, "made-up-token", hmac)  # Kafka refuses it at the first step
+    unknown.close()
+    assert refused.error_code == 58 and quota_users(proxy) == {"alice"}
+
+
+def test_a_token_login_whose_owner_the_proxy_cannot_learn_is_refused(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                     tmp_path: Path) -> None:
+    """Without [upstream-sasl] the proxy's own DescribeDelegationToken cannot reach the SASL listener: the cluster
+    would accept the token, the proxy cannot name its owner, and refuses the login rather than charge ANONYMOUS."""
+    if broker.sasl_bootstrap is None:
+        pytest.skip("the cluster under test names no SASL listener (KAFKA_SASL_BOOTSTRAP)")
+    token_id, hmac = delegation_token(broker, "alice", tmp_path)
+    proxy = own_proxy("--sasl-mode", "inspect", upstream=broker.sasl_bootstrap)
+    sock, answer = token_login(proxy.bootstrap, token_id, hmac)
+    with sock:
+        assert answer.error_code == 58 and "DescribeDelegationToken failed" in answer.error_message, answer
+        assert closed_by_peer(sock)
+    assert "failed SASL login from 127.0.0.1" in proxy.log() and token_id in proxy.log()

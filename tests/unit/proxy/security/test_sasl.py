@@ -98,6 +98,15 @@ def test_scram_refuses_a_wrong_password_and_closes() -> None:
     assert outcome.close_after_response and not server.done
 
 
+def test_a_delegation_token_login_is_refused_here_where_no_token_is_held() -> None:
+    server = new_server()
+    ask(server, Api.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512")
+    first = ScramClient("SCRAM-SHA-512", "token-id", "hmac").first_message() + b",tokenauth=true"
+    outcome, answer = ask(server, Api.SASL_AUTHENTICATE, 2, auth_bytes=first)
+    assert answer.error_code == SASL_AUTHENTICATION_FAILED and outcome.close_after_response  # type: ignore[attr-defined]
+    assert "tokenauth" in answer.error_message  # type: ignore[attr-defined]
+
+
 def test_scram_offers_an_unknown_user_a_stable_made_up_salt_and_refuses_it_at_the_proof() -> None:
     salts = []
     for _ in range(2):

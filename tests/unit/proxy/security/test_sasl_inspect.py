@@ -1,22 +1,37 @@
 from __future__ import annotations
 
+import asyncio
 import time
 
 from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
-from protocol.errors import UNSUPPORTED_SASL_MECHANISM
+from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from proxy.decision.outcome import Outcome
 from proxy.security.oauthbearer import OAuthBearerSettings
 from proxy.security.sasl import LoginSettings
-from proxy.security.sasl_inspect import SaslInspector
+from proxy.security.sasl_inspect import SaslInspector, TokenOwnerUnknown
 from proxy.security.sasl_messages import ScramClient, plain_token
 from tests.support import encode_request
 from tests.unit.proxy.security.test_sasl import CountedLogins, unsecured_jwt
 
 
-def inspector(claim: str = "sub") -> SaslInspector:
+class KnownTokens:
+    """The cluster's delegation tokens, as DescribeDelegationToken would name their owners."""
+
+    def __init__(self, owners: dict[str, str] | None = None) -> None:
+        self.owners = owners or {}
+        self.asked: list[str] = []
+
+    async def owner(self, token_id: str) -> str:
+        self.asked.append(token_id)
+        if token_id not in self.owners:
+            raise TokenOwnerUnknown(f"no token {token_id!r}")
+        return self.owners[token_id]
+
+
+def inspector(claim: str = "sub", tokens: KnownTokens | None = None) -> SaslInspector:
     settings = LoginSettings(oauthbearer=OAuthBearerSettings(sub_claim_name=claim))
-    return SaslInspector(settings, "10.0.0.9:4242", CountedLogins())
+    return SaslInspector(settings, "10.0.0.9:4242", CountedLogins(), tokens or KnownTokens())
 
 
 def forwarded(inspect: SaslInspector, api_key: int, version: int, **fields: object) -> Outcome:
@@ -81,3 +96,49 @@ def test_a_mechanism_whose_tokens_name_nobody_is_refused_here() -> None:
     assert outcome.local_response is not None
     answer = decode_response(Api.SASL_HANDSHAKE, 1, memoryview(outcome.local_response)[8:])
     assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
+
+
+def refused_here(outcome: object) -> str:
+    """The error message of a login the inspector refused itself (nothing forwarded, the connection to close)."""
+    if not isinstance(outcome, Outcome):
+        outcome = asyncio.run(outcome)  # type: ignore[arg-type]
+    assert isinstance(outcome, Outcome) and not outcome.forward and outcome.close_after_response
+    assert outcome.local_response is not None
+    answer = decode_response(Api.SASL_AUTHENTICATE, 2, memoryview(outcome.local_response)[9:])
+    assert answer.error_code == SASL_AUTHENTICATION_FAILED
+    return str(answer.error_message)
+
+
+def scram_first_with(extension: str) -> bytes:
+    return ScramClient("SCRAM-SHA-256", "token-1", "hmac").first_message() + extension.encode()
+
+
+def test_a_delegation_token_login_is_charged_to_the_tokens_owner() -> None:
+    tokens = KnownTokens({"token-1": "alice"})
+    inspect = inspector(tokens=tokens)
+    (first,) = authenticate(inspect, "SCRAM-SHA-256", scram_first_with(",tokenauth=true"))
+    cluster_answers(first, 0, b"r=...,s=...,i=4096")
+    pending = inspect.handle(memoryview(encode_request(Api.SASL_AUTHENTICATE, 2, auth_bytes=b"c=biws,r=...,p=..."))[4:])
+    final = asyncio.run(pending) if not isinstance(pending, Outcome) else pending  # type: ignore[arg-type]
+    assert tokens.asked == ["token-1"] and isinstance(final, Outcome) and final.forward
+    assert not inspect.done
+    cluster_answers(final, 0, b"v=...")
+    assert inspect.user == "alice"
+
+
+def test_a_login_the_proxy_cannot_name_is_refused_never_anonymous() -> None:
+    unknown_token = inspector()
+    (first,) = authenticate(unknown_token, "SCRAM-SHA-256", scram_first_with(",tokenauth=true"))
+    cluster_answers(first, 0, b"r=...,s=...,i=4096")
+    message = refused_here(unknown_token.handle(memoryview(
+        encode_request(Api.SASL_AUTHENTICATE, 2, auth_bytes=b"c=biws,r=...,p=..."))[4:]))
+    assert "owner of delegation token 'token-1' cannot be learnt: no token" in message and unknown_token.refused
+    for mechanism, token, why in (("SCRAM-SHA-256", b"n,,r=nonce", "expected n=user,r=nonce"),
+                                  ("SCRAM-SHA-256", scram_first_with(",ext=1"), "unsupported SCRAM extensions ext"),
+                                  ("PLAIN", b"only-one-part", "invalid PLAIN message"),
+                                  ("OAUTHBEARER", unsecured_jwt({"exp": time.time()}), "no 'sub' claim")):
+        inspect = inspector()
+        forwarded(inspect, Api.SASL_HANDSHAKE, 1, mechanism=mechanism)
+        message = refused_here(inspect.handle(memoryview(encode_request(Api.SASL_AUTHENTICATE, 2,
+                                                                        auth_bytes=token))[4:]))
+        assert why in message and inspect.refused and not inspect.done, (mechanism, message)
