@@ -160,6 +160,18 @@ class EntityTable(Generic[Key, State]):
         return list(self._entries.items())
 
 
+class FetchWindow(NamedTuple):
+    """What a consumer's byte-rate quotas make of a fetch (Fetch or ShareFetch): it is charged, and it may ask for
+    ``cap_bytes`` at most (None when only observed quotas apply: observe mode leaves the request untouched)."""
+
+    cap_bytes: float | None
+
+    def narrowed(self, other: FetchWindow | None) -> FetchWindow:
+        """Under this quota and ``other``'s too: the smaller cap."""
+        caps = [cap for cap in (self.cap_bytes, other and other.cap_bytes) if cap is not None]
+        return FetchWindow(min(caps) if caps else None)
+
+
 class Decision(NamedTuple):
     admitted: bool
     throttle_ms: int
@@ -356,14 +368,17 @@ class ClientQuotaManager(_Counters):
                  if charged._replace(broker="") == key._replace(broker="")]
         return max(rates, default=None)
 
-    def max_value_in_window(self, user: str, client_id: str) -> float | None:
-        """The most that can be recorded at once without a certain throttle, or None without a quota:
-        ``quota x (num - 1) x size`` (Kafka's ``getMaxValueInQuotaWindow``, which caps a Fetch's max_bytes)."""
+    def fetch_window(self, user: str, client_id: str) -> FetchWindow | None:
+        """What (user, client_id)'s quota makes of a fetch, or None without one."""
         quota = self.config.resolve(self.quota_type, user, client_id)
-        if quota is None:
-            return None
+        return None if quota is None else self._fetch_window([quota])
+
+    def _fetch_window(self, quotas: Sequence[ResolvedQuota]) -> FetchWindow:
+        """The most that can be recorded at once without a certain throttle under the smallest enforced quota:
+        ``quota x (num - 1) x size`` (Kafka's ``getMaxValueInQuotaWindow``, which caps a Fetch's max_bytes)."""
         window = self.config.settings.byte_rate_window
-        return quota.limit * (window.num - 1) * window.size_s
+        enforced = [quota.limit for quota in quotas if not quota.observed]
+        return FetchWindow(min(enforced) * (window.num - 1) * window.size_s if enforced else None)
 
 
 class TopicQuotaManager(ClientQuotaManager):
@@ -397,12 +412,11 @@ class TopicQuotaManager(ClientQuotaManager):
                 decisions[topic] = self._charge(quota, size_bytes, now_ms, broker, taken_back_when_throttled)
         return decisions
 
-    def max_value_in_topics_window(self, user: str, topics: Iterable[str]) -> float | None:
-        """The smallest ``max_value_in_window`` of the topic quotas applying to ``topics``, or None."""
-        window = self.config.settings.byte_rate_window
-        limits = [quota.limit for topic in topics
+    def fetch_topics_window(self, user: str, topics: Iterable[str]) -> FetchWindow | None:
+        """What the topic quotas applying to ``topics`` make of a fetch, or None when none applies."""
+        quotas = [quota for topic in topics
                   if (quota := self.config.resolve_topic(self.quota_type, user, topic)) is not None]
-        return min(limits) * (window.num - 1) * window.size_s if limits else None
+        return self._fetch_window(quotas) if quotas else None
 
 
 def _largest(decisions: Sequence[Decision]) -> Decision:

@@ -109,21 +109,20 @@ class FetchHandler:
         is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
         client_id = header.client_id or ""
         user, _, broker = caller
-        window_bytes = self._quotas.fetch.max_value_in_window(user, client_id)
+        window = self._quotas.fetch.fetch_window(user, client_id)
         incremental = fetch_session_epoch(request, header) > 0
         if topics is not None:
-            topic_window_bytes = self._quotas.fetch_topics.max_value_in_topics_window(
-                user, self._consumed.names(topics))
-            if topic_window_bytes is not None:
-                window_bytes = min(topic_window_bytes, window_bytes or topic_window_bytes)
+            topic_window = self._quotas.fetch_topics.fetch_topics_window(user, self._consumed.names(topics))
+            if topic_window is not None:
+                window = topic_window.narrowed(window)
             elif not incremental:
                 topics = None  # a full fetch names every topic it reads: none of them has a topic quota
-        if window_bytes is None and topics is None:
+        if window is None and topics is None:
             return FORWARD
         # a replica_id >= 0 is not believed: followers never come through a client listener, and
         # trusting the field would let any consumer fetch uncharged
-        capped = None if window_bytes is None else capped_fetch_request(request, header,
-                                                                        int(min(window_bytes, 2**31 - 1)))
+        cap = None if window is None else window.cap_bytes
+        capped = None if cap is None else capped_fetch_request(request, header, int(min(cap, 2**31 - 1)))
         flexible, version = header.flexible, header.api_version
 
         def charge(response_start: memoryview, response_bytes: int) -> ChargedResponse:

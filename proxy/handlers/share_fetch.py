@@ -40,20 +40,21 @@ class ShareFetchHandler:
         header = read_request_header(frame)
         user, _, broker = caller
         client_id = header.client_id or ""
-        window_bytes = self._quotas.fetch.max_value_in_window(user, client_id)
+        window = self._quotas.fetch.fetch_window(user, client_id)
         per_topic = self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)
-        if window_bytes is None and not per_topic:
+        if window is None and not per_topic:
             return FORWARD
         version = header.api_version
         request = decode_request(Api.SHARE_FETCH, version, frame[header.length:])
         if per_topic:  # a share session's answer may hold any of its topics: the smallest window of those named
             names = self._consumed.names(topic.topic_id.bytes for topic in request.topics if topic.topic_id)
-            topic_window = self._quotas.fetch_topics.max_value_in_topics_window(user, names)
+            topic_window = self._quotas.fetch_topics.fetch_topics_window(user, names)
             if topic_window is not None:
-                window_bytes = min(topic_window, window_bytes or topic_window)
+                window = topic_window.narrowed(window)
+        cap = None if window is None else window.cap_bytes
         replacement = None
-        if window_bytes is not None and request.max_bytes > window_bytes:
-            request.max_bytes = int(min(window_bytes, 2**31 - 1))
+        if cap is not None and request.max_bytes > cap:
+            request.max_bytes = int(min(cap, 2**31 - 1))
             request.min_bytes = min(request.min_bytes, request.max_bytes)
             replacement = replacement_request(frame, header, encode_request(Api.SHARE_FETCH, version, request))
         acknowledged = frozenset((topic.topic_id.bytes, partition.partition_index) for topic in request.topics

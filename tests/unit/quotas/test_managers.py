@@ -20,6 +20,7 @@ from quotas.managers import (
     ClientQuotaManager,
     ControllerMutationQuotaManager,
     Decision,
+    FetchWindow,
     PidDecision,
     ProducerBatch,
     ProducerIdQuotaManager,
@@ -78,9 +79,9 @@ def test_consumer_quota_is_its_own_manager_with_the_same_formula_and_kafkas_fetc
     fetch = ClientQuotaManager(quotas, FETCH)
     produce = ClientQuotaManager(quotas)
     # getMaxValueInQuotaWindow: quota x (num - 1) x size, None without a quota (Kafka: Double.MaxValue)
-    assert fetch.max_value_in_window("alice", "c") == 3 * MIB
-    assert fetch.max_value_in_window("bob", "c") is None
-    assert produce.max_value_in_window("bob", "c") == 3 * MIB
+    assert fetch.fetch_window("alice", "c") == FetchWindow(3 * MIB)
+    assert fetch.fetch_window("bob", "c") is None
+    assert produce.fetch_window("bob", "c") == FetchWindow(3 * MIB)
     assert fetch.record("alice", "c", 3 * MIB, clock()).throttle_ms == 0  # the cap is never throttled alone
     # 4 MiB over the 3 s minimum window: (4/3 - 1) x 3 s = 1 s
     assert fetch.record("alice", "c", MIB, clock()).throttle_ms == 1000

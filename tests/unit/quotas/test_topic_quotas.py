@@ -20,6 +20,7 @@ from quotas.fleet import FleetRecordError, Publication, SharedUsage
 from quotas.managers import (
     ClientQuotaManager,
     ControllerMutationQuotaManager,
+    FetchWindow,
     ProducerIdQuotaManager,
     TopicQuotaManager,
 )
@@ -138,10 +139,18 @@ def test_an_observed_topic_quota_throttles_nobody_and_says_what_it_would_have_do
     assert state is not None and (state.observed_throttled, state.throttle_time_ms) == (1, 0)
 
 
-def test_the_max_bytes_cap_is_the_smallest_window_of_the_requests_topics() -> None:
+def test_the_max_bytes_cap_is_the_smallest_window_of_the_requests_enforced_topic_quotas() -> None:
     topics = manager({QuotaEntity(topic="orders"): {FETCH: MB}, QuotaEntity(topic="clicks"): {FETCH: 3 * MB}}, FETCH)
-    assert topics.max_value_in_topics_window("alice", ["clicks", "orders", "free"]) == 10 * MB
-    assert topics.max_value_in_topics_window("alice", ["free"]) is None
+    assert topics.fetch_topics_window("alice", ["clicks", "orders", "free"]) == FetchWindow(10 * MB)
+    assert topics.fetch_topics_window("alice", ["free"]) is None
+    observed = QuotaEntity(topic="orders")
+    watched = TopicQuotaManager(QuotaConfig(QuotaSettings(), {observed: {FETCH: MB}, QuotaEntity(topic="clicks"):
+                                                              {FETCH: 3 * MB}}, {observed: QuotaMode.OBSERVE}), FETCH)
+    # an observed quota is charged, but caps nothing: observe mode leaves the request as it came
+    assert watched.fetch_topics_window("alice", ["orders"]) == FetchWindow(None)
+    assert watched.fetch_topics_window("alice", ["orders", "clicks"]) == FetchWindow(30 * MB)
+    assert FetchWindow(None).narrowed(FetchWindow(5.0)) == FetchWindow(5.0)
+    assert FetchWindow(7.0).narrowed(None) == FetchWindow(7.0)
 
 
 def test_a_topic_buckets_usage_crosses_the_fleet_with_its_topic() -> None:

@@ -180,3 +180,15 @@ def test_topics_named_by_id_are_named_by_the_cluster_before_the_fetch_goes_on(tm
     assert 900 < throttle_ms <= 1000 and answer is not None
     # known now: the next fetch is decided at once
     assert isinstance(fetch_handler(topic_fetch(13, ORDERS_ID), Caller("bob", 0)), Outcome)
+
+
+def test_an_observed_quota_charges_the_fetch_and_leaves_its_max_bytes_alone(tmp_path: Path) -> None:
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"quota.mode" = "observe"\n'
+                          '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1048576\n')
+    fetch_handler = FetchHandler(QuotaService(quota_file, CollectorRegistry()), UsageLog(tmp_path / "usage"),
+                                 TopicNames(unreachable))
+    outcome = fetch_handler(fetch("metered"), Caller("ANONYMOUS", 0))
+    assert isinstance(outcome, Outcome) and outcome.replacement is None and outcome.charge_response is not None
+    response = encode_response_header(1, False) + bytes(12 * MIB)
+    assert outcome.charge_response(memoryview(response), len(response)) == (0, None)  # over, and let through
