@@ -8,17 +8,22 @@ write, and the rest of its request is served.
 
 from __future__ import annotations
 
+import json
 import socket
 import tomllib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
-from protocol.apis import Api
+from protocol.apis import Api, is_flexible_request
+from protocol.codecs import decode_response
+from protocol.header import response_header_length
+from tests.fidelity import java_tool
 from tests.integration.test_fleet import described_producer_rate, start_fleet, until_every_member_describes
 from tests.integration.test_produce_refusals import PRODUCE_VERSION, produce_response
 from tests.integration.test_sasl import add_user
@@ -327,3 +332,53 @@ def test_share_groups_cannot_read_or_acknowledge_the_proxys_topics(fleet_member:
     assert [(uuid.UUID(str(t.topic_id)), [(p.partition_index, p.error_code) for p in t.partitions])
             for t in acknowledging.responses] == [  # type: ignore[attr-defined]
         (quotas_id, [(0, TOPIC_AUTHORIZATION_FAILED)])]
+
+
+def decoded(frame: bytes, api_key: int, version: int) -> Any:
+    return decode_response(api_key, version,
+                           memoryview(frame)[response_header_length(frame, is_flexible_request(api_key, version)):])
+
+
+def test_kafkas_java_clients_and_pipelined_frames_cannot_reach_the_proxys_topics(
+        fleet_member: tuple[ProxyProcess, str], broker: Cluster, topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    leader, _, _ = broker.leader(quotas_topic)
+    create_topic_on_one_broker(broker, topic, node_id=leader)
+    # Kafka's Java producer is refused the topic; its AdminClient neither lists nor describes it
+    sent = java_tool("org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", proxy.bootstrap,
+                     "--topic", quotas_topic, "--max-messages", "1", "--acks", "-1")
+    events = [json.loads(line) for line in sent.splitlines() if line.startswith("{")]
+    assert [event["exception"] for event in events if event["name"] == "producer_send_error"] == [
+        "class org.apache.kafka.common.errors.TopicAuthorizationException"], sent
+    listed = java_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", proxy.bootstrap, "--list")
+    assert topic in listed.split() and quotas_topic not in listed.split()
+    described = java_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", proxy.bootstrap,
+                          "--describe", "--topic", quotas_topic, succeeds=False)
+    assert "TopicAuthorizationException" in described or "does not exist" in described, described
+    # raw frames written at once: each answered in order, the proxy's topic refused in each, the rest served
+    both = [{"name": quotas_topic, "partition_data": [{"index": 0, "records": lifting_batch()}]},
+            {"name": topic, "partition_data": [{"index": 0, "records": record_batch([b"pipelined"])}]}]
+    offsets = [{"name": name, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}
+               for name in (quotas_topic, topic)]
+    with socket.create_connection(("127.0.0.1", proxy.broker_port_base + leader), timeout=30) as sock:
+        sock.sendall(
+            encode_request(Api.METADATA, 12, correlation_id=1, topics=None, allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+            + encode_request(Api.PRODUCE, PRODUCE_VERSION, correlation_id=2, transactional_id=None, acks=-1,
+                             timeout_ms=30_000, topic_data=both)
+            + encode_request(Api.LIST_OFFSETS, 7, correlation_id=3, replica_id=-1, isolation_level=0, topics=offsets)
+            + encode_request(Api.METADATA, 12, correlation_id=4, allow_auto_topic_creation=True,
+                             include_topic_authorized_operations=False,
+                             topics=[{"name": quotas_topic, "topic_id": None}]))
+        metadata, produced, listed_offsets, named = (read_frame(sock) for _ in range(4))
+    assert [int.from_bytes(frame[:4], "big") for frame in (metadata, produced, listed_offsets, named)] == [1, 2, 3, 4]
+    every = {t.name for t in decoded(metadata, Api.METADATA, 12).topics}
+    assert topic in every and quotas_topic not in every
+    assert _errors_by_topic(produced) == {quotas_topic: TOPIC_AUTHORIZATION_FAILED, topic: 0}
+    offsets_answer = decoded(listed_offsets, Api.LIST_OFFSETS, 7)
+    assert {t.name: t.partitions[0].error_code for t in offsets_answer.topics} == {
+        quotas_topic: TOPIC_AUTHORIZATION_FAILED, topic: 0}
+    assert [(t.name, t.error_code) for t in decoded(named, Api.METADATA, 12).topics] == [
+        (quotas_topic, TOPIC_AUTHORIZATION_FAILED)]
+    assert [record.value for record in read_to_end(broker.bootstrap, topic)] == [b"pipelined"]
+    assert_nothing_lifted(proxy, broker, quotas_topic)

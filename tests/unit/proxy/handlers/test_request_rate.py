@@ -86,3 +86,20 @@ def test_api_versions_and_logins_are_never_charged(tmp_path: Path) -> None:
               encode_request(Api.SASL_HANDSHAKE, 1, client_id="busy", mechanism="PLAIN")]
     assert {charged(rates, memoryview(frame)[4:], caller) for frame in frames * 20} == {0}
     assert charged(rates, metadata("busy"), caller) == 0  # the first charged request of its burst
+
+
+def schemaless_request(api_key: int, client_id: str) -> memoryview:
+    """A flexible request of ``api_key`` v1 whose body the proxy never reads: only its header is."""
+    name = client_id.encode()
+    header = api_key.to_bytes(2, "big") + (1).to_bytes(2, "big") + (7).to_bytes(4, "big")
+    return memoryview(header + len(name).to_bytes(2, "big") + name + b"\x00" + b"\x01\x02\x03")
+
+
+def test_share_acknowledgements_and_the_share_group_heartbeat_count_for_the_request_rate(tmp_path: Path) -> None:
+    rates = handler(tmp_path, '[[quota]]\nclient-id = "share"\nrequest_rate = 1\n')
+    caller = Caller("ANONYMOUS", 1_000_000)
+    acknowledge = memoryview(encode_request(Api.SHARE_ACKNOWLEDGE, 2, client_id="share", group_id="g", member_id="m",
+                                            share_session_epoch=1, topics=[]))[4:]
+    share_group_heartbeat = schemaless_request(76, "share")  # ShareGroupHeartbeat, which kafka-python lacks
+    throttles = [charged(rates, request, caller) for request in [acknowledge, share_group_heartbeat] * 6]
+    assert throttles == [0] * 10 + [1000, 2000]  # as for any request: Kafka's request quota counts them all
