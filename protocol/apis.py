@@ -16,7 +16,7 @@ from kafka.protocol.api_message import ApiMessage
 
 import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
 import protocol.delegation_tokens  # noqa: F401  (and 41, for the proxy's own requests)
-import protocol.share_groups  # noqa: F401  (and 78, 79)
+import protocol.share_groups  # noqa: F401  (and 78, 79, 90, 91, 92)
 from protocol.errors import ProtocolError
 
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
@@ -54,6 +54,9 @@ class Api(enum.IntEnum):
     DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 def _primary_classes(root: type) -> list[Any]:
@@ -95,7 +98,7 @@ WITHOUT_SCHEMA: dict[int, SchemalessApi] = {
     38: SchemalessApi(2, None), 41: SchemalessApi(2, None),  # Create/DescribeDelegationToken
     39: SchemalessApi(2, 10), 40: SchemalessApi(2, 10),  # Renew/Expire...: error_code, expiry_timestamp_ms first
     # consumer, share and streams groups, telemetry: added after KIP-482, flexible and throttle first throughout
-    **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 88, 89, 90, 91, 92)},
+    **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 88, 89)},
 }
 """From Kafka 4.3's ``clients/src/main/resources/common/message/*.json``."""
 

@@ -28,6 +28,7 @@ TESTED_VERSIONS: dict[int, int] = {
     Api.TXN_OFFSET_COMMIT: 5, Api.OFFSET_DELETE: 0, Api.DESCRIBE_PRODUCERS: 0, Api.ALTER_CONFIGS: 2,
     Api.INCREMENTAL_ALTER_CONFIGS: 1, Api.DESCRIBE_TOPIC_PARTITIONS: 0,
     Api.SHARE_FETCH: 2, Api.SHARE_ACKNOWLEDGE: 2,  # protocol/schemas: their NodeEndpoints name brokers
+    Api.DESCRIBE_SHARE_GROUP_OFFSETS: 1, Api.ALTER_SHARE_GROUP_OFFSETS: 0, Api.DELETE_SHARE_GROUP_OFFSETS: 0,
 }
 """The newest version of each API whose messages the proxy walks that it is tested with (kafka-python 3.0's
 schemas, Apache Kafka 4.3). A newer kafka-python's schema does not raise it: the proxy would offer clients a

@@ -5,7 +5,8 @@ them with its own login, which the cluster lets do anything with them whoever th
 quotas topic would set any principal's quota on the whole fleet. So no client request reaches them: Produce refuses
 them (``proxy.handlers.produce``), CreateTopics, DeleteTopics and CreatePartitions too
 (``proxy.handlers.topic_mutations``), Fetch (``proxy.handlers.fetch``), Metadata does not show them, and the APIs
-naming topics' partitions, the config APIs, ShareFetch and ShareAcknowledge refuse them (here).
+naming topics' partitions, the config APIs, ShareFetch, ShareAcknowledge and the share groups' offset APIs refuse
+them (here).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from protocol.reserved_topics import (
     share_topic_ids,
     topics_refused,
 )
+from protocol.share_group_offsets import share_offsets_answer, share_offsets_refused
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
@@ -102,6 +104,23 @@ class TopicsWithoutReserved:
             return local_answer(header, answer_with_refusals(api_key, version, None, refused))
         return Outcome(replacement=replacement_request(frame, header, refused.forwarded_body),
                        finish=lambda body: answer_with_refusals(api_key, version, body, refused))
+
+
+class ShareGroupOffsetsWithoutReserved:
+    """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets: a reserved topic refused, and
+    left out of a group's answer for all its topics (so these, rare admin requests, are each read)."""
+
+    def __init__(self, reserved_topics: frozenset[str]) -> None:
+        self._reserved = reserved_topics
+
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        header = read_request_header(frame)
+        api_key, version = header.api_key, header.api_version
+        refused = share_offsets_refused(api_key, version, frame[header.length:], self._reserved)
+        if refused is None:
+            return FORWARD
+        return Outcome(replacement=replacement_request(frame, header, refused.forwarded_body),
+                       finish=lambda body: share_offsets_answer(api_key, version, body, refused))
 
 
 class ShareTopicsWithoutReserved:

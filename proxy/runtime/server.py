@@ -20,6 +20,7 @@ from allocator.durable import WriteErrors, lock_directory
 from protocol.addresses import BrokerAddress, may_name_brokers, rewrite_broker_addresses
 from protocol.apis import Api
 from protocol.reserved_topics import CONFIG_APIS, PARTITIONED_APIS
+from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
 from proxy.cluster.info import ClusterInfo
@@ -41,6 +42,7 @@ from proxy.handlers.request_rate import RequestRateHandler
 from proxy.handlers.reserved_topics import (
     DescribedTopicsWithoutReserved,
     MetadataWithoutReservedTopics,
+    ShareGroupOffsetsWithoutReserved,
     ShareTopicsWithoutReserved,
     TopicsWithoutReserved,
 )
@@ -244,7 +246,8 @@ class ProxyServer:
                 Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutReserved(self.reserved_topics),
                 **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without),
                 Api.SHARE_FETCH: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names, share_fetch),
-                Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names)}
+                Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names),
+                **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsetsWithoutReserved(self.reserved_topics))}
 
     def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
         if settings.pid_source != "cluster":

@@ -382,3 +382,40 @@ def test_kafkas_java_clients_and_pipelined_frames_cannot_reach_the_proxys_topics
         (quotas_topic, TOPIC_AUTHORIZATION_FAILED)]
     assert [record.value for record in read_to_end(broker.bootstrap, topic)] == [b"pipelined"]
     assert_nothing_lifted(proxy, broker, quotas_topic)
+
+
+def test_the_share_groups_offset_apis_refuse_the_proxys_topics(fleet_member: tuple[ProxyProcess, str],
+                                                               broker: Cluster, topic: str) -> None:
+    proxy, quotas_topic = fleet_member
+    create_topic_on_one_broker(broker, topic)
+    group = f"share-{topic}"
+    # a share group of the client's topic, empty again once Kafka's console share consumer has gone
+    java_tool("org.apache.kafka.tools.consumer.ConsoleShareConsumer", "--bootstrap-server", broker.bootstrap,
+              "--topic", topic, "--group", group, "--timeout-ms", "2000")
+    requests = [
+        (Api.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [
+            {"topic_name": name, "partitions": [{"partition_index": 0, "start_offset": 0}]}
+            for name in (quotas_topic, topic)]}),
+        (Api.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [
+            {"group_id": group, "topics": [{"topic_name": name, "partitions": [0]} for name in (quotas_topic, topic)]},
+            {"group_id": group, "topics": None}]}),
+        (Api.DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": group, "topics": [{"topic_name": quotas_topic}]}),
+    ]
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:  # written at once
+        sock.sendall(b"".join(encode_request(api_key, version, correlation_id=n, **fields)
+                              for n, (api_key, version, fields) in enumerate(requests, 1)))
+        altered, described, deleted = (decoded(read_frame(sock), api_key, version) for api_key, version, _ in requests)
+    assert altered.error_code == 0, altered
+    errors = {t.topic_name: [p.error_code for p in t.partitions] for t in altered.responses}
+    assert errors[quotas_topic] == [TOPIC_AUTHORIZATION_FAILED] and errors[topic] != [TOPIC_AUTHORIZATION_FAILED]
+    named, every = described.groups
+    assert (named.error_code, every.error_code) == (0, 0), described
+    assert {t.topic_name: [p.error_code for p in t.partitions] for t in named.topics}[quotas_topic] == [
+        TOPIC_AUTHORIZATION_FAILED]
+    assert quotas_topic not in {t.topic_name for t in every.topics}
+    assert [(t.topic_name, t.error_code) for t in deleted.responses] == [(quotas_topic, TOPIC_AUTHORIZATION_FAILED)]
+    # Kafka's own kafka-share-groups, through the proxy, cannot reset the group on the proxy's topic
+    reset = java_tool("org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server",
+                      proxy.bootstrap, "--reset-offsets", "--group", group, "--topic", f"{quotas_topic}:0",
+                      "--to-earliest", "--execute", succeeds=None)  # it reports the failure and exits 0
+    assert "TopicAuthorizationException: Topic authorization failed." in reset, reset
