@@ -14,9 +14,7 @@ import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake/SaslAuthentic
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
-import protocol.allocate_producer_ids  # noqa: F401  (kafka-python lacks api key 67)
-import protocol.delegation_tokens  # noqa: F401  (and 41, for the proxy's own requests)
-import protocol.share_groups  # noqa: F401  (and 78, 79, 90, 91, 92)
+import protocol.own_messages  # noqa: F401  (registers the messages kafka-python has no schema for)
 from protocol.errors import ProtocolError
 
 KNOWN_API_KEYS = frozenset(int(key) for key in ApiKey)
