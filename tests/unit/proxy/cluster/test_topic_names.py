@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from proxy.cluster import topic_names
 from proxy.cluster.topic_names import TopicNames
 
 ORDERS, CLICKS, GONE = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)
@@ -45,17 +46,35 @@ def test_connections_waiting_for_the_same_ids_share_one_lookup() -> None:
         return cluster, names
 
     cluster, names = asyncio.run(run())
-    # the first lookup asked for orders; the one that also wanted clicks asked again for clicks alone
-    assert cluster.asked == [{ORDERS}, {CLICKS}]
+    # the one that also wanted clicks came before the lookup was sent: it joined it
+    assert cluster.asked == [{ORDERS, CLICKS}]
     assert (names.name(ORDERS.bytes), names.name(CLICKS.bytes)) == ("orders", "clicks")
     assert names.unknown([ORDERS.bytes, GONE.bytes]) == {GONE.bytes}
 
 
-def test_an_id_the_cluster_lacks_or_cannot_name_stays_unnamed_and_is_asked_again(
-        caplog: pytest.LogCaptureFixture) -> None:
+class FakeTime:
+    """The lookups' clock, moved on by their waits (``asyncio.sleep`` in ``topic_names``), which it records."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 100.0
+        self.waits: list[float] = []
+        monkeypatch.setattr(topic_names.asyncio, "sleep", self.sleep)
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_id_the_cluster_lacks_or_cannot_name_stays_unnamed_and_is_asked_again_a_second_later(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeTime(monkeypatch)
+
     async def run() -> tuple[Cluster, TopicNames]:
         cluster = Cluster()
-        names = TopicNames(cluster.topics_by_id)
+        names = TopicNames(cluster.topics_by_id, clock=clock)
         await names.look_up([GONE.bytes])
         cluster.refusing = True
         await names.look_up([ORDERS.bytes])
@@ -65,6 +84,7 @@ def test_an_id_the_cluster_lacks_or_cannot_name_stays_unnamed_and_is_asked_again
 
     cluster, names = asyncio.run(run())
     assert cluster.asked == [{GONE}, {ORDERS}, {ORDERS}]
+    assert clock.waits == [1.0, 1.0]  # a made-up id asked over and over costs the cluster one Metadata a second
     assert names.name(GONE.bytes) is None and names.name(ORDERS.bytes) == "orders"
     assert "cannot name 1 topic id(s) for the topic quotas: the cluster is down" in caplog.text
 
