@@ -1,6 +1,7 @@
 """What one small request costs (``python -m bench.request_cost``): straight to Apache Kafka, through a uvloop relay
-that decides nothing (the floor, ``bench.relay_floor.ForwardingRelay``), through this proxy (without quotas, and with
-the quotas ``bench/run.py`` configures) and through Kroxylicious, in interleaved rounds.
+that decides nothing (the floor, ``bench.relay_floor.ForwardingRelay``), through this proxy (without quotas, with
+the quotas ``bench/run.py`` configures, and a member of a fleet: topics of its own, which every Produce, Metadata and
+Fetch is checked against) and through Kroxylicious, in interleaved rounds.
 Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata of one topic (v12, which the proxy rewrites),
 and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and target:
 
@@ -81,14 +82,20 @@ def main() -> int:
         quota_file.write_text(QUOTAS)
         with_quotas = ProxyProcess(broker.bootstrap, workdir / "proxy-quotas.log", "--log-level", "WARNING",
                                    "--quota-file", str(quota_file), node_ids=broker.broker_ids).start()
+        fleet_config = workdir / "fleet.toml"
+        fleet_config.write_text('[fleet]\ntopic = "bench-usage"\nquotas-topic = "bench-quotas"\n'
+                                'instance-id = "bench-member"\n')
+        fleet_member = ProxyProcess(broker.bootstrap, workdir / "proxy-fleet.log", "--log-level", "WARNING",
+                                    "--config", str(fleet_config), node_ids=broker.broker_ids).start()
         try:
-            assert plain.process is not None and with_quotas.process is not None
+            assert plain.process is not None and with_quotas.process is not None and fleet_member.process is not None
             assert kroxylicious.process is not None
             targets: dict[str, tuple[str, psutil.Process | None]] = {
                 "direct": (broker.bootstrap, None),
                 "bare_relay": (floor.bootstrap, floor.process),
                 "proxy": (plain.bootstrap, psutil.Process(plain.process.pid)),
                 "proxy_with_quotas": (with_quotas.bootstrap, psutil.Process(with_quotas.process.pid)),
+                "proxy_with_own_topics": (fleet_member.bootstrap, psutil.Process(fleet_member.process.pid)),
                 "kroxylicious": (kroxylicious.bootstrap, psutil.Process(kroxylicious.process.pid)),
             }
             topic = create_topic(broker.bootstrap)
@@ -120,6 +127,7 @@ def main() -> int:
         finally:
             plain.stop()
             with_quotas.stop()
+            fleet_member.stop()
     results["cases"] = figures
     results["rates"] = rates
     write_results(args.out, results)

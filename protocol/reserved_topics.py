@@ -116,6 +116,12 @@ class _PartitionedApi(NamedTuple):
     answer_topic: str
     answer_partition: str
     answer_index: str
+    answer_topics: str = ""
+    """The answer's topics field, when not the request's."""
+    answer_partitions: str = "partitions"
+
+    def answered_topics(self) -> str:
+        return self.answer_topics or self.topics
 
 
 PARTITIONED_APIS: dict[int, _PartitionedApi] = {
@@ -134,6 +140,14 @@ PARTITIONED_APIS: dict[int, _PartitionedApi] = {
                                        "OffsetDeleteResponsePartition", "partition_index"),
     Api.DESCRIBE_PRODUCERS: _PartitionedApi("topics", "name", "partition_indexes", None, "TopicResponse",
                                             "PartitionResponse", "partition_index"),
+    # authorized on the CLUSTER by Kafka, not per topic: their partitions' leadership and placement are refused
+    # here all the same (a null topic list elects every partition's preferred leader, which changes no data)
+    Api.ELECT_LEADERS: _PartitionedApi("topic_partitions", "topic", "partitions", None, "ReplicaElectionResult",
+                                       "PartitionResult", "partition_id", "replica_election_results",
+                                       "partition_result"),
+    Api.ALTER_PARTITION_REASSIGNMENTS: _PartitionedApi("topics", "name", "partitions", "partition_index",
+                                                       "ReassignableTopicResponse", "ReassignablePartitionResponse",
+                                                       "partition_index", "responses"),
 }
 CONFIG_APIS = frozenset({Api.DESCRIBE_CONFIGS, Api.ALTER_CONFIGS, Api.INCREMENTAL_ALTER_CONFIGS})
 _TOPIC_RESOURCE = 2
@@ -162,6 +176,8 @@ def topics_refused(api_key: int, version: int, body: memoryview, reserved: froze
     else:
         api = PARTITIONED_APIS[api_key]
         topics = getattr(request, api.topics)
+        if topics is None:
+            return None
         refused = tuple((getattr(topic, api.name), _partition_indexes(api, topic)) for topic in topics
                         if getattr(topic, api.name) in reserved)
         if not refused:
@@ -196,10 +212,10 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     partition_class = getattr(topic_class, api.answer_partition)
     message = {"error_message": _TOPIC_AUTHORIZATION_FAILED_MESSAGE} if "error_message" in partition_class.fields \
         else {}
-    topics = [topic_class(**{api.name: name, "partitions": [
+    topics = [topic_class(**{api.name: name, api.answer_partitions: [
         partition_class(**{api.answer_index: index, "error_code": TOPIC_AUTHORIZATION_FAILED, **message})
         for index in indexes]}) for name, indexes in refused.refused]
-    setattr(answer, api.topics, [*(getattr(answer, api.topics) or []), *topics])
+    setattr(answer, api.answered_topics(), [*(getattr(answer, api.answered_topics()) or []), *topics])
     return encode_response(api_key, version, answer)
 
 

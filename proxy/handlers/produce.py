@@ -107,16 +107,18 @@ class ProduceHandler:
         next topic's name comes after the first one's records, too late to keep the request from the cluster."""
         if self._checks_producer_ids(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT:
             return True
-        if not self._reserved_topics:
-            return False
+        return bool(self._reserved_topics) and not self._one_topic_not_reserved(frame_start, _header(frame_start))
+
+    def _one_topic_not_reserved(self, frame_start: memoryview, header: RequestHeader) -> bool:
+        """The request names one topic, which the proxy knows is not one of its own (read from its start)."""
         try:
-            head = produce_topics_head(frame_start, _header(frame_start))
+            head = produce_topics_head(frame_start, header)
         except ProtocolError:
-            return True  # the whole request is judged, and refused
+            return False  # the whole request is judged, and refused
         if head is None or head.topic_count != 1:
-            return True
+            return False
         name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
-        return name is None or name in self._reserved_topics
+        return name is not None and name not in self._reserved_topics
 
     def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
@@ -129,7 +131,10 @@ class ProduceHandler:
         """
         header = _header(frame)
         scans_batches = self.scans_batches(caller.user)
-        scan = scan_produce(frame, header) if whole and (scans_batches or self._reserved_topics) else None
+        # the common request, for one topic not the proxy's own, needs no scan for the reserved topics' sake
+        scanned = whole and (scans_batches or (bool(self._reserved_topics)
+                                               and not self._one_topic_not_reserved(frame, header)))
+        scan = scan_produce(frame, header) if scanned else None
         if scan is None:
             return self._decide(frame, header, None, [], request_bytes, caller)
         batches = _producer_batches(scan) if scans_batches else []

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, ShareConsumer
 from confluent_kafka import TopicPartition as RdTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
@@ -410,3 +410,45 @@ def test_pipelined_raw_fetches_are_served_one_throttle_at_a_time(  # type: ignor
     assert answers[-1][0] >= expected.elapsed_s * (1 - MODEL_TOLERANCE), (answers, sizes)
     assert sum(throttles) <= expected.throttle_ms * (1 + THROTTLE_TOLERANCE), (expected.throttle_ms, answers, sizes)
     assert charged(final_usage_lines(proxy), {"metered"}) == sum(sizes)
+
+
+SHARE_RECORDS = 1500
+SHARE_QUOTA = 100_000
+"""1.5 MB at 100 kB/s: past the quota window's 1 MB, so the proxy must throttle the share consumer."""
+
+
+def test_librdkafka_share_consumer_is_held_to_the_consume_quota(broker: Cluster, own_proxy, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                topic: str) -> None:
+    """A share group (KIP-932) read with librdkafka's ShareConsumer, which ignores throttle_time_ms: every record
+    arrives once, its bytes are charged to the client id's consume quota, and the proxy throttles it."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
+    for sequence in range(SHARE_RECORDS):
+        producer.produce(topic, f"{sequence:08d}".encode() + b"s" * 992)
+    assert producer.flush(60) == 0
+    group = f"share-{topic}"
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:  # the group reads from the start
+        altered = call(sock, Api.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+            {"resource_type": 32, "resource_name": group,
+             "configs": [{"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"},
+                         # the records of an answer the proxy empties stay locked this long, as on Kafka's own
+                         # throttle: the shortest lock the broker allows (group.share.min.record.lock.duration.ms)
+                         {"name": "share.record.lock.duration.ms", "config_operation": 0, "value": "15000"}]}])
+    assert [r.error_code for r in altered.responses] == [0]  # type: ignore[attr-defined]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f'[[quota]]\nclient-id = "share-lib"\nconsumer_byte_rate = {SHARE_QUOTA}\n')
+    proxy = own_proxy("--quota-file", str(quota_file))
+    consumer = ShareConsumer({"bootstrap.servers": proxy.bootstrap, "group.id": group, "client.id": "share-lib"})
+    consumer.subscribe([topic])
+    received: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(received) < SHARE_RECORDS and time.monotonic() < deadline:
+        for message in consumer.poll(1.0) or []:
+            if message.error() is None:
+                received.append(int(message.value()[:8]))
+    consumer.close()
+    assert sorted(received) == list(range(SHARE_RECORDS)), "lost or repeated records"
+    usage = final_usage_lines(proxy)
+    assert charged(usage, {"share-lib"}) >= SHARE_RECORDS * 1000
+    assert charged(usage, {"share-lib"}, "throttle_ms") > 0, "the share consumer was never throttled"

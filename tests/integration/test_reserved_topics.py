@@ -227,6 +227,15 @@ def test_the_proxys_topics_partitions_and_configs_are_refused_and_the_rest_serve
         described = call(sock, Api.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
                          resources=[{"resource_type": 2, "resource_name": name, "configuration_keys": None}
                                     for name in (quotas_topic, topic)])
+        # the cluster-level ones too: its leaders and replicas are not the clients' to move
+        elected = call(sock, Api.ELECT_LEADERS, 2, election_type=0, timeout_ms=30_000, topic_partitions=[
+            {"topic": name, "partitions": [0]} for name in (quotas_topic, topic)])
+        reassigned = call(sock, Api.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=30_000, topics=[
+            {"name": name, "partitions": [{"partition_index": 0, "replicas": None}]} for name in (quotas_topic, topic)])
+    assert {r.topic: [p.error_code for p in r.partition_result]
+            for r in elected.replica_election_results}[quotas_topic] == [TOPIC_AUTHORIZATION_FAILED]  # type: ignore[attr-defined]
+    assert {r.name: [p.error_code for p in r.partitions]
+            for r in reassigned.responses}[quotas_topic] == [TOPIC_AUTHORIZATION_FAILED]  # type: ignore[attr-defined]
     for answer, name_field in ((offsets, "name"), (epochs, "topic"), (deleted, "name")):
         assert {getattr(result, name_field): [p.error_code for p in result.partitions]
                 for result in answer.topics} == {quotas_topic: [TOPIC_AUTHORIZATION_FAILED], topic: [0]}  # type: ignore[attr-defined]

@@ -88,8 +88,9 @@ def test_a_request_naming_only_reserved_partitions_is_answered_without_the_clust
     refused = topics_refused(api_key, version, memoryview(encode_request(api_key, version, request)), RESERVED)
     assert refused is not None and refused.forwarded_body is None
     answer = decode_response(api_key, version, answer_with_refusals(api_key, version, None, refused))
-    assert [(getattr(topic, api.name), [(getattr(p, api.answer_index), p.error_code) for p in topic.partitions])
-            for topic in getattr(answer, api.topics)] == [("quotas", [(3, 29), (5, 29)])]
+    assert [(getattr(topic, api.name), [(getattr(p, api.answer_index), p.error_code)
+                                        for p in getattr(topic, api.answer_partitions)])
+            for topic in getattr(answer, api.answered_topics())] == [("quotas", [(3, 29), (5, 29)])]
 
 
 def fetch_request(version: int, topics: list[object], session_epoch: int = 0) -> memoryview:
@@ -132,3 +133,10 @@ def test_a_share_fetch_refuses_the_reserved_topics_partitions_and_their_acknowle
     answer = decode_response(Api.SHARE_FETCH, 2, share_answer_with_refusals(Api.SHARE_FETCH, 2, None, refused))
     assert [(p.partition_index, p.error_code, p.acknowledge_error_code) for topic in answer.responses
             for p in topic.partitions] == [(0, 29, 29), (1, 29, 0)]
+
+
+def test_an_election_of_every_partition_goes_as_it_came() -> None:
+    """ElectLeaders with no topics elects every partition's preferred leader: nothing to refuse, nothing moved but
+    leadership, as for every topic of the cluster."""
+    request = encode_request(Api.ELECT_LEADERS, 2, {"election_type": 0, "topic_partitions": None, "timeout_ms": 1000})
+    assert topics_refused(Api.ELECT_LEADERS, 2, memoryview(request), RESERVED) is None
