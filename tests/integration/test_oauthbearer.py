@@ -33,6 +33,7 @@ from tests.support import (
     produce_request,
     read_frame,
     record_batch,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -262,3 +263,87 @@ def test_kafkas_java_admin_client_logs_in_with_a_token_file(proxy: ProxyProcess,
 
     assert TOPIC in topics_listed(issuer.token("alice"), succeeds=True).split()
     assert "SaslAuthenticationException" in topics_listed(issuer.token(aud="billing"), succeeds=False)
+
+
+class JwksServer:
+    """An identity provider's JWKS endpoint over HTTP (``http.server`` in a thread), whose keys can be rotated."""
+
+    def __init__(self, keys: list[dict[str, Any]]) -> None:
+        import http.server
+        import threading
+
+        self.keys = keys
+        self.fetches = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                server.fetches += 1
+                body = json.dumps({"keys": server.keys}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}/jwks.json"
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+
+def test_a_jwks_endpoint_is_fetched_again_when_a_token_names_a_key_it_lacks(
+        kafka: tuple[Cluster, str], issuer: Issuer, tmp_path: Path) -> None:
+    """The keys rotated at the identity provider: the first token signed with the new key is refused (the proxy had
+    not fetched it yet, as Kafka's ``RefreshingHttpsJwks`` refuses it) and sets off a fetch; the next is accepted."""
+    cluster, _ = kafka
+    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    published = json.loads(issuer.jwks.read_text())["keys"]
+    server = JwksServer(published)
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'sasl-mode = "terminate"\n[oauthbearer]\njwks.endpoint.url = "{server.url}"\n'
+                      f'expected.issuer = "{ISSUER}"\nexpected.audience = ["{AUDIENCE}"]\n')
+    proxy = ProxyProcess(cluster.bootstrap, tmp_path / "proxy.log", "--config", str(config),
+                         node_ids=cluster.node_ids).start()
+    try:
+        assert server.fetches == 1 and login_and_produce(proxy.bootstrap, issuer.token("alice"))[0]
+        server.keys = [*published, {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rotated.public_key())),
+                                    "kid": "rsa-2"}]
+        now = int(time.time())
+        new_key = jwt.encode({"sub": "carol", "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600},
+                             rotated, algorithm="RS256", headers={"kid": "rsa-2"})
+        assert login_and_produce(proxy.bootstrap, new_key)[0] is False
+        wait_until(lambda: server.fetches == 2, 30, "the proxy to fetch the JWKS again")
+        wait_until(lambda: login_and_produce(proxy.bootstrap, new_key)[0], 30, "the new key to be taken")
+        assert server.fetches == 2  # one fetch for the missing key, not one per login
+    finally:
+        assert proxy.stop() == 0, proxy.log()
+        server.close()
+
+
+def test_without_keys_the_proxy_does_not_start_and_says_why(kafka: tuple[Cluster, str], tmp_path: Path) -> None:
+    import subprocess
+
+    from proxy.dev.apache_kafka import free_port
+    from tests.support import proxy_command
+
+    cluster, _ = kafka
+    unreachable = f"http://127.0.0.1:{free_port()}/jwks.json"
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'sasl-mode = "terminate"\n[oauthbearer]\njwks.endpoint.url = "{unreachable}"\n'
+                      'jwks.endpoint.retry.backoff.ms = 50\njwks.endpoint.retry.backoff.max.ms = 300\n')
+    done = subprocess.run([*proxy_command(), "--upstream", cluster.bootstrap, "--listen", f"127.0.0.1:{free_port()}",
+                           "--state-dir", str(tmp_path / "state"), "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"cannot start: JWKS endpoint {unreachable}" in done.stderr, done.stderr
+    config.write_text('sasl-mode = "terminate"\n[oauthbearer]\njwks.endpoint.url = "ftp://idp/jwks"\n')
+    done = subprocess.run([*proxy_command(), "--upstream", cluster.bootstrap, "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "jwks.endpoint.url: a file, http, https URL" in done.stderr, done.stderr
