@@ -17,6 +17,7 @@ from protocol.codecs import encode_response, max_version
 from protocol.errors import UNSUPPORTED_VERSION
 from protocol.header import RequestHeader, read_request_header
 from protocol.reserved_topics import CONFIG_APIS, PARTITIONED_APIS
+from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
@@ -27,7 +28,7 @@ from proxy.settings.config import ProxyConfig
 _DECODED_APIS = ADDRESS_BEARING_APIS | {
     Api.API_VERSIONS, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS, Api.INIT_PRODUCER_ID,
     Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS, Api.SASL_HANDSHAKE,
-    Api.SASL_AUTHENTICATE, Api.DESCRIBE_TOPIC_PARTITIONS, *PARTITIONED_APIS, *CONFIG_APIS}
+    Api.SASL_AUTHENTICATE, Api.DESCRIBE_TOPIC_PARTITIONS, *PARTITIONED_APIS, *CONFIG_APIS, *SHARE_GROUP_OFFSET_APIS}
 _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
 FETCH_VERSION_CEILING = 15

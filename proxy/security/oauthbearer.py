@@ -4,8 +4,9 @@ A signed JWT is validated as ``BrokerJwtValidator`` does (KIP-768): its signatur
 read again when its modification time changes, or an http(s) endpoint, fetched again every
 ``jwks.endpoint.refresh.ms`` and at once when a token names a key it lacks, as ``RefreshingHttpsJwks`` does), no
 ``alg: none``, ``exp`` and ``iat`` required, ``exp`` and ``nbf`` checked with the clock skew allowed, the audience
-and issuer when they are expected, the scope claim's shape and the subject claim naming the principal. PyJWT checks
-the signature, audience and issuer; the times are checked here against the clock the validator is given.
+(a token naming one is refused when none is expected, as jose4j refuses it), the issuer when one is expected, the
+scope claim's shape and the subject claim naming the principal. PyJWT checks the signature, audience and issuer; the
+times are checked here against the clock the validator is given.
 
 An unsigned JWT (``alg: none``) is taken only with ``oauthbearer-unsecured-jwt``, Kafka's unsecured validator, for
 tests.
@@ -14,6 +15,7 @@ tests.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import logging
 import os
@@ -63,7 +65,7 @@ class OAuthBearerSettings:
     jwks_endpoint_retry_backoff_ms: int = 100
     jwks_endpoint_retry_backoff_max_ms: int = 10_000
     expected_audience: tuple[str, ...] = ()
-    """``expected.audience``: a token must name one of them in ``aud``; empty: any audience, or none."""
+    """``expected.audience``: a token must name one of them in ``aud``; empty: a token must name none."""
     expected_issuer: str | None = None
     """``expected.issuer``: the ``iss`` a token must carry; None: any issuer, or none."""
     scope_claim_name: str = "scope"
@@ -153,14 +155,16 @@ class SignedJwtValidator:
             return jwt.decode(
                 token.jwt, key.key, algorithms=[str(algorithm)],
                 audience=list(settings.expected_audience) or None, issuer=settings.expected_issuer,
-                # the times are checked against the validator's clock (_check_times); PyJWT checks their presence
-                options={"require": ["exp", "iat"], "verify_exp": False, "verify_nbf": False, "verify_iat": False,
-                         "verify_aud": bool(settings.expected_audience)})
+                # the times are checked against the validator's clock (_check_times); PyJWT checks their presence.
+                # Without an expected audience a token carrying one is refused, as jose4j's default AudValidator
+                # refuses it ("present in the JWT but no expected audience value(s) were provided")
+                options={"require": ["exp", "iat"], "verify_exp": False, "verify_nbf": False, "verify_iat": False})
         except jwt.PyJWTError as error:
             raise AuthenticationFailed(f"Could not validate the access token: {error}") from None
 
     def _key_for(self, key_id: Any, algorithm: Any) -> jwt.PyJWK:
-        if not any(algorithm in accepted for accepted in _ALGORITHMS_BY_KEY_TYPE.values()):
+        if not isinstance(algorithm, str) or not any(algorithm in accepted
+                                                     for accepted in _ALGORITHMS_BY_KEY_TYPE.values()):
             raise AuthenticationFailed(f"Could not validate the access token: algorithm {algorithm!r} is not accepted")
         usable = [key for key in self._key_set.verification_keys() if key.verifies(algorithm)]
         if key_id is not None:
@@ -244,6 +248,8 @@ class JwksFile:
         self._path = path
         self._modified: int | None = self._stat()
         self._keys = self._read()
+        self._told = ""
+        """What was last found wrong with the file, logged once."""
 
     def _stat(self) -> int:
         try:
@@ -260,21 +266,18 @@ class JwksFile:
             raise JwksError(f"{where}: {error.strerror}") from None
 
     def verification_keys(self) -> Sequence[VerificationKey]:
-        """Each change is read (or found wrong, with one log line) once, however many logins come."""
+        """A change is read once; one that cannot be read (gone, or caught half-written) is tried again at the next
+        login, as Kafka's ``CachedFile`` tries again, and logged once for each time the file changes."""
         try:
             modified = self._stat()
-        except JwksError as error:
-            if self._modified is not None:  # the file's loss is told once
-                log.error("%s; the keys read before stay in use", error)
-            self._modified = None
-            return self._keys
-        if modified != self._modified:
-            self._modified = modified
-            try:
+            if modified != self._modified:
                 self._keys = self._read()
+                self._modified = modified
                 log.info("JWKS file %s read again: %d keys", self._path, len(self._keys))
-            except JwksError as error:
+        except JwksError as error:
+            if str(error) != self._told:
                 log.error("%s; the keys read before stay in use", error)
+                self._told = str(error)
         return self._keys
 
     def key_missing(self, key_id: str) -> None:
@@ -287,8 +290,8 @@ def fetch_jwks(url: str, timeout_s: float) -> list[VerificationKey]:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as answer:
             return _read_jwks(answer, where)
-    except OSError as error:
-        raise JwksError(f"{where}: {error}") from None
+    except (OSError, http.client.HTTPException) as error:  # a truncated or garbled answer is not an OSError
+        raise JwksError(f"{where}: {error or type(error).__name__}") from None
 
 
 class JwksEndpoint:
@@ -306,7 +309,8 @@ class JwksEndpoint:
         self._clock = clock
         self._keys: list[VerificationKey] = []
         self._missing: OrderedDict[str, float] = OrderedDict()
-        self._refreshes: set[asyncio.Task[None]] = set()
+        self._refreshing: asyncio.Task[None] | None = None
+        """The one refresh in flight (Kafka's ``refreshInProgressFlag``): later ones wait for it, not beside it."""
 
     async def start(self) -> None:
         """The first fetch, retried with backoff until ``jwks.endpoint.retry.backoff.max.ms`` has passed; JwksError
@@ -317,13 +321,21 @@ class JwksEndpoint:
     async def refresh_periodically(self) -> None:
         while True:
             await asyncio.sleep(self._settings.jwks_endpoint_refresh_ms / 1000)
-            await self._refresh()
+            await asyncio.shield(self._refresh())
 
-    async def _refresh(self) -> None:
+    def _refresh(self) -> asyncio.Task[None]:
+        """The refresh in flight, or a new one."""
+        if self._refreshing is None:
+            self._refreshing = asyncio.get_running_loop().create_task(self._refreshed())
+        return self._refreshing
+
+    async def _refreshed(self) -> None:
         try:
             self._keys = await self._fetch_with_retries()
         except JwksError as error:
             log.error("%s; the keys fetched before stay in use", error)
+        finally:
+            self._refreshing = None
 
     async def _fetch_with_retries(self) -> list[VerificationKey]:
         settings = self._settings
@@ -354,9 +366,7 @@ class JwksEndpoint:
         self._missing.move_to_end(key_id)
         while len(self._missing) > _MISSING_KEY_IDS_REMEMBERED:
             self._missing.popitem(last=False)
-        refresh = asyncio.get_running_loop().create_task(self._refresh())
-        self._refreshes.add(refresh)
-        refresh.add_done_callback(self._refreshes.discard)
+        self._refresh()
 
 
 def token_validator(settings: OAuthBearerSettings) -> tuple[TokenValidator | None, JwksEndpoint | None]:

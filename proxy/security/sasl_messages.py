@@ -41,7 +41,7 @@ class ScramClientFirst(NamedTuple):
 
     @property
     def delegation_token(self) -> bool:
-        return self.extensions.get(TOKEN_AUTH_EXTENSION) == "true"
+        return self.extensions.get(TOKEN_AUTH_EXTENSION, "").lower() == "true"  # Boolean.parseBoolean, as Kafka
 
 
 TOKEN_AUTH_EXTENSION = "tokenauth"

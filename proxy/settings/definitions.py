@@ -193,7 +193,8 @@ TABLES: tuple[Table, ...] = (
                  _OAUTHBEARER.jwks_endpoint_retry_backoff_ms),
         TableKey("jwks.endpoint.retry.backoff.max.ms", "how long a fetch is retried (at start: the proxy does not "
                  "start without keys)", _OAUTHBEARER.jwks_endpoint_retry_backoff_max_ms),
-        TableKey("expected.audience", "a token's aud must name one of these (a list)", derived="any audience"),
+        TableKey("expected.audience", "a token's aud must name one of these (a list)",
+                 derived="none: a token naming an audience is refused (jose4j's default, which Kafka keeps)"),
         TableKey("expected.issuer", "a token's iss must be this", derived="any issuer"),
         TableKey("scope.claim.name", "the claim holding the token's scopes", _OAUTHBEARER.scope_claim_name),
         TableKey("sub.claim.name", "the claim naming the principal (in inspect mode too)",

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
 from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
@@ -113,10 +115,11 @@ def scram_first_with(extension: str) -> bytes:
     return ScramClient("SCRAM-SHA-256", "token-1", "hmac").first_message() + extension.encode()
 
 
-def test_a_delegation_token_login_is_charged_to_the_tokens_owner() -> None:
+@pytest.mark.parametrize("extension", [",tokenauth=true", ",tokenauth=TRUE"])  # Boolean.parseBoolean, as Kafka
+def test_a_delegation_token_login_is_charged_to_the_tokens_owner(extension: str) -> None:
     tokens = KnownTokens({"token-1": "alice"})
     inspect = inspector(tokens=tokens)
-    (first,) = authenticate(inspect, "SCRAM-SHA-256", scram_first_with(",tokenauth=true"))
+    (first,) = authenticate(inspect, "SCRAM-SHA-256", scram_first_with(extension))
     cluster_answers(first, 0, b"r=...,s=...,i=4096")
     pending = inspect.handle(memoryview(encode_request(Api.SASL_AUTHENTICATE, 2, auth_bytes=b"c=biws,r=...,p=..."))[4:])
     final = asyncio.run(pending) if not isinstance(pending, Outcome) else pending  # type: ignore[arg-type]
