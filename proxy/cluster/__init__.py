@@ -1,7 +1,8 @@
 """The cluster behind the proxy, as the proxy itself talks to it: its own requests and logins
 (``upstream``), the cluster's view the mutation quota needs (``info``: partition counts, default
-partitions), a single-partition topic read and written with idempotent records (``client``), and
-the fleet of proxies that shares one quota through such a topic (``fleet``).
+partitions), topic ids' names (``topic_names``), delegation tokens' owners (``token_owners``), a single-partition
+topic read and written with idempotent records (``client``), and the fleet of proxies that shares one quota through
+such a topic (``fleet``).
 
 May import: proxy.settings, proxy.security, proxy.reporting, proxy.state, protocol, quotas.
 """

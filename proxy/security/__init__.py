@@ -1,7 +1,7 @@
 """Who a client is: TLS and mTLS for listeners and the upstream connection, with Kafka's principal
-mapping rules (``tls``); SASL terminated at the proxy (``sasl``) with its users file (``users``);
-SASL inspected on its way to the cluster (``sasl_inspect``); the mechanisms' messages, both sides
-(``sasl_messages``).
+mapping rules (``tls``); SASL terminated at the proxy (``sasl``) with its users file (``users``) and OAUTHBEARER
+tokens validated against a JWKS (``oauthbearer``); SASL inspected on its way to the cluster (``sasl_inspect``); the
+mechanisms' messages, both sides (``sasl_messages``).
 
 May import: proxy.decision, proxy.files, protocol, allocator.
 """
