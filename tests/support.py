@@ -266,18 +266,29 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
-         **fields: object) -> object:
-    """Send one request on ``sock`` and return its decoded response (AssertionError if closed)."""
+def decoded_response(frame: bytes, api_key: int, api_version: int) -> Any:
+    """A response frame (size prefix excluded) decoded as ``api_key``'s at ``api_version``: its header skipped,
+    v1 for a flexible version but ApiVersions' (always v0)."""
     from protocol.apis import is_flexible_request
     from protocol.codecs import decode_response
     from protocol.header import response_header_length
 
-    sock.sendall(encode_request(api_key, api_version, correlation_id, client_id, **fields))
-    frame = read_frame(sock)
-    assert frame, "the proxy closed the connection"
     flexible = is_flexible_request(api_key, api_version) and api_key != 18
     return decode_response(api_key, api_version, memoryview(frame)[response_header_length(frame, flexible):])
+
+
+def answer_to(sock: socket.socket, api_key: int, api_version: int) -> Any:
+    """The next response on ``sock``, decoded as ``api_key``'s at ``api_version`` (AssertionError if closed)."""
+    frame = read_frame(sock)
+    assert frame, "the connection closed"
+    return decoded_response(frame, api_key, api_version)
+
+
+def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
+         **fields: object) -> object:
+    """Send one request on ``sock`` and return its decoded response (AssertionError if closed)."""
+    sock.sendall(encode_request(api_key, api_version, correlation_id, client_id, **fields))
+    return answer_to(sock, api_key, api_version)
 
 
 COORDINATOR_LOAD_IN_PROGRESS = 14

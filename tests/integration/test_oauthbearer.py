@@ -19,19 +19,17 @@ from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import Producer
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from protocol.apis import Api, is_flexible_request
-from protocol.codecs import decode_response
-from protocol.header import response_header_length
+from protocol.apis import Api
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.fidelity import java_tool
 from tests.support import (
     Cluster,
     ProxyProcess,
+    answer_to,
     call,
     create_topic_on_one_broker,
     encode_request,
     produce_request,
-    read_frame,
     record_batch,
     wait_until,
 )
@@ -161,14 +159,6 @@ def inspecting_proxy(kafka: tuple[Cluster, str], tmp_path_factory: pytest.TempPa
 def _host_port(bootstrap: str) -> tuple[str, int]:
     host, _, port = bootstrap.rpartition(":")
     return host, int(port)
-
-
-def answer_to(sock: socket.socket, api_key: int, version: int) -> Any:
-    """The next response on ``sock``, decoded as ``api_key``'s at ``version``."""
-    frame = read_frame(sock)
-    assert frame, "the connection closed"
-    header = response_header_length(frame, is_flexible_request(api_key, version))
-    return decode_response(api_key, version, memoryview(frame)[header:])
 
 
 def login_and_produce(bootstrap: str, token: str) -> tuple[bool, int | None]:

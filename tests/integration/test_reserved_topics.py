@@ -13,16 +13,13 @@ import socket
 import tomllib
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
-from protocol.apis import Api, is_flexible_request
-from protocol.codecs import decode_response
-from protocol.header import response_header_length
+from protocol.apis import Api
 from tests.fidelity import java_tool
 from tests.integration.test_fleet import described_producer_rate, start_fleet, until_every_member_describes
 from tests.integration.test_produce_refusals import PRODUCE_VERSION, produce_response
@@ -31,9 +28,11 @@ from tests.support import (
     PASSWORDS,
     Cluster,
     ProxyProcess,
+    answer_to,
     call,
     closed_by_peer,
     create_topic_on_one_broker,
+    decoded_response,
     encode_request,
     read_frame,
     read_to_end,
@@ -343,11 +342,6 @@ def test_share_groups_cannot_read_or_acknowledge_the_proxys_topics(fleet_member:
         (quotas_id, [(0, TOPIC_AUTHORIZATION_FAILED)])]
 
 
-def decoded(frame: bytes, api_key: int, version: int) -> Any:
-    return decode_response(api_key, version,
-                           memoryview(frame)[response_header_length(frame, is_flexible_request(api_key, version)):])
-
-
 def test_kafkas_java_clients_and_pipelined_frames_cannot_reach_the_proxys_topics(
         fleet_member: tuple[ProxyProcess, str], broker: Cluster, topic: str) -> None:
     proxy, quotas_topic = fleet_member
@@ -381,13 +375,13 @@ def test_kafkas_java_clients_and_pipelined_frames_cannot_reach_the_proxys_topics
                              topics=[{"name": quotas_topic, "topic_id": None}]))
         metadata, produced, listed_offsets, named = (read_frame(sock) for _ in range(4))
     assert [int.from_bytes(frame[:4], "big") for frame in (metadata, produced, listed_offsets, named)] == [1, 2, 3, 4]
-    every = {t.name for t in decoded(metadata, Api.METADATA, 12).topics}
+    every = {t.name for t in decoded_response(metadata, Api.METADATA, 12).topics}
     assert topic in every and quotas_topic not in every
     assert _errors_by_topic(produced) == {quotas_topic: TOPIC_AUTHORIZATION_FAILED, topic: 0}
-    offsets_answer = decoded(listed_offsets, Api.LIST_OFFSETS, 7)
+    offsets_answer = decoded_response(listed_offsets, Api.LIST_OFFSETS, 7)
     assert {t.name: t.partitions[0].error_code for t in offsets_answer.topics} == {
         quotas_topic: TOPIC_AUTHORIZATION_FAILED, topic: 0}
-    assert [(t.name, t.error_code) for t in decoded(named, Api.METADATA, 12).topics] == [
+    assert [(t.name, t.error_code) for t in decoded_response(named, Api.METADATA, 12).topics] == [
         (quotas_topic, TOPIC_AUTHORIZATION_FAILED)]
     assert [record.value for record in read_to_end(broker.bootstrap, topic)] == [b"pipelined"]
     assert_nothing_lifted(proxy, broker, quotas_topic)
@@ -413,7 +407,7 @@ def test_the_share_groups_offset_apis_refuse_the_proxys_topics(fleet_member: tup
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:  # written at once
         sock.sendall(b"".join(encode_request(api_key, version, correlation_id=n, **fields)
                               for n, (api_key, version, fields) in enumerate(requests, 1)))
-        altered, described, deleted = (decoded(read_frame(sock), api_key, version) for api_key, version, _ in requests)
+        altered, described, deleted = (answer_to(sock, api_key, version) for api_key, version, _ in requests)
     assert altered.error_code == 0, altered
     errors = {t.topic_name: [p.error_code for p in t.partitions] for t in altered.responses}
     assert errors[quotas_topic] == [TOPIC_AUTHORIZATION_FAILED] and errors[topic] != [TOPIC_AUTHORIZATION_FAILED]

@@ -22,13 +22,13 @@ from kafka.net.sasl.oauth import AbstractTokenProvider
 from protocol.apis import Api
 from proxy.security.sasl_messages import ScramClient, plain_token
 from tests.fidelity import java_tool
-from tests.integration.test_oauthbearer import answer_to
 from tests.integration.test_produce_quotas import metrics
 from tests.integration.test_sasl import refused_login, sasl_settings
 from tests.support import (
     PASSWORDS,
     Cluster,
     ProxyProcess,
+    answer_to,
     closed_by_peer,
     create_topic_on_one_broker,
     encode_request,
