@@ -1,6 +1,6 @@
 """The PID ledger: every producer ID the proxy issued or saw, on disk, with bounded memory.
 
-Layout under its directory (SPEC §6, seed design "PID ledger"):
+Layout under its directory (the project's own design, Kafka has no such ledger; docs/producer-ids.md):
 - ``active-<seq>.log``: the append-only segment, one CRC-checked record per update (an update of
   a known PID appends a newer version). Written with ``os.write`` on each update, so it survives
   the process being killed; ``flush`` makes it durable (fsync) by sealing it.

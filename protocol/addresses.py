@@ -100,8 +100,8 @@ _UUID_BYTES = 16
 def may_name_brokers(api_key: int, api_version: int, body: bytes | memoryview) -> bool:
     """False when the response certainly names no broker: a Produce answer (v10 on) whose top-level tagged fields,
     where KIP-951's ``NodeEndpoints`` would be, are empty (Kafka adds them only when a partition's leader moved).
-    Read without decoding: every Produce answer of a librdkafka client is one (measured: the decode to find out took
-    6 us for one partition, 200 us for a hundred). ``body`` excludes the header."""
+    Read without decoding: every Produce answer of a librdkafka client is one, and decoding it to find out costs time
+    growing with its partitions (docs/benchmarks.md). ``body`` excludes the header."""
     if api_key != Api.PRODUCE or api_version < _FIRST_VERSION_WITH_ADDRESSES[Api.PRODUCE]:
         return True
     try:

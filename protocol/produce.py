@@ -2,7 +2,7 @@
 
 The scanner walks a Produce request (v3-v13) and reports, per topic and partition, where the
 record batch lies in the frame and the batch-header fields quotas need (producer id, epoch,
-sequence, attributes). Offsets of the batch header are SPEC §1's (Kafka's ``DefaultRecordBatch``).
+sequence, attributes). Offsets of the batch header are Kafka's ``DefaultRecordBatch``'s.
 A request that is well formed but carries a partition whose records are not exactly one magic-2
 batch is scanned all the same: that partition reports the error Kafka's
 ``ProduceRequest.validateRecords`` gives it (INVALID_RECORD, or UNSUPPORTED_COMPRESSION_TYPE for

@@ -5,7 +5,8 @@ first in the body for most apis, after fixed-size fields for a few (OffsetDelete
 array in Produce (v1+), which is walked (never decoded) to find it. A response whose field sits after a
 variable-size part other than Produce's (ApiVersions, a few admin apis), or whose version has none, is not
 patched: the client is muted all the same, as Kafka mutes a client too old to read the field (KIP-219).
-SPEC §1.
+Kafka's counterpart is each response's ``maybeSetThrottleTimeMs`` (``AbstractResponse``), a no-op where the
+version has no field.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bloom filters hashed with MurmurHash3, and the time-controlled filters of SPEC §5 (KIP-936).
+"""Bloom filters hashed with MurmurHash3, and the time-controlled filters of KIP-936.
 
 ``TimeControlledBloomFilter`` remembers, per user, which producer IDs were seen in roughly the
 last window (one ``producer.id.quota.window.size.seconds``): new IDs go into the newest filter; a
@@ -84,7 +84,7 @@ class BloomFilter:
         return True
 
     def to_bytes(self) -> bytes:
-        """The ledger's ``.bloom`` sidecar layout (SPEC §6): int32 bit count, int32 hash count, then
+        """The ledger's ``.bloom`` sidecar layout (``allocator.ledger``): int32 bit count, int32 hash count, then
         the bit map as big-endian int64 words, bit i being bit i % 64 of word i // 64."""
         padded = bytes(self._bits) + bytes(-len(self._bits) % 8)
         words = b"".join(padded[i:i + 8][::-1] for i in range(0, len(padded), 8))

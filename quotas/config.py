@@ -2,7 +2,7 @@
 
 Each quota type resolves independently, as each Kafka quota manager has its own overrides. The
 level that resolves an entity also decides who shares one bucket (``QuotaKey``): Kafka's metric
-tags. Facts: SPEC §3 (``DefaultQuotaCallback.quotaMetricTags``/``quotaLimit``).
+tags. As Kafka's ``ClientQuotaManager.DefaultQuotaCallback`` (``quotaMetricTags``/``quotaLimit``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class PidQuotaMode(enum.StrEnum):
     THROTTLE = "throttle"
     """Forward the request, answer with throttle_time_ms and mute (KIP-936's text)."""
     REJECT = "reject"
-    """Do not forward; answer THROTTLING_QUOTA_EXCEEDED (project rule, SPEC §5)."""
+    """Do not forward; answer THROTTLING_QUOTA_EXCEEDED (the project's own rule: KIP-936 only throttles)."""
 
 
 class QuotaMode(enum.StrEnum):

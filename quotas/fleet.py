@@ -103,7 +103,8 @@ def _topic_of(key: QuotaKey) -> list[str]:
 
 
 _QUOTA_TYPES = {str(quota_type): quota_type for quota_type in QuotaType}
-"""Looked up by name: ``QuotaType(name)`` costs a member reading a fleet of a hundred a third of its decoding."""
+"""Looked up by name: ``QuotaType(name)`` per entry was a large share of the decoding of a member reading a fleet of a
+hundred (docs/benchmarks.md)."""
 
 
 def _usage_entries(entries: list[list[object]], held: HeldUsers | None) -> tuple[SharedUsage, ...]:
@@ -161,8 +162,8 @@ HELD_BELOW_LIMIT = 0.5
 held too, while what this member holds is also below this share of the limit over the time it holds it: far from
 its limit, a second's delay changes no decision. The second condition is for a burst: a bucket's first 10 s (Kafka's
 floor on a rate's window) measure a rate a tenth of what was charged, and each member of a fleet would otherwise hide
-up to five seconds of the limit from the others for a second (three members' flat-out producers got 57 MiB through
-in their first 5 s under a 3 MiB/s quota, where Kafka's broker lets 40 MiB through, and 41-46 MiB with it)."""
+up to five seconds of the limit from the others for a second, letting a burst through the fleet well past what Kafka's
+broker lets through (measured in docs/fleet.md, "What is shared")."""
 
 
 class _Pending:

@@ -558,7 +558,10 @@ class ControllerMutationQuotaManager(_BucketManager):
 
     def admit_topics(self, user: str, client_id: str, mutations: Sequence[float], strict: bool,
                      now_ms: int) -> MutationDecision:
-        """Charge each topic's partition mutations in request order (SPEC §4).
+        """Charge each topic's partition mutations in request order, as Kafka's ``ReplicationControlManager``
+        calls ``ControllerRequestContext.applyPartitionChangeQuota`` per topic, recording into the
+        ``StrictControllerMutationQuota`` or ``PermissiveControllerMutationQuota`` that
+        ``ControllerMutationQuotaManager.newQuotaFor`` picks by request version.
 
         Strict: a topic is rejected when the bucket is already below zero, otherwise admitted
         whatever its size. Permissive: every topic is admitted; the response is throttled when

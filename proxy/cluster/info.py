@@ -47,8 +47,8 @@ class ClusterInfo:
         self._num_partitions: tuple[int, float] | None = None
         self._accepted: dict[str, tuple[uuid.UUID | None, int, float]] = {}
         """Topic name -> (topic id, partition count, when): topics and counts the cluster accepted that its
-        metadata may not show yet; measured on Apache Kafka 4.3, 14 in 60 quick increases were read one step
-        behind, and 4 of 30 topics deleted at once after their creation were not there yet."""
+        metadata may not show yet: on Apache Kafka 4.3 a quick increase may be read one step behind, and a topic
+        deleted right after its creation may not be there yet (measured in docs/benchmarks.md)."""
 
     async def partitions(self, topics: list[str]) -> dict[str, TopicPartitions]:
         """Partition counts and ids of ``topics``; raises ``UPSTREAM_ERRORS`` when the cluster cannot be asked."""

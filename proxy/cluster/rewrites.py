@@ -2,8 +2,9 @@
 
 A broker sends the same bytes for the same question while its state does not change (the list of
 api versions, the brokers and topics of a Metadata answer), and decoding and encoding them again
-costs the event loop 0.3-0.6 ms a response: a client flooding such requests would otherwise keep
-every other client waiting. The rewrite is a function of those bytes, so a remembered one is exact.
+costs the event loop enough (docs/deploying.md, "Limits and bad input") that a client flooding such
+requests would otherwise keep every other client waiting. The rewrite is a function of those bytes,
+so a remembered one is exact.
 """
 
 from __future__ import annotations

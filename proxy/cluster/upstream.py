@@ -88,8 +88,8 @@ CONNECTS_AT_ONCE_PER_BROKER = 25
 """Connections the proxy has opened to one broker that the broker may not have accepted yet: half of what it queues
 unaccepted (Kafka's ``socket.listen.backlog.size``, 50). A burst of clients opening at once through the proxy becomes
 a burst of connections to one broker, and a connection its queue has no room for is dropped and tried again only a
-second later (TCP's first retransmission): measured against Apache Kafka 4.3, a hundred connections opening at once
-overflowed its queue 32 times and the slowest waited 1,032 ms. The kernel completes a connection before the broker
+second later (TCP's first retransmission; measured against Apache Kafka 4.3 in docs/deploying.md, "New connections
+under load"). The kernel completes a connection before the broker
 accepts it, so a turn is given back once the broker has answered on it (``ConnectTurns``)."""
 
 UNANSWERED_TURN_S = 0.1

@@ -2,8 +2,8 @@
 
 A transport keeps every piece it could not send yet as an object of its own: a client that stops reading while the
 cluster answers it one small response at a time (Kafka answers a connection's requests one by one) would have the
-loop hold a hundred thousand objects for 4 MiB of answers, three times the bytes counted (measured: +12.8 MiB of RSS
-for one connection with a 4 MiB mark, +44 MiB for twenty with a 32 MiB total). So once the transport holds anything
+loop hold a hundred thousand objects for 4 MiB of answers, several times the bytes counted (measured in
+docs/deploying.md, "Bounded memory"). So once the transport holds anything
 unsent, small pieces are gathered into one buffer, handed to it when the buffer reaches ``GATHER_BELOW_BYTES`` or
 the transport has sent everything; larger pieces go as they are, after what was gathered.
 

@@ -288,7 +288,7 @@ class ResponseSide(ConnectionState):
 def frame_pieces(frame: memoryview, header_length: int, body: bytes) -> tuple[bytes, bytes]:
     """A whole frame (size prefix included) in two pieces: the size and the header of ``frame``, then ``body``
     itself, not a copy: a body remembered for its bytes (``RewriteMemo``) is one object however many clients have
-    it queued (100 connections reading none of their 68 KB Metadata answers, with a 32 MiB total: +27 to +41 MiB of
-    RSS when each answer was queued as a copy, +6 to +10 MiB since)."""
+    it queued, where a copy each made clients reading nothing cost the proxy several times the memory (measured in
+    docs/deploying.md, "Bounded memory")."""
     return b"".join(((header_length + len(body)).to_bytes(4, "big"), frame[:header_length])), body
 

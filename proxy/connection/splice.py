@@ -3,8 +3,8 @@ pipe): the rest of a Produce request (or the records between the batch headers a
 from the client's to the cluster's, the rest of a Fetch response the other way. Bytes the proxy does not read
 never become Python objects.
 
-A bare relay on this machine (``bench/relay_floor.py``) spends 0.71 ms of CPU per MB copying through
-user space and 0.24 ms splicing. Only plaintext sockets can be spliced (TLS records are decrypted in
+A bare relay (``bench/relay_floor.py``) spends far less CPU per MB splicing than copying through user
+space (docs/benchmarks.md, "The floor"). Only plaintext sockets can be spliced (TLS records are decrypted in
 user space), and only once a frame's header has been decided and nothing else needs its bytes.
 """
 

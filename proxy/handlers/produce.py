@@ -1,4 +1,8 @@
-"""Produce requests under the byte-rate, topic and producer-ID quotas (SPEC §2, §3, §5).
+"""Produce requests under the byte-rate, topic and producer-ID quotas.
+
+The byte rate is charged and throttled as in Kafka's ``KafkaApis.handleProduceRequest``
+(``ClientQuotaManager.maybeRecordAndGetThrottleTimeMs``, then ``ClientQuotaManager.throttle``, KIP-219);
+topic quotas are the proxy's own; producer IDs follow KIP-936.
 
 The handler decides; the connection acts: forward or answer locally, then throttle and mute.
 """

@@ -1,8 +1,8 @@
-"""CreateTopics, DeleteTopics and CreatePartitions under the controller mutation quota (SPEC §4).
+"""CreateTopics, DeleteTopics and CreatePartitions under the controller mutation quota (KIP-599).
 
 Kafka charges a topic's partitions only once its own checks have passed, right before it would
-create, delete or extend it (``ControllerApis``, ``ReplicationControlManager``). The proxy does
-the same, entry by entry in request order:
+create, delete or extend it (``ControllerApis``, ``ReplicationControlManager``, recording into
+``ControllerMutationQuotaManager``'s quota). The proxy does the same, entry by entry in request order:
 
 - entries naming one of the proxy's own topics are answered TOPIC_AUTHORIZATION_FAILED, with ControllerApis'
   message, as Kafka answers a topic the principal may not create, delete or extend, whatever the quota;

@@ -2,10 +2,10 @@
 
 glibc keeps what a program frees for its next allocations, returning only the free space at the top of its heap: a
 burst of buffered answers, freed once the clients catch up or leave, would stay in the proxy's resident memory for as
-long as one buffer allocated after them lives above it. ``malloc_trim`` gives back the free pages inside the heap too
-(measured here: 0.1 ms when there is nothing to return, 3 ms returning 27 MB). Measured with 20 connections reading
-nothing, then 100 (`tests/integration/test_bounded_memory.py`): the first twenty's 20.8 MiB stayed resident until
-a trim, and the hundred, coming at once, added their own on top. Other C libraries (musl) have no such
+long as one buffer allocated after them lives above it. ``malloc_trim`` gives back the free pages inside the heap too,
+cheaply enough to call once a second. Without it, the memory of connections reading nothing stayed resident after
+they had gone, and a flood coming next added its own on top (`tests/integration/test_bounded_memory.py`; figures in
+docs/deploying.md, "Bounded memory", and docs/benchmarks.md). Other C libraries (musl) have no such
 call and return what they can themselves.
 """
 

@@ -107,7 +107,8 @@ once, and a flood of new connections cannot starve the open ones."""
 class Backlog:
     """The connections waiting on a listening socket (non-blocking), taken at once as a broker's acceptor thread takes
     them. uvloop's ``sock_accept`` waits a loop turn for each connection even when many are waiting: a client arriving
-    just after a hundred others waited a hundred turns, a second (measured) when every turn served busy connections."""
+    just after a hundred others waited a hundred turns, long when every turn served busy connections (measured in
+    docs/deploying.md, "New connections under load")."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -418,7 +419,8 @@ class ProxyServer:
         self._admitted[connection] = ip
         # Kafka's socket.send.buffer.bytes: the kernel holds no more for a client that stops reading than a
         # broker's would, and the proxy's own buffers do the rest. Its socket.receive.buffer.bytes is left to
-        # the kernel's autotuning: 100 KiB there cost a fifth more CPU per produced MB (reads a fifth the size)
+        # the kernel's autotuning: 100 KiB there made reads smaller and cost more CPU per produced MB
+        # (docs/benchmarks.md)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KAFKA_SOCKET_BUFFER_BYTES)
 
         async def attach() -> None:
