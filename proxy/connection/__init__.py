@@ -1,7 +1,8 @@
 """The connection engine: one client connection and its upstream connection (``client``), written in
 sides that share one state (``state``): reading and deciding requests, holding back and cutting
 through (``requests``); pairing, rewriting and throttling responses (``responses``); the login steps
-(``login``); the mute (``muting``); reading paused for a set of reasons (``flow``). What it needs
+(``login``). Objects of their own: the mute, as Kafka's ``ChannelMuteState`` (``mute``); reading paused
+for a set of reasons (``flow``); what the client is sent (``outbox``); splicing (``splice``). What it needs
 from the server that accepted it, and the handlers it is given, are protocols (``context``): the
 engine never imports a handler.
 

@@ -3,7 +3,8 @@ upstream connection's opening and loss, idle and shutdown.
 
 Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
 where they name brokers (addresses) or list api versions (capped). What happens to each is written
-in the sides this class is made of: ``requests``, ``responses``, ``login`` and ``muting``.
+in the sides this class is made of: ``requests``, ``responses`` and ``login``; its mute is a
+``ChannelMute`` (``mute``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import logging
 from typing import cast
 
 from proxy.cluster.upstream import UNANSWERED_TURN_S, UPSTREAM_ERRORS, open_upstream
+from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.login import LoginSteps
-from proxy.connection.muting import Muting
+from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.requests import RequestSide
 from proxy.connection.responses import ResponseSide
@@ -48,9 +50,9 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._client.upstream_lost(exc)
 
 
-class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.BufferedProtocol):
-    """The client's transport protocol, made of the sides in ``requests``, ``responses``, ``login`` and
-    ``muting`` over the state in ``state``."""
+class ClientConnection(RequestSide, ResponseSide, LoginSteps, asyncio.BufferedProtocol):
+    """The client's transport protocol, made of the sides in ``requests``, ``responses`` and ``login`` over
+    the state in ``state``."""
 
     # ---- reads ------------------------------------------------------------------------------------
 
@@ -96,9 +98,10 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.gate = ReadGate(transport)
+        self._loop = loop = asyncio.get_running_loop()
+        self._mute = ChannelMute(loop, self._pause_if_holding, self._mute_released, self._count_muted)
         self._to_client = Outbox(transport, self._buffer_high, self._client_fell_behind, self._client_caught_up)
         self._context.connection_opened(self)  # sets the buffer share
-        self._loop = loop = asyncio.get_running_loop()
         ssl_object = transport.get_extra_info("ssl_object")
         name = None
         if ssl_object is not None:
@@ -106,7 +109,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
             if subject is not None and name is None:
                 log.info("closing connection from %s on %s: no principal mapping rule applies to %s",
                          self._peer, self._listener, subject)
-                self.close("no principal for its certificate")
+                self.close(CloseReason.NO_PRINCIPAL)
                 return
             self._user = name or ANONYMOUS  # SASL, when on, names the principal once the client logs in
         self._last_activity = loop.time()
@@ -124,6 +127,14 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         # when the proxy terminates SASL, the upstream connection opens once the client has logged in: a
         # client that cannot log in (or a flood of connections) never costs the cluster a connection
 
+    def _mute_released(self) -> None:
+        """Nothing of the mute holds the requests read any longer: decide them (something else may hold them)."""
+        self.gate.resume(PauseReason.HOLDING)
+        self._release_held()
+
+    def _count_muted(self, change: int) -> None:
+        self._metrics.muted_connections += change
+
     def _start_upstream(self) -> None:
         """Open the upstream connection; requests read meanwhile wait for it, in order."""
         self.gate.pause(PauseReason.CONNECTING)
@@ -132,7 +143,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
     def eof_received(self) -> bool | None:
         if self._requests.buffered_bytes or self._before_upstream or self._cut_through_remaining:
             self._context.metrics.closed_for_bad_input += 1
-            self.close("truncated frame: client closed in the middle of a frame", warn=True)
+            self.close(CloseReason.TRUNCATED_FRAME, "client closed in the middle of a frame")
         return None
 
     def pause_writing(self) -> None:
@@ -164,7 +175,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         self._release_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.close("client disconnected" if exc is None else f"client connection lost: {exc}")
+        self.close(CloseReason.CLIENT_LEFT, "" if exc is None else f"connection lost: {exc}")
 
     # ---- upstream lifecycle --------------------------------------------------------------------
 
@@ -187,8 +198,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         except (*UPSTREAM_ERRORS, LookupError) as error:
             self._connect_turn_over()
             self._context.metrics.upstream_connect_failures += 1
-            self.close(f"upstream unreachable for {self._listener}: {error or type(error).__name__}",
-                       warn=True)
+            self.close(CloseReason.UPSTREAM_UNREACHABLE, f"{self._listener}: {error or type(error).__name__}")
             return
         transport = cast(asyncio.Transport, transport)
         if self._closed:
@@ -216,7 +226,7 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
-            self.close("upstream closed the connection" if exc is None else f"upstream lost: {exc}",
+            self.close(CloseReason.UPSTREAM_LOST, "it closed the connection" if exc is None else str(exc),
                        warn=self._awaiting_responses())
 
     # ---- lifetime ------------------------------------------------------------------------------
@@ -227,30 +237,28 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         if not self._closed:
             self.gate.pause(PauseReason.DRAINING)
             if not self._awaiting_responses() and self._settling is None:
-                self.close("closed for shutdown")
+                self.close(CloseReason.SHUTDOWN)
 
     def _check_idle(self) -> None:
         loop = self._loop
         idle_for = loop.time() - self._last_activity
         if idle_for >= self._config.idle_timeout_s:
-            self.close(f"idle for {idle_for:.0f} s", warn=False)
+            self.close(CloseReason.IDLE, f"{idle_for:.0f} s")
         else:
             self._idle_timer = loop.call_later(self._config.idle_timeout_s - idle_for, self._check_idle)
 
-    def close(self, reason: str, warn: bool = False) -> None:
+    def close(self, reason: CloseReason, detail: str = "", warn: bool | None = None) -> None:
+        """Close both sides; ``warn`` (when not the reason's own choice) logs it as a warning."""
         if self._closed:
             return
         self._closed = True
-        (log.warning if warn else log.debug)("closing connection from %s on %s: %s",
-                                             self._peer, self._listener, reason)
+        (log.warning if (reason.warns if warn is None else warn) else log.debug)(
+            "closing connection from %s on %s: %s", self._peer, self._listener, reason.describe(detail))
         self._connect_turn_over()
         for timer in (self._idle_timer, self._login_timer, self._request_timer, self._connect_turn_timer):
             if timer is not None:
                 timer.cancel()
-        if self._mute_timer is not None:
-            self._mute_timer.cancel()
-            self._mute_timer = None
-            self._metrics.muted_connections -= 1
+        self._mute.stop()
         for task in (self._connect_task, self._settling):
             if task is not None and not task.done():
                 task.cancel()
@@ -279,4 +287,4 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, Muting, asyncio.Bu
         for transport in (self._transport, self._upstream):
             if transport is not None:
                 transport.abort()
-        self.close("aborted at shutdown deadline", warn=bool(self._in_flight))
+        self.close(CloseReason.SHUTDOWN_DEADLINE, warn=bool(self._in_flight))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason
 from proxy.connection.state import ConnectionState
 
@@ -18,12 +19,12 @@ class LoginSteps(ConnectionState):
     def _login_step_answered(self) -> None:
         """A request made before the login completed has its answer: the next one may be read, and once
         the login has completed its user is the principal of every later request."""
-        if not self._login_step_pending or self._awaiting_responses() or self._closed:
+        if not self._mute.login_step_pending or self._awaiting_responses() or self._closed:
             return
-        self._login_step_pending = False
+        self._mute.login_step_answered()
         assert self._sasl is not None
         if self._sasl.refused:
-            self.close("its login was refused")
+            self.close(CloseReason.LOGIN_REFUSED)
             return
         if self._sasl.user is not None and not self._logged_in(self._sasl.user):
             return
@@ -52,7 +53,7 @@ class LoginSteps(ConnectionState):
         if not delay_ms:
             return True
         self.gate.pause(PauseReason.USER_OVER_CONNECTION_RATE)
-        self._loop.call_later(delay_ms / 1000, self.close, f"user {user} over its connection creation rate")
+        self._loop.call_later(delay_ms / 1000, self.close, CloseReason.OVER_USER_CONNECTION_RATE, f"user {user}")
         return False
 
     def _login_too_slow(self) -> None:
@@ -60,5 +61,5 @@ class LoginSteps(ConnectionState):
         if self._sasl is not None and not self._sasl.done:
             log.info("closing connection from %s on %s: no SASL login within %g s", self._peer, self._listener,
                      self._config.login.timeout_s)
-            self.close("no login in time")
+            self.close(CloseReason.LOGIN_TOO_SLOW)
 

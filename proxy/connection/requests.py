@@ -19,6 +19,7 @@ from protocol.apis import KNOWN_API_KEYS, Api
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import peek_request
+from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice, can_splice
@@ -46,7 +47,7 @@ class RequestSide(ConnectionState):
             self._before_upstream += data
             self.gate.reassert()
             if len(self._before_upstream) > self._config.max_frame_bytes:
-                self.close("sent more than a frame before the upstream connection opened", warn=True)
+                self.close(CloseReason.TOO_MUCH_BEFORE_UPSTREAM)
             return
         self._metrics.bytes_in += len(data)
         try:
@@ -68,10 +69,10 @@ class RequestSide(ConnectionState):
     def _fail_on_requests(self, error: Exception) -> None:
         if isinstance(error, ProtocolError):
             self._context.metrics.closed_for_bad_input += 1
-            self.close(f"bad request frame: {error}", warn=True)
+            self.close(CloseReason.BAD_REQUEST, str(error))
         else:
             log.exception("unexpected error handling requests from %s", self._peer, exc_info=error)
-            self.close("internal error handling requests", warn=True)
+            self.close(CloseReason.INTERNAL_ERROR, "handling requests")
 
     def _route_requests(self, chunk: bytes | bytearray, ends: FrameEnds, first: int = 0) -> None:
         """Decide and forward the whole frames of ``chunk`` from ``ends[first]`` on, in order, until one makes
@@ -142,7 +143,7 @@ class RequestSide(ConnectionState):
             raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
         self._metrics.requests_by_api[api_key] += 1
         if self._sasl is not None and not self._sasl.done:
-            self._login_step_pending = True  # every request before a login has an answer
+            self._mute.login_step_read()  # every request before a login has an answer
             self.gate.pause(PauseReason.LOGGING_IN)
         if api_key == Api.API_VERSIONS and (self._upstream is None or api_version > NEWEST_API_VERSIONS):
             # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0
@@ -173,13 +174,12 @@ class RequestSide(ConnectionState):
                                whole_response=outcome.whole_response)
             self._await_response(request)
             if request.holds_later_requests:
-                self._throttled(outcome.throttle_ms, expects_response=True)
+                self._mute.throttled(outcome.throttle_ms, expects_response=True)
         else:
             if outcome.close_after_response:
-                self._close_when_answered = True
-                self._pause_if_holding()
+                self._mute.close_when_answered()
             if outcome.throttle_ms:
-                self._throttled(outcome.throttle_ms, expects_response=False)
+                self._mute.throttled(outcome.throttle_ms, expects_response=False)
         return outcome.forward and outcome.replacement is None
 
     def _await_decision(self, decided: Awaitable[Outcome], frame: bytes) -> None:
@@ -197,7 +197,7 @@ class RequestSide(ConnectionState):
             result = await pending
         except Exception as error:
             log.warning("cannot decide on a request from %s: %s", self._peer, error)
-            self.close("could not decide on a request", warn=True)
+            self.close(CloseReason.UNDECIDABLE)
             return
         if self._closed:
             return
@@ -314,8 +314,9 @@ class RequestSide(ConnectionState):
         an upstream connection lost."""
         if by_client:
             self._context.metrics.closed_for_bad_input += 1
-            reason = f"truncated frame: {reason}"
-        self.close(reason, warn=True)
+            self.close(CloseReason.TRUNCATED_FRAME, reason)
+        else:
+            self.close(CloseReason.UPSTREAM_LOST, reason, warn=True)
 
     def _cut_through(self, data: bytes) -> bytes:
         """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
@@ -362,7 +363,7 @@ class RequestSide(ConnectionState):
         expects_response = request is not None and request.correlation_id == correlation_id
         if request is not None and expects_response:
             self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
-        self._throttled(throttle_ms, expects_response)
+        self._mute.throttled(throttle_ms, expects_response)
 
     def _check_request_timeout(self) -> None:
         """Close the connection when the cluster has sent nothing for the request at the head of the
@@ -380,7 +381,7 @@ class RequestSide(ConnectionState):
         if waited_s >= timeout_s and not (self._to_client.behind or self._cut_through_remaining or awaiting_verdict):
             self._metrics.upstream_request_timeouts += 1
             request = self._in_flight[0]
-            self.close(f"the cluster sent nothing for request {request.correlation_id} (api {request.api_key}) "
-                       f"in {waited_s:.1f} s (request-timeout-seconds {timeout_s:g})", warn=True)
+            self.close(CloseReason.REQUEST_TIMEOUT, f"request {request.correlation_id} (api {request.api_key}) waited "
+                       f"{waited_s:.1f} s (request-timeout-seconds {timeout_s:g})")
             return
         self._request_timer = self._loop.call_later(max(timeout_s - waited_s, 0.1), self._check_request_timeout)

@@ -14,6 +14,7 @@ from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import response_correlation_id, response_header_length
 from protocol.throttle import carries_throttle, raise_throttle
+from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason
 from proxy.connection.splice import FrameSplice, can_splice
 from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
@@ -66,17 +67,17 @@ class ResponseSide(ConnectionState):
 
     def _fail_on_responses(self, error: Exception) -> None:
         if isinstance(error, ProtocolError):
-            self.close(f"bad response from upstream: {error}", warn=True)
+            self.close(CloseReason.BAD_RESPONSE, str(error))
         else:
             log.exception("unexpected error handling responses for %s", self._peer, exc_info=error)
-            self.close("internal error handling responses", warn=True)
+            self.close(CloseReason.INTERNAL_ERROR, "handling responses")
 
     def _after_responses(self) -> None:
         self._close_if_answered()
         if self.gate.paused_for(PauseReason.HOLDING) and not self._holding():
             self._release_held()  # held for the requests in flight (reading paused, maybe nothing held yet)
         if self._draining and not self._awaiting_responses() and self._settling is None:
-            self.close("drained for shutdown")  # requests still held were never forwarded: the client retries
+            self.close(CloseReason.SHUTDOWN, "drained")  # requests still held were never forwarded: the client retries
 
     def _route_responses(self, chunk: bytes | bytearray, ends: FrameEnds) -> None:
         view = memoryview(chunk)
@@ -138,9 +139,9 @@ class ResponseSide(ConnectionState):
         close or the mute they asked for (after the response is written, as a Kafka broker does)."""
         self._send_local_responses_in_turn()
         if self._close_after_write:
-            self.close("closed after its last response")
+            self.close(CloseReason.CLOSE_AFTER_RESPONSE)
         elif mute_ms is not None:
-            self._mute(mute_ms)
+            self._mute.response_sent(mute_ms)
         self._login_step_answered()
 
     def _maybe_cut_through_response(self) -> None:
@@ -165,7 +166,7 @@ class ResponseSide(ConnectionState):
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
             self._to_client.writelines(frame_pieces(frame, header_length, request.answer_body))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
-            self._mute(request.throttle_ms)
+            self._mute.response_sent(request.throttle_ms)
             self._dropping_cut_through = True
             self._mute_after_cut_through_ms = None
             return
@@ -214,7 +215,7 @@ class ResponseSide(ConnectionState):
 
     def _response_splice_failed(self, reason: str, by_cluster: bool) -> None:
         """The cluster gone in the middle of a response is worth a warning; a client that leaves is not."""
-        self.close(reason, warn=by_cluster)
+        self.close(CloseReason.UPSTREAM_LOST if by_cluster else CloseReason.CLIENT_LEFT, reason, warn=by_cluster)
 
     def _cut_through_response(self, data: bytes) -> bytes:
         """Send the client the part of ``data`` that belongs to the response being cut through (or drop
@@ -241,7 +242,7 @@ class ResponseSide(ConnectionState):
             due.append(request.local_response)
             self._local_answer_bytes -= len(request.local_response)
             if request.throttle_ms:
-                self._loop.call_soon(self._mute, request.throttle_ms)  # once this answer has been written
+                self._loop.call_soon(self._mute.response_sent, request.throttle_ms)  # once this answer has been written
             self._close_after_write |= request.close_after_response
         return due
 
@@ -250,7 +251,7 @@ class ResponseSide(ConnectionState):
         if due:
             self._to_client.writelines(due)
             if self._close_after_write:
-                self.close("closed after its last response")
+                self.close(CloseReason.CLOSE_AFTER_RESPONSE)
                 return
             self._login_step_answered()
             self._after_responses()

@@ -1,8 +1,8 @@
 """What one client connection knows, shared by the modules that make up its behaviour.
 
 A client connection is one object (``ClientConnection``, in ``client``) written in sides: the
-request side (``requests``), the response side (``responses``), the login steps (``login``) and
-the mute (``muting``). They share the state declared here, and call one another only through the
+request side (``requests``), the response side (``responses``) and the login steps (``login``);
+its mute is an object of its own (``mute``). They share the state declared here, and call one another only through the
 methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other sides).
 """
 
@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import REQUEST_PREFIX_BYTES
 from protocol.produce import StreamedProduceScan
+from proxy.connection.close_reason import CloseReason
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice
 from proxy.decision.outcome import ResponseCharge, ResponseFinisher
@@ -141,8 +143,8 @@ class ConnectionState:
         self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
         self._user = ANONYMOUS
-        self._mute_timer: asyncio.TimerHandle | None = None
-        self._muted_until = 0.0
+        self._mute: ChannelMute
+        """The throttle, the login step and a close asked for: when requests read wait undecided."""
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
         self._cut_through_scan: StreamedProduceScan | None = None
@@ -171,17 +173,8 @@ class ConnectionState:
         self._local_answer_bytes = 0
         """Bytes of the proxy's own answers waiting their turn: beyond the high-water mark, later requests
         wait too (a client reading nothing must not make the proxy hold answers without bound)."""
-        self._throttled_response_pending = False
-        """A request holding later ones (``InFlight.holds_later_requests``) has not had its response sent
-        yet: the mute starts then."""
-        self._close_when_answered = False
-        """A request without a response (acks=0) asked to close the connection: Kafka handles requests
-        one at a time, so the ones before it are answered first and the ones after it never read."""
         self._settling: asyncio.Task[None] | None = None
         self._sasl: SaslServer | SaslInspector | None = None
-        self._login_step_pending = False
-        """Before a login completes, one request at a time: the next waits unread until this one's answer
-        is sent (no pipelined password guesses)."""
         self._login_timer: asyncio.TimerHandle | None = None
         self._close_after_write = False
         self._login_writer: asyncio.StreamWriter | None = None
@@ -192,9 +185,8 @@ class ConnectionState:
     def _holding(self) -> bool:
         """Later requests wait: for a handler asking the cluster, for a throttled response and its mute, for
         the client to read its answers, or for the cluster to answer some of the requests out."""
-        return (self._settling is not None or self._throttled_response_pending or self._mute_timer is not None
-                or self._close_when_answered or (self._connect_task is not None and self._upstream is None)
-                or self._login_step_pending or self._to_client.behind
+        return (self._mute.holds or self._settling is not None
+                or (self._connect_task is not None and self._upstream is None) or self._to_client.behind
                 or self._local_answer_bytes >= self._buffer_high
                 or len(self._in_flight) >= self._config.max_in_flight_requests)
 
@@ -202,8 +194,8 @@ class ConnectionState:
         return bool(self._in_flight) or self._response_cut_through_remaining > 0
 
     def _close_if_answered(self) -> None:
-        if self._close_when_answered and not self._awaiting_responses():
-            self.close("closed after an acks=0 request with a partition error (as Kafka does)", warn=True)
+        if self._mute.closing and not self._awaiting_responses():
+            self.close(CloseReason.ACKS0_PARTITION_ERROR)
 
     def _pause_if_holding(self) -> None:
         """Stop reading while requests are held, but not before the frame being cut through is whole:
@@ -212,12 +204,10 @@ class ConnectionState:
             self.gate.pause(PauseReason.HOLDING)
 
     if TYPE_CHECKING:  # written in the sides that make up ``ClientConnection``
-        def close(self, reason: str, warn: bool = False) -> None: ...
+        def close(self, reason: CloseReason, detail: str = "", warn: bool | None = None) -> None: ...
         def _start_upstream(self) -> None: ...
         def _release_held(self) -> None: ...
         def _send_local_responses_in_turn(self) -> None: ...
         def _after_responses(self) -> None: ...
         def _login_step_answered(self) -> None: ...
         def _admitted(self, user: str) -> bool: ...
-        def _throttled(self, throttle_ms: int, expects_response: bool) -> None: ...
-        def _mute(self, throttle_ms: int) -> None: ...
