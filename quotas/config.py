@@ -18,32 +18,17 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from quotas.quota_types import QUOTA_TYPES, EntityKind, QuotaType, types_taking
+
 DEFAULT = "<default>"
 """Entity name matching every user (or client id, or topic) that has no entry of its own."""
 ANONYMOUS = "ANONYMOUS"
 """The user of a connection without SASL (Kafka's ``KafkaPrincipal.ANONYMOUS``)."""
 
 
-class QuotaType(enum.StrEnum):
-    PRODUCER_BYTE_RATE = "producer_byte_rate"
-    CONSUMER_BYTE_RATE = "consumer_byte_rate"
-    CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
-    PRODUCER_IDS_RATE = "producer_ids_rate"
-    CONNECTION_CREATION_RATE = "connection_creation_rate"
-    REQUEST_RATE = "request_rate"
-    """Requests per second of every api but ApiVersions and SASL's (the proxy's own; Kafka's closest is
-    ``request_percentage``, a share of the broker's threads' time, which stays the cluster's)."""
-
-
-# Kafka types the byte rates as LONGs (whole bytes/s) and the connection rate as an INT; the others are DOUBLEs.
-_INTEGRAL_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE,
-                             QuotaType.CONNECTION_CREATION_RATE})
-_USER_ONLY_TYPES = frozenset({QuotaType.PRODUCER_IDS_RATE, QuotaType.CONNECTION_CREATION_RATE})
-"""On a user entity (or the ``<default>`` user), never with a client id."""
-_IP_TYPES = frozenset({QuotaType.CONNECTION_CREATION_RATE})
-"""The only types an ip entity takes (Kafka's), which user entities may take too."""
-TOPIC_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE})
-"""The only types a topic entity takes: the bytes produced to and consumed from the topic."""
+_IP_TYPES = types_taking(EntityKind.IP)
+TOPIC_TYPES = types_taking(EntityKind.TOPIC)
+"""The bytes produced to and consumed from a topic."""
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 """Kafka's legal topic names (``Topic.validate``)."""
 
@@ -194,14 +179,8 @@ class QuotaSettings:
     """The mode of every entry that does not set its own."""
 
     def window_for(self, quota_type: QuotaType) -> Window:
-        return {
-            QuotaType.PRODUCER_BYTE_RATE: self.byte_rate_window,
-            QuotaType.CONSUMER_BYTE_RATE: self.byte_rate_window,
-            QuotaType.CONTROLLER_MUTATION_RATE: self.mutation_window,
-            QuotaType.PRODUCER_IDS_RATE: self.producer_id_window,
-            QuotaType.CONNECTION_CREATION_RATE: self.byte_rate_window,  # Kafka's quota.window.* too
-            QuotaType.REQUEST_RATE: self.byte_rate_window,  # as Kafka's request quota
-        }[quota_type]
+        window: Window = getattr(self, QUOTA_TYPES[quota_type].window)
+        return window
 
 
 _RESOLUTION_CACHE_SIZE = 65_536
@@ -312,19 +291,20 @@ class QuotaConfig:
 
 
 def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
+    spec = QUOTA_TYPES[quota_type]
     if entity.topic is not None and quota_type not in TOPIC_TYPES:
         raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
                                f"(a topic entity takes {', '.join(sorted(TOPIC_TYPES))} only)")
     if entity.ip is not None and quota_type not in _IP_TYPES:
         raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
-                               f"(an ip entity takes {', '.join(_IP_TYPES)} only)")
-    if entity.ip is None and quota_type in _USER_ONLY_TYPES and (entity.user is None or entity.client_id is not None):
+                               f"(an ip entity takes {', '.join(sorted(_IP_TYPES))} only)")
+    if entity.ip is None and spec.user_only and (entity.user is None or entity.client_id is not None):
         raise QuotaConfigError(f"{quota_type} applies to users only, not to {entity.describe()}")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
         raise QuotaConfigError(f"{quota_type} must be a number, got {limit!r}")
     if limit <= 0:
         raise QuotaConfigError(f"{quota_type} must be positive, got {limit!r} (omit it for no quota)")
-    if quota_type in _INTEGRAL_TYPES and limit != int(limit):
+    if spec.integral and limit != int(limit):
         raise QuotaConfigError(f"{quota_type} must be a whole number of bytes/s, got {limit!r}")
 
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from quotas.config import TOPIC_TYPES, QuotaKey, QuotaType
+from quotas.quota_types import QUOTA_TYPES, FleetSharing, types_shared
 
 FORMAT_VERSION = 1
-USAGE_TYPES = (QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.REQUEST_RATE,
-               QuotaType.CONTROLLER_MUTATION_RATE)
+USAGE_TYPES = types_shared(FleetSharing.AMOUNTS, FleetSharing.AMOUNTS_HELD)
 """Shared as amounts; producer IDs are shared as the IDs themselves (a PID is charged once per window)."""
 MAX_ENTRIES_PER_RECORD = 2_000
 """Usage entries and producer IDs per record (a record stays far below a broker's 1 MB message limit)."""
@@ -148,14 +148,14 @@ def _check_usage(entry: SharedUsage) -> None:
         raise FleetRecordError(f"usage of {entry.key}: a topic's bucket of type {entry.quota_type}")
     if not _positive(entry.limit) or not math.isfinite(entry.amount):
         raise FleetRecordError(f"usage of {entry.key}: limit {entry.limit}, amount {entry.amount}")
-    if entry.amount < 0 and entry.quota_type is not QuotaType.CONTROLLER_MUTATION_RATE:
+    if entry.amount < 0 and not QUOTA_TYPES[entry.quota_type].gives_back:
         raise FleetRecordError(f"usage of {entry.key}: a negative amount {entry.amount} of {entry.quota_type}")
 
 
 HOLD_MS = 1_000
 """How long a rate's bucket far from its limit, or used here below its share, may wait before it is published
 (``UsageShare.take``)."""
-HELD_TYPES = frozenset({QuotaType.PRODUCER_BYTE_RATE, QuotaType.CONSUMER_BYTE_RATE, QuotaType.REQUEST_RATE})
+HELD_TYPES = types_shared(FleetSharing.AMOUNTS_HELD)
 """Rates, which a second's delay of a small share barely moves; mutations and producer IDs are never held."""
 HELD_BELOW_LIMIT = 0.5
 """A rate's bucket whose rate, the whole fleet's as this member measures it, is below this share of its limit is

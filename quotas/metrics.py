@@ -27,6 +27,7 @@ from quotas.managers import (
     TopicQuotaManager,
     UserConnectionRateManager,
 )
+from quotas.quota_types import QUOTA_TYPES
 
 _ENTITY_LABELS = ["user", "client_id"]
 _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
@@ -77,19 +78,11 @@ class _EntityUsage:
 
 
 class QuotaMetrics(Collector):
-    def __init__(self, registry: CollectorRegistry, produce: ClientQuotaManager, fetch: ClientQuotaManager,
-                 mutations: ControllerMutationQuotaManager, producer_ids: ProducerIdQuotaManager,
-                 clock_ms: Callable[[], int], connections: ConnectionQuotas | None = None,
-                 requests: ClientQuotaManager | None = None,
-                 user_connections: UserConnectionRateManager | None = None,
-                 topics: Iterable[TopicQuotaManager] = ()) -> None:
-        self._produce = produce
-        self._fetch = fetch
-        self._requests = requests
-        self._mutations = mutations
-        self._producer_ids = producer_ids
-        self._managers = [manager for manager in (produce, fetch, requests, mutations, producer_ids, user_connections)
-                          if manager is not None]
+    def __init__(self, registry: CollectorRegistry, managers: Iterable[Manager], clock_ms: Callable[[], int],
+                 connections: ConnectionQuotas | None = None, topics: Iterable[TopicQuotaManager] = ()) -> None:
+        """``managers``: one per quota type of user and client-id entities; the families each has are named in
+        ``QUOTA_TYPES``. ``topics``: the byte rates of topic entities."""
+        self._managers = list(managers)
         self._topic_managers = list(topics)
         self._connections = connections
         self._clock_ms = clock_ms
@@ -97,20 +90,20 @@ class QuotaMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now_ms = self._clock_ms()
-        yield from self._rate_metrics("produce_byte_rate", "Produce bytes/s", self._produce, now_ms)
-        yield from self._rate_metrics("consume_byte_rate", "Fetch response bytes/s", self._fetch, now_ms)
-        if self._requests is not None:
-            yield from self._rate_metrics("request_rate", "Requests/s (every api but ApiVersions and SASL's)",
-                                          self._requests, now_ms)
+        for manager in self._managers:
+            spec = QUOTA_TYPES[manager.quota_type]
+            if spec.metric is None:
+                continue
+            if isinstance(manager, ClientQuotaManager):
+                yield from self._rate_metrics(spec.metric, spec.unit, manager, now_ms)
+            elif not isinstance(manager, UserConnectionRateManager):
+                yield from self._bucket_metrics(spec.metric, spec.unit, manager, now_ms,
+                                                ["user"] if spec.user_only else _ENTITY_LABELS)
         for topics in self._topic_managers:
-            produce = topics.quota_type is QuotaType.PRODUCER_BYTE_RATE
-            yield from self._rate_metrics("produce_byte_rate" if produce else "consume_byte_rate",
-                                          "Record bytes/s of a topic produced" if produce else
-                                          "Record bytes/s of a topic fetched", topics, now_ms,
+            spec = QUOTA_TYPES[topics.quota_type]
+            assert spec.metric is not None  # a topic's types are byte rates, which have families of their own
+            yield from self._rate_metrics(spec.metric, f"{spec.unit}, of a topic", topics, now_ms,
                                           "kafka_quota_proxy_topic", _topic_entity, _TOPIC_RATE_LABELS)
-        yield from self._bucket_metrics("controller_mutation", "partition mutations", self._mutations, now_ms,
-                                        _ENTITY_LABELS)
-        yield from self._bucket_metrics("producer_id", "new producer IDs", self._producer_ids, now_ms, ["user"])
         throttled = CounterMetricFamily("kafka_quota_proxy_throttled_requests",
                                         "Requests answered with a throttle time, by quota type",
                                         labels=["quota_type"])
@@ -129,8 +122,10 @@ class QuotaMetrics(Collector):
             for topics in self._topic_managers:
                 topic_throttled.add_metric([topics.quota_type.value], topics.throttled)
             yield topic_throttled
-        yield CounterMetricFamily("kafka_quota_proxy_producer_ids_admitted", "New producer IDs charged to a quota",
-                                  value=self._producer_ids.admitted_pids)
+        for manager in self._managers:
+            if isinstance(manager, ProducerIdQuotaManager):
+                yield CounterMetricFamily("kafka_quota_proxy_producer_ids_admitted",
+                                          "New producer IDs charged to a quota", value=manager.admitted_pids)
         yield from self._usage_metrics(now_ms)
 
     def _usage_metrics(self, now_ms: int) -> Iterator[Metric]:
@@ -159,8 +154,8 @@ class QuotaMetrics(Collector):
         """``kafka_quota_proxy_{rate_name}`` and the throttle beside it: ``produce_byte_rate`` goes with
         ``produce_throttle_time_ms``."""
         prefix = rate_name.removesuffix("_rate").removesuffix("_byte")
-        rate = GaugeMetricFamily(f"{name_prefix}_{rate_name}", f"{what} (Kafka's {prefix} rate); broker is empty "
-                                 "in proxy scope", labels=labels)
+        rate = GaugeMetricFamily(f"{name_prefix}_{rate_name}", f"{what[0].upper()}{what[1:]} (Kafka's {prefix} rate); "
+                                 "broker is empty in proxy scope", labels=labels)
         throttle = GaugeMetricFamily(f"{name_prefix}_{prefix}_throttle_time_ms",
                                      f"Last {prefix} throttle time given (Kafka's throttle-time)", labels=labels)
         window = manager.config.settings.byte_rate_window

@@ -87,8 +87,8 @@ class QuotaService:
         """Kafka's: the listener's and each IP's."""
         self.user_connections = UserConnectionRateManager(config)
         self._observers: list[Callable[[QuotaConfig], None]] = []
-        QuotaMetrics(registry, self.produce, self.fetch, self.mutations, self.producer_ids, now_ms, self.connections,
-                     self.requests, self.user_connections, self.topic_managers.values())
+        QuotaMetrics(registry, [*self.managers.values(), self.user_connections], now_ms, self.connections,
+                     self.topic_managers.values())
 
     @property
     def config(self) -> QuotaConfig:

@@ -305,7 +305,7 @@ def test_metrics_follow_live_entities() -> None:
     mutations = ControllerMutationQuotaManager(quotas)
     pids = ProducerIdQuotaManager(quotas)
     registry = CollectorRegistry()
-    QuotaMetrics(registry, produce, fetch, mutations, pids, clock)
+    QuotaMetrics(registry, [produce, fetch, mutations, pids], clock)
     produce.record("u", "c", 10_000, clock())
     fetch.record("u", "c", 20_000, clock(), broker="b:1")
     mutations.admit_topics("u", "c", [20], strict=True, now_ms=clock())
@@ -345,7 +345,7 @@ def test_metrics_keep_the_busiest_entities_and_sum_the_rest() -> None:
     produce = ClientQuotaManager(quotas)
     mutations = ControllerMutationQuotaManager(quotas)
     registry = CollectorRegistry()
-    QuotaMetrics(registry, produce, ClientQuotaManager(quotas, FETCH), mutations, ProducerIdQuotaManager(quotas),
+    QuotaMetrics(registry, [produce, ClientQuotaManager(quotas, FETCH), mutations, ProducerIdQuotaManager(quotas)],
                  clock)
     for n in range(20_000):  # a client inventing client ids
         produce.record("u", f"client-{n}", 1000 + n, clock())

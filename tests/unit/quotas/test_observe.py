@@ -210,7 +210,7 @@ def test_metrics_show_usage_ratio_and_what_observed_quotas_would_have_done() -> 
     mutations = ControllerMutationQuotaManager(quotas)
     connections = ConnectionQuotas(ConnectionLimits(), Window(11, 1))
     registry = CollectorRegistry()
-    QuotaMetrics(registry, produce, ClientQuotaManager(quotas, FETCH), mutations, ProducerIdQuotaManager(quotas),
+    QuotaMetrics(registry, [produce, ClientQuotaManager(quotas, FETCH), mutations, ProducerIdQuotaManager(quotas)],
                  clock, connections)
     for _ in range(30):
         produce.record("alice", "app", 3000, clock(), broker="b:1")

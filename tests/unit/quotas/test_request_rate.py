@@ -70,8 +70,8 @@ def test_request_rate_metrics_sit_beside_the_byte_rates() -> None:
     config = QuotaConfig(QuotaSettings(), {QuotaEntity("alice"): {REQUESTS: 10}})
     requests = ClientQuotaManager(config, REQUESTS)
     registry = CollectorRegistry()
-    QuotaMetrics(registry, ClientQuotaManager(config), ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE),
-                 ControllerMutationQuotaManager(config), ProducerIdQuotaManager(config), clock, requests=requests)
+    QuotaMetrics(registry, [ClientQuotaManager(config), ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE),
+                            ControllerMutationQuotaManager(config), ProducerIdQuotaManager(config), requests], clock)
     for _ in range(101):
         requests.record("alice", "app", 1, clock(), broker="b:1")
     text = generate_latest(registry).decode()

@@ -187,8 +187,8 @@ def test_topic_series_are_labelled_by_user_and_topic_beside_the_principals() -> 
     principals = ClientQuotaManager(config)
     topics = TopicQuotaManager(config)
     registry = CollectorRegistry()
-    QuotaMetrics(registry, principals, ClientQuotaManager(config, FETCH), ControllerMutationQuotaManager(config),
-                 ProducerIdQuotaManager(config), clock, topics=[topics])
+    QuotaMetrics(registry, [principals, ClientQuotaManager(config, FETCH), ControllerMutationQuotaManager(config),
+                            ProducerIdQuotaManager(config)], clock, topics=[topics])
     principals.record("alice", "app", 11 * MB, clock(), broker="b:9092")
     topics.record_topics("alice", {"orders": 11 * MB}, clock(), broker="b:9092")
     text = generate_latest(registry).decode()
