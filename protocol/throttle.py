@@ -50,6 +50,12 @@ def _throttle_place(api_key: int) -> tuple[int, int] | None:
     return None
 
 
+def may_stream_response(api_key: int) -> bool:
+    """The API's responses may be forwarded as they arrive: a Fetch response, the one large answer whose throttle (the
+    only thing the proxy may change in it, besides broker addresses) comes first in its body."""
+    return api_key == Api.FETCH
+
+
 def carries_throttle(api_key: int, api_version: int) -> bool:
     """That version's response has a throttle_time_ms the proxy can find."""
     place = _throttle_place(api_key)

@@ -14,8 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
-from protocol.api_versions import NEWEST_API_VERSIONS
-from protocol.apis import KNOWN_API_KEYS, Api
+from protocol.apis import KNOWN_API_KEYS
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import peek_request
@@ -24,13 +23,11 @@ from proxy.connection.flow import PauseReason
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice, can_splice
 from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, throttled_at_least
+from proxy.decision.outcome import Caller, Decided, Outcome
 from proxy.state.quota_service import now_ms
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-_SASL_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
 
 
 class RequestSide(ConnectionState):
@@ -83,7 +80,7 @@ class RequestSide(ConnectionState):
         for index in range(first, len(ends)):
             end = ends[index]
             frame = view[start + SIZE_PREFIX_BYTES:end]
-            decided = self._decide(frame, end - start - SIZE_PREFIX_BYTES)
+            decided = self._decide(frame)
             if not isinstance(decided, Outcome):
                 if forward_from < start:
                     upstream.write(view[forward_from:start])
@@ -132,37 +129,20 @@ class RequestSide(ConnectionState):
             self._fail_on_requests(error)
         self._after_responses()
 
-    def _decide(self, frame: memoryview, request_bytes: int, whole: bool = True) -> Decided:
-        """What to do with one request, decided before its bytes go upstream.
-
-        ``frame`` may be only the start of a request being cut through; ``request_bytes`` is
-        the whole request's size.
-        """
-        api_key, api_version, _ = peek_request(frame)
-        if api_key not in KNOWN_API_KEYS:
-            raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
+    def _decide(self, frame: memoryview) -> Decided:
+        """What to do with one whole request (size prefix excluded), decided before its bytes go upstream."""
+        api_key, api_version, _ = _known_request(frame)
         self._metrics.requests_by_api[api_key] += 1
-        if self._sasl is not None and not self._sasl.done:
+        sasl = self._sasl
+        if sasl is not None and not sasl.done:
             self._mute.login_step_read()  # every request before a login has an answer
             self.gate.pause(PauseReason.LOGGING_IN)
-        if api_key == Api.API_VERSIONS and (self._upstream is None or api_version > NEWEST_API_VERSIONS):
-            # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0
-            # with the versions served); before a login no upstream connection may be open yet
-            return self._context.api_versions_answer(frame)
-        sasl = self._sasl
-        if sasl is not None and (api_key in _SASL_APIS or not (sasl.done or sasl.needs_upstream_before_login)):
-            return sasl.handle(frame)
-        # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener
-        # that does not ask for a login must not open a way around the quotas
-        caller = Caller(self._user, now_ms(), self._upstream_broker)
-        if api_key == Api.PRODUCE:
-            decided = self._context.produce_handler.handle(frame, request_bytes, caller, whole)
-        else:
-            handler = self._context.handlers.get(api_key)
-            decided = FORWARD if handler is None else handler(frame, caller)
-        # charged once the handler has judged the request: one it cannot judge yet (its start) costs nothing
-        request_throttle_ms = self._context.request_rate.throttle_ms(frame, api_key, caller)
-        return throttled_at_least(decided, request_throttle_ms, api_key, api_version)
+        return self._context.requests.decide(frame, api_key, api_version, self._caller(), sasl,
+                                             self._upstream is not None)
+
+    def _caller(self) -> Caller:
+        """Who sends the request now being decided: the quota clock is read here, once for the request."""
+        return Caller(self._user, now_ms(), self._upstream_broker)
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
@@ -235,24 +215,21 @@ class RequestSide(ConnectionState):
         assert partial is not None
         prefix, frame_bytes = partial
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
-        handler = self._context.produce_handler
-        api_key = peek_request(frame).api_key
-        produce = api_key == Api.PRODUCE
-        if produce and handler.needs_whole_frame(self._user, frame):
-            return
-        if api_key in self._context.handlers:
-            return  # handlers other than Produce judge whole requests
         try:
-            outcome = self._decide(frame, frame_bytes - SIZE_PREFIX_BYTES, whole=False)
+            api_key, api_version, correlation_id = _known_request(frame)
+            started = self._context.requests.start(frame, api_key, api_version, frame_bytes - SIZE_PREFIX_BYTES,
+                                                   self._caller())
         except ProtocolError:
-            return  # the header does not fit yet: judge the frame once it is whole
-        assert isinstance(outcome, Outcome)
+            return  # the header does not fit yet, or is wrong: the frame is judged once it is whole
+        if started is None:
+            return
+        self._metrics.requests_by_api[api_key] += 1
+        outcome, stream = started
         taken = self._requests.take_partial_frame()
-        if produce and handler.scans_batches(self._user):
-            # a producer-ID quota in throttle mode checks the batches, and a topic quota charges them, once the
-            # request is complete: their headers are read as they go by, the records between them need not be
-            self._cut_through_scan = handler.stream_scan(frame, frame_bytes - SIZE_PREFIX_BYTES)
-            self._cut_through_scan.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
+        if stream is not None:
+            self._cut_through_scan = stream
+            self._cut_through_correlation_id = correlation_id
+            stream.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
         self._cut_through_remaining = frame_bytes - len(taken)
         self._carry_out(outcome, frame)
         assert self._to_cluster is not None
@@ -338,9 +315,8 @@ class RequestSide(ConnectionState):
     def _judge_completed_cut_through(self) -> None:
         scan, self._cut_through_scan = self._cut_through_scan, None
         assert scan is not None
-        correlation_id = scan.header.correlation_id
-        throttle = self._context.produce_handler.completed_throttle(
-            scan, Caller(self._user, now_ms(), self._upstream_broker))
+        correlation_id = self._cut_through_correlation_id
+        throttle = scan.completed(self._caller())
         if isinstance(throttle, int):
             self._throttle_cut_through(correlation_id, throttle)
             return
@@ -385,3 +361,11 @@ class RequestSide(ConnectionState):
                        f"{waited_s:.1f} s (request-timeout-seconds {timeout_s:g})")
             return
         self._request_timer = self._loop.call_later(max(timeout_s - waited_s, 0.1), self._check_request_timeout)
+
+
+def _known_request(frame: memoryview) -> tuple[int, int, int]:
+    """The request's api key, version and correlation id; an api key Kafka does not have is a bad frame."""
+    api_key, api_version, correlation_id = peek_request(frame)
+    if api_key not in KNOWN_API_KEYS:
+        raise ProtocolError("unknown api key", api_key=api_key, api_version=api_version, offset=0)
+    return api_key, api_version, correlation_id

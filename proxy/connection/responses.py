@@ -13,7 +13,7 @@ from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import response_correlation_id, response_header_length
-from protocol.throttle import carries_throttle, raise_throttle
+from protocol.throttle import carries_throttle, may_stream_response, raise_throttle
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason
 from proxy.connection.splice import FrameSplice, can_splice
@@ -150,7 +150,7 @@ class ResponseSide(ConnectionState):
         if self._responses.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._closed or not self._in_flight:
             return
         request = self._in_flight[0]
-        if (request.api_key != Api.FETCH or request.local_response is not None or request.finish is not None
+        if (not may_stream_response(request.api_key) or request.local_response is not None or request.finish is not None
                 or request.whole_response or self._names_brokers(request.api_key, request.api_version)):
             self._responses.read_whole()  # its rest is read straight into a buffer of its size
             return

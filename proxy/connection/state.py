@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import REQUEST_PREFIX_BYTES
-from protocol.produce import StreamedProduceScan
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice
+from proxy.decision.interception import RequestStream
 from proxy.decision.outcome import ResponseCharge, ResponseFinisher
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
@@ -147,8 +147,10 @@ class ConnectionState:
         """The throttle, the login step and a close asked for: when requests read wait undecided."""
         self._cut_through_remaining = 0
         """Bytes of a request frame still to come that go upstream without buffering."""
-        self._cut_through_scan: StreamedProduceScan | None = None
-        """The producer-ID check's scan of the request being cut through, fed as its bytes go by."""
+        self._cut_through_scan: RequestStream | None = None
+        """What reads the request being cut through as its bytes go by (a quota's scan of its batches)."""
+        self._cut_through_correlation_id = 0
+        """The correlation id of that request, whose answer carries the throttle its reading ends in."""
         self._batch_header_next = False
         """The client's next read is the structure after spliced records (``READ_AFTER_SPLICED_RECORDS_BYTES``)."""
         self._splice: FrameSplice | None = None

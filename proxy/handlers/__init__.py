@@ -1,4 +1,5 @@
-"""One handler per Kafka API the proxy decides on, beside each other: Produce (``produce``), Fetch
+"""Every request's decisions in one ordered chain (``chain``: ApiVersions, the login, the API's handler, the
+request rate), and one handler per Kafka API the proxy decides on, beside each other: Produce (``produce``), Fetch
 (``fetch``), ShareFetch (``share_fetch``), CreateTopics, DeleteTopics and CreatePartitions (``topic_mutations``),
 InitProducerId and AllocateProducerIds (``producer_ids``), AlterClientQuotas and DescribeClientQuotas
 (``client_quotas``), ApiVersions (``api_versions``), and, with topics of the proxy's own, the APIs that could reach

@@ -61,7 +61,7 @@ class ProduceHandler:
         """A producer-ID quota applies (or every PID is recorded)."""
         return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
 
-    def scans_batches(self, user: str) -> bool:
+    def _scans_batches(self, user: str) -> bool:
         """Producer IDs are checked, or a topic quota exists: the batch headers must be read."""
         return self._checks_producer_ids(user) or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)
 
@@ -103,9 +103,9 @@ class ProduceHandler:
             ledger.seen({batch.producer_id for batch in batches}, user, client_id)
         return decision
 
-    def needs_whole_frame(self, user: str, frame_start: memoryview) -> bool:
+    def _needs_whole_frame(self, user: str, frame_start: memoryview) -> bool:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
-        and check its producer IDs once it is complete (``completed_throttle``), as topic quotas charge it.
+        and check its producer IDs once it is complete (``ProduceStream``), as topic quotas charge it.
 
         With reserved topics, only a request for one topic the proxy knows is not reserved may stream: the
         next topic's name comes after the first one's records, too late to keep the request from the cluster."""
@@ -124,7 +124,23 @@ class ProduceHandler:
         name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
         return name is not None and name not in self._reserved_topics
 
-    def handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool = True) -> Decided:
+    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+        """A whole request (size prefix excluded)."""
+        return self._handle(frame, len(frame), caller, whole=True)
+
+    def start(self, frame_start: memoryview, request_bytes: int, caller: Caller
+              ) -> tuple[Decided, ProduceStream | None] | None:
+        """A request forwarded as it arrives, decided on its start; its batches read as they go by when a quota
+        needs them (``ProduceStream``). None: it is judged once whole."""
+        if self._needs_whole_frame(caller.user, frame_start):
+            return None
+        # a producer-ID quota in throttle mode checks the batches, and a topic quota charges them, once the request
+        # is complete: their headers are read as they go by, the records between them need not be (made before
+        # anything is charged: a version it cannot read raises, and the request is judged whole)
+        stream = ProduceStream(self, _header(frame_start), request_bytes) if self._scans_batches(caller.user) else None
+        return self._handle(frame_start, request_bytes, caller, whole=False), stream
+
+    def _handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
         is False (cut through: producer IDs are checked later). ``request_bytes`` is the whole
         request's size (Kafka's ``sizeInBytes``), charged to the byte-rate quota.
@@ -134,7 +150,7 @@ class ProduceHandler:
         ledger's cache does not know is decided once the worker thread has read it from disk.
         """
         header = _header(frame)
-        scans_batches = self.scans_batches(caller.user)
+        scans_batches = self._scans_batches(caller.user)
         # the common request, for one topic not the proxy's own, needs no scan for the reserved topics' sake
         scanned = whole and (scans_batches or (bool(self._reserved_topics)
                                                and not self._one_topic_not_reserved(frame, header)))
@@ -201,11 +217,6 @@ class ProduceHandler:
             topics.append(topic)
         return scan._replace(topics=tuple(topics))
 
-    def stream_scan(self, frame_start: memoryview, frame_bytes: int) -> StreamedProduceScan:
-        """The scan of a request forwarded while it arrives (``frame_start`` holds its header), fed as it goes
-        by, for ``completed_throttle``."""
-        return StreamedProduceScan(_header(frame_start), frame_bytes)
-
     def completed_throttle(self, streamed: StreamedProduceScan, caller: Caller) -> int | Awaitable[int]:
         """For a request forwarded while it arrived: check its producer IDs (throttle mode) and charge its topics
         now (or once the ledger has read the PIDs its cache does not know, and the topic ids are named)."""
@@ -228,6 +239,20 @@ class ProduceHandler:
         self._usage.observed(caller.user, client_id, max(decision.observed_ms, topics.observed_ms),
                              decision.observed_refused)
         return throttle_ms
+
+
+class ProduceStream(StreamedProduceScan):
+    """The scan of a request forwarded while it arrives, fed as it goes by; once complete, its producer IDs are
+    checked and its topics charged (``ProduceHandler.completed_throttle``)."""
+
+    __slots__ = ("_handler",)
+
+    def __init__(self, handler: ProduceHandler, header: RequestHeader, frame_bytes: int) -> None:
+        super().__init__(header, frame_bytes)
+        self._handler = handler
+
+    def completed(self, caller: Caller) -> int | Awaitable[int]:
+        return self._handler.completed_throttle(self, caller)
 
 
 def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: ProduceScan,

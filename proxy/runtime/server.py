@@ -29,11 +29,12 @@ from proxy.cluster.token_owners import TokenOwners
 from proxy.cluster.topic_names import TopicNames
 from proxy.cluster.upstream import UPSTREAM_ERRORS, ConnectTurns, UpstreamAccess, fetch_brokers
 from proxy.connection.client import ClientConnection
-from proxy.connection.context import Connection, RequestHandler, UpstreamResolver
+from proxy.connection.context import Connection, UpstreamResolver
 from proxy.connection.state import READ_BYTES
-from proxy.decision.outcome import Decided
+from proxy.decision.interception import RequestHandler
 from proxy.files.watched_file import WatchedFile
 from proxy.handlers.api_versions import ApiVersionsAnswers
+from proxy.handlers.chain import RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
@@ -192,21 +193,22 @@ class ProxyServer:
             + ([settings.blocks_topic] if settings.pid_source == "cluster" else []))
         """The proxy's own topics: no client's request may reach them (the proxy writes them with its own login,
         which the cluster lets write them whoever the client is)."""
-        self.produce_handler = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names,
-                                              settings.scan_all_produce, self.reserved_topics)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
         else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
-        self.request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
+        request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
         self.api_versions = ApiVersionsAnswers(config, self.upstream_access, self.in_front_of_controllers)
         client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)
         allocations = BlockAllocations(self.metrics.registry, self.usage)
         self.rewrites_addresses = not self.in_front_of_controllers
         self.read_buffer = memoryview(bytearray(READ_BYTES))
-        self.handlers: Mapping[int, RequestHandler] = {
+        produce = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names, settings.scan_all_produce,
+                                 self.reserved_topics)
+        handlers: Mapping[int, RequestHandler] = {
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
+            Api.PRODUCE: produce,
             Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names, self.reserved_topics),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
@@ -217,6 +219,9 @@ class ProxyServer:
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
             **self._reserved_topic_handlers(ShareFetchHandler(self.quotas, self.usage, self.topic_names)),
         }
+        self.requests = RequestChain(self.api_versions, handlers,
+                                     {} if self.in_front_of_controllers else {Api.PRODUCE: produce},
+                                     request_rate.throttle_ms)
         self._maintenance: list[asyncio.Task[None]] = []
         self._upstream_brokers: dict[int, HostPort] = {}
         self._broker_listeners: set[int] = set()
@@ -311,9 +316,6 @@ class ProxyServer:
         for connection in self._connections:
             connection.set_buffer_share(share)
         return True
-
-    def api_versions_answer(self, frame: memoryview) -> Decided:
-        return self.api_versions.answer(frame)
 
     def adapt_api_versions(self, body: memoryview, api_version: int) -> bytes | None:
         return self.api_versions.adapt(body, api_version)

@@ -1,0 +1,58 @@
+"""The one interface between the connection engine and what decides on its requests.
+
+The engine reads a request, hands it to ``RequestDecisions`` with who sent it (``Caller``) and carries out the
+``Outcome`` it gets (forward, answer, refuse, close, with a throttle); it knows no API and no quota. A request still
+arriving may be decided on its start (``start``), its rest then read as it goes by (``RequestStream``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from proxy.decision.outcome import Caller, Decided, Outcome
+
+RequestHandler = Callable[[memoryview, Caller], Decided]
+"""Decides on one whole request (size prefix excluded) of the api key it is registered for."""
+
+
+class Login(Protocol):
+    """A connection's login as the decisions see it (the proxy's own SASL server, or its reading of the client's
+    login to the cluster)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def needs_upstream_before_login(self) -> bool: ...
+
+    def handle(self, frame: memoryview) -> Decided: ...
+
+
+class RequestStream(Protocol):
+    """A request forwarded while it arrives, read as it goes by."""
+
+    @property
+    def records_ahead(self) -> int:
+        """Bytes coming next that nothing reads (they may go upstream unread)."""
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def skipped(self, nbytes: int) -> None:
+        """``nbytes`` of the bytes ahead went upstream unread."""
+
+    def completed(self, caller: Caller) -> int | Awaitable[int]:
+        """The request is complete: its throttle (charged now, or once what it names is known)."""
+
+
+class RequestDecisions(Protocol):
+    def decide(self, frame: memoryview, api_key: int, api_version: int, caller: Caller, login: Login | None,
+               upstream_open: bool) -> Decided:
+        """One whole request (size prefix excluded). ``login``: the connection's, if it takes one;
+        ``upstream_open``: the cluster can be asked on this connection."""
+
+    def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
+              caller: Caller) -> tuple[Outcome, RequestStream | None] | None:
+        """A request whose start is here and whose rest (``request_bytes`` in all) is still to come, on a connection
+        logged in: a decision now, and what to hand its bytes to; None when it is judged once whole. Raises
+        ``ProtocolError`` when the start is too short to judge yet."""

@@ -1,0 +1,88 @@
+"""Every request's way through the proxy's decisions, in one ordered chain.
+
+A connection hands each request it reads here and carries out what comes back; it knows no API and no quota. In
+order, as a Kafka broker takes a request (``SocketServer``, then ``KafkaApis``):
+
+1. ApiVersions before the cluster can be asked (no upstream connection yet: a login comes first), or newer than the
+   proxy reads: answered by the proxy (``ApiVersionsAnswers``).
+2. The login: before it has completed, its requests (and, when the proxy terminates SASL, every request) are the
+   login's to answer.
+3. The API's handler (``handlers``), if it has one: the request is forwarded, answered or refused, with a throttle.
+4. The ``request_rate`` quota, every request but those that connect and log in.
+
+A request over several quotas carries the largest throttle (``throttled_at_least``), as Kafka answers with the largest
+of its quotas' throttles. A handler that can decide on a request's start, while the rest of it still arrives (a
+Produce request megabytes long), registers for that too (``streaming``): the connection forwards the rest as it comes
+and hands its bytes to the ``RequestStream`` the handler gave, whose throttle comes once the request is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from protocol.api_versions import NEWEST_API_VERSIONS
+from protocol.apis import Api
+from proxy.decision.interception import Login, RequestHandler, RequestStream
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, throttled_at_least
+
+_LOGIN_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
+
+
+class StreamingHandler(Protocol):
+    def start(self, frame_start: memoryview, request_bytes: int, caller: Caller
+              ) -> tuple[Decided, RequestStream | None] | None:
+        """A decision on the request from its start (size prefix excluded; ``request_bytes`` is the whole request's
+        size), and the stream to hand its bytes to if the rest must be read; None: it is judged once whole."""
+
+
+class ApiVersionsAnswer(Protocol):
+    def answer(self, frame: memoryview) -> Decided: ...
+
+
+class RequestChain:
+    """``RequestDecisions`` for the engine: the chain above."""
+
+    def __init__(self, api_versions: ApiVersionsAnswer, handlers: Mapping[int, RequestHandler],
+                 streaming: Mapping[int, StreamingHandler], request_rate: Callable[[memoryview, int, Caller], int]
+                 ) -> None:
+        """``request_rate``: charges one request to its entity's ``request_rate``; its throttle."""
+        self._api_versions = api_versions
+        self._handlers = handlers
+        self._streaming = streaming
+        self._request_rate = request_rate
+
+    def decide(self, frame: memoryview, api_key: int, api_version: int, caller: Caller, login: Login | None,
+               upstream_open: bool) -> Decided:
+        """One whole request (size prefix excluded)."""
+        if api_key == Api.API_VERSIONS and (not upstream_open or api_version > NEWEST_API_VERSIONS):
+            # a client's first ApiVersions may be newer than the proxy parses (KIP-511: it is answered in v0 with the
+            # versions served); before a login no upstream connection may be open yet
+            return self._api_versions.answer(frame)
+        if login is not None and (api_key in _LOGIN_APIS or not (login.done or login.needs_upstream_before_login)):
+            return login.handle(frame)
+        # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener that does
+        # not ask for a login must not open a way around the quotas
+        handler = self._handlers.get(api_key)
+        decided = FORWARD if handler is None else handler(frame, caller)
+        # charged once the handler has judged the request: one it cannot judge yet costs nothing
+        return throttled_at_least(decided, self._request_rate(frame, api_key, caller), api_key, api_version)
+
+    def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
+              caller: Caller) -> tuple[Outcome, RequestStream | None] | None:
+        """A request whose start is here, and whose rest is still to come (after a login): a decision on it now, or
+        None when it is judged once whole. Raises ``ProtocolError`` when the start is too short to judge yet."""
+        handler = self._streaming.get(api_key)
+        if handler is None:
+            if api_key in self._handlers:
+                return None  # its handler judges whole requests
+            decided: Decided = FORWARD
+            stream = None
+        else:
+            started = handler.start(frame_start, request_bytes, caller)
+            if started is None:
+                return None
+            decided, stream = started
+        decided = throttled_at_least(decided, self._request_rate(frame_start, api_key, caller), api_key, api_version)
+        assert isinstance(decided, Outcome), "a request's start is decided at once"
+        return decided, stream

@@ -1,0 +1,120 @@
+"""The chain alone: which link decides each request, and the largest throttle of those that charge it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis import Api
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome
+from proxy.handlers.chain import RequestChain
+from tests.support import encode_request
+
+CALLER = Caller("alice", 1_000, "b:9092")
+VERSIONS_ANSWER = Outcome(forward=False, local_response=b"versions")
+LOGIN_ANSWER = Outcome(forward=False, local_response=b"login")
+
+
+class Versions:
+    def answer(self, frame: memoryview) -> Decided:
+        return VERSIONS_ANSWER
+
+
+class FakeLogin:
+    def __init__(self, done: bool, needs_upstream_before_login: bool) -> None:
+        self.done = done
+        self.needs_upstream_before_login = needs_upstream_before_login
+
+    def handle(self, frame: memoryview) -> Decided:
+        return LOGIN_ANSWER
+
+
+class RequestRate:
+    def __init__(self, throttle_ms: int) -> None:
+        self.throttle = throttle_ms
+        self.charged: list[int] = []
+
+    def __call__(self, frame: memoryview, api_key: int, caller: Caller) -> int:
+        self.charged.append(api_key)
+        return self.throttle
+
+
+class Streaming:
+    def __init__(self, started: Any) -> None:
+        self.started = started
+
+    def start(self, frame_start: memoryview, request_bytes: int, caller: Caller) -> Any:
+        return self.started
+
+
+def request(api_key: int, version: int, **fields: Any) -> tuple[memoryview, int, int]:
+    frame = memoryview(encode_request(api_key, version, **fields))[4:]
+    return frame, api_key, version
+
+
+METADATA = request(Api.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                   include_topic_authorized_operations=False)
+API_VERSIONS = request(Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+HANDSHAKE = request(Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+
+
+def chain(rate: RequestRate, handlers: dict[int, Any] | None = None, streaming: dict[int, Any] | None = None
+          ) -> RequestChain:
+    return RequestChain(Versions(), handlers or {}, streaming or {}, rate)
+
+
+def test_api_versions_is_the_proxys_before_the_cluster_can_be_asked_and_the_clusters_after() -> None:
+    rate = RequestRate(0)
+    assert chain(rate).decide(*API_VERSIONS, CALLER, None, upstream_open=False) is VERSIONS_ANSWER
+    assert chain(rate).decide(*API_VERSIONS, CALLER, None, upstream_open=True) is FORWARD
+    assert rate.charged == [Api.API_VERSIONS]  # what the cluster answers is charged (the charge table exempts it)
+
+
+def test_a_login_in_progress_answers_every_request_when_the_proxy_terminates_it() -> None:
+    rate = RequestRate(500)
+    terminating = FakeLogin(done=False, needs_upstream_before_login=False)
+    assert chain(rate).decide(*METADATA, CALLER, terminating, upstream_open=False) is LOGIN_ANSWER
+    assert rate.charged == [], "nothing is charged before the login says who the client is"
+
+
+def test_an_inspected_login_answers_only_its_own_requests_and_the_rest_are_charged() -> None:
+    rate = RequestRate(0)
+    inspecting = FakeLogin(done=False, needs_upstream_before_login=True)
+    assert chain(rate).decide(*HANDSHAKE, CALLER, inspecting, upstream_open=True) is LOGIN_ANSWER
+    assert chain(rate).decide(*METADATA, CALLER, inspecting, upstream_open=True) is FORWARD
+    assert rate.charged == [Api.METADATA]
+    done = FakeLogin(done=True, needs_upstream_before_login=False)
+    assert chain(rate).decide(*HANDSHAKE, CALLER, done, upstream_open=True) is LOGIN_ANSWER  # a re-login is its
+
+
+def test_the_largest_throttle_of_the_handler_and_the_request_rate_is_given() -> None:
+    throttled = Outcome(throttle_ms=100)
+
+    def handler(frame: memoryview, caller: Caller) -> Decided:
+        assert caller is CALLER
+        return throttled
+
+    decided = chain(RequestRate(300), {Api.METADATA: handler}).decide(*METADATA, CALLER, None, upstream_open=True)
+    assert isinstance(decided, Outcome) and decided.throttle_ms == 300
+    decided = chain(RequestRate(50), {Api.METADATA: handler}).decide(*METADATA, CALLER, None, upstream_open=True)
+    assert decided is throttled
+
+
+def test_a_request_whose_handler_judges_it_whole_is_not_started() -> None:
+    frame, api_key, version = METADATA
+    rate = RequestRate(0)
+    whole_only = chain(rate, {Api.METADATA: lambda frame, caller: FORWARD})
+    assert whole_only.start(frame, api_key, version, 10, CALLER) is None
+    assert rate.charged == [], "a request not started is charged once whole"
+
+
+def test_a_request_without_handler_streams_as_it_is_and_a_streaming_handler_gives_its_stream() -> None:
+    frame, api_key, version = METADATA
+    assert chain(RequestRate(0)).start(frame, api_key, version, 10, CALLER) == (FORWARD, None)
+    stream = object()
+    streaming = {Api.METADATA: Streaming((FORWARD, stream))}
+    outcome, given = chain(RequestRate(200), streaming=streaming).start(frame, api_key, version, 10, CALLER) or (
+        None, None)
+    assert given is stream and outcome is not None and outcome.throttle_ms == 200
+    assert chain(RequestRate(0), streaming={Api.METADATA: Streaming(None)}).start(
+        frame, api_key, version, 10, CALLER) is None
+
