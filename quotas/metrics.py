@@ -101,8 +101,8 @@ class QuotaMetrics(Collector):
                                                 ["user"] if spec.user_only else _ENTITY_LABELS)
         for topics in self._topic_managers:
             spec = QUOTA_TYPES[topics.quota_type]
-            assert spec.metric is not None  # a topic's types are byte rates, which have families of their own
-            yield from self._rate_metrics(spec.metric, f"{spec.unit}, of a topic", topics, now_ms,
+            assert spec.metric is not None and spec.topic_unit is not None  # the types a topic may set have both
+            yield from self._rate_metrics(spec.metric, spec.topic_unit, topics, now_ms,
                                           "kafka_quota_proxy_topic", _topic_entity, _TOPIC_RATE_LABELS)
         throttled = CounterMetricFamily("kafka_quota_proxy_throttled_requests",
                                         "Requests answered with a throttle time, by quota type",

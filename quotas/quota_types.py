@@ -59,6 +59,8 @@ class FleetSharing(enum.StrEnum):
 class QuotaTypeSpec:
     unit: str
     """What one unit of the limit is, as the documentation says it."""
+    topic_unit: str | None
+    """What it is of a topic entity, for the types a topic may set."""
     integral: bool
     """Kafka types the limit as a LONG or an INT (whole numbers only), not a DOUBLE."""
     entities: frozenset[EntityKind]
@@ -87,26 +89,27 @@ _BYTE_WINDOW = ("byte_rate_window", "quota.window.*")
 
 QUOTA_TYPES: Mapping[QuotaType, QuotaTypeSpec] = {
     QuotaType.PRODUCER_BYTE_RATE: QuotaTypeSpec(
-        "bytes/s of Produce requests (record bytes/s for a topic)", True, _USERS_AND_CLIENTS | {EntityKind.TOPIC},
+        "bytes/s of Produce requests", "record bytes/s written to a topic", True,
+        _USERS_AND_CLIENTS | {EntityKind.TOPIC},
         Math.RATE, *_BYTE_WINDOW, FleetSharing.AMOUNTS_HELD, False, "produce_byte_rate",
         "KIP-13 (`ClientQuotaManager`); topic entities are the proxy's own"),
     QuotaType.CONSUMER_BYTE_RATE: QuotaTypeSpec(
-        "bytes/s of Fetch responses (record bytes/s for a topic)", True, _USERS_AND_CLIENTS | {EntityKind.TOPIC},
+        "bytes/s of Fetch responses", "record bytes/s read from a topic", True, _USERS_AND_CLIENTS | {EntityKind.TOPIC},
         Math.RATE, *_BYTE_WINDOW, FleetSharing.AMOUNTS_HELD, False, "consume_byte_rate",
         "KIP-13 (`ClientQuotaManager`); topic entities are the proxy's own"),
     QuotaType.REQUEST_RATE: QuotaTypeSpec(
-        "requests/s, every api but ApiVersions and SASL's", False, _USERS_AND_CLIENTS, Math.RATE, *_BYTE_WINDOW,
+        "requests/s, every api but ApiVersions and SASL's", None, False, _USERS_AND_CLIENTS, Math.RATE, *_BYTE_WINDOW,
         FleetSharing.AMOUNTS_HELD, False, "request_rate", "the proxy's own (Kafka's `request_percentage` is a share "
         "of its threads' time)"),
     QuotaType.CONTROLLER_MUTATION_RATE: QuotaTypeSpec(
-        "partition mutations/s", False, _USERS_AND_CLIENTS, Math.TOKEN_BUCKET, "mutation_window",
+        "partition mutations/s", None, False, _USERS_AND_CLIENTS, Math.TOKEN_BUCKET, "mutation_window",
         "controller.quota.window.*", FleetSharing.AMOUNTS, True, "controller_mutation",
         "KIP-599 (`ControllerMutationQuotaManager`)"),
     QuotaType.PRODUCER_IDS_RATE: QuotaTypeSpec(
-        "new producer IDs/s", False, frozenset({EntityKind.USER}), Math.TOKEN_BUCKET, "producer_id_window",
+        "new producer IDs/s", None, False, frozenset({EntityKind.USER}), Math.TOKEN_BUCKET, "producer_id_window",
         "producer.id.quota.window.*", FleetSharing.IDS, False, "producer_id", "KIP-936 (never shipped in Kafka)"),
     QuotaType.CONNECTION_CREATION_RATE: QuotaTypeSpec(
-        "new connections/s (logins/s of a user)", True, frozenset({EntityKind.USER, EntityKind.IP}), Math.RATE,
+        "new connections/s (logins/s of a user)", None, True, frozenset({EntityKind.USER, EntityKind.IP}), Math.RATE,
         *_BYTE_WINDOW, FleetSharing.NOT_SHARED, False, None,
         "KIP-612 (`ConnectionQuotas`) for IPs; users are the proxy's own"),
 }
@@ -128,7 +131,8 @@ def markdown_table() -> str:
         entities = ", ".join(kind.value for kind in EntityKind if kind in spec.entities)
         if spec.user_only:
             entities = entities.replace("user", "user (without a client id)")
-        unit = spec.unit + ("; whole numbers" if spec.integral else "")
+        unit = spec.unit + ("" if spec.topic_unit is None else f" ({spec.topic_unit})") + (
+            "; whole numbers" if spec.integral else "")
         rows.append(f"| `{quota_type}` | {unit} | {entities} | {spec.math} | `{spec.window_settings}` | "
                     f"{spec.fleet} | {spec.kafka} |")
     return "\n".join(rows) + "\n"

@@ -3,8 +3,8 @@ sides that share one state (``state``): reading and deciding requests, holding b
 through (``requests``); pairing, rewriting and throttling responses (``responses``); the login steps
 (``login``). Objects of their own: the mute, as Kafka's ``ChannelMuteState`` (``mute``); reading paused
 for a set of reasons (``flow``); what the client is sent (``outbox``); splicing (``splice``). What it needs
-from the server that accepted it, and the handlers it is given, are protocols (``context``): the
-engine never imports a handler.
+from the server that accepted it is a protocol (``context``), and what decides on its requests one interface
+(``proxy.decision.interception``): the engine never imports a handler.
 
 May import: proxy.decision, proxy.cluster, proxy.security, proxy.settings, proxy.reporting, proxy.state, protocol,
 quotas.

@@ -46,9 +46,9 @@ class ChannelMute:
 
     def __init__(self, clock: TimerClock, on_hold: Callable[[], None], on_release: Callable[[], None],
                  count_muted: Callable[[int], None]) -> None:
-        """``on_hold``: the connection must decide nothing more for now. ``on_release``: nothing of the mute holds
-        any longer (something else still may). ``count_muted``: +1 when a throttle starts, -1 when it ends, for
-        the gauge of muted connections."""
+        """``on_hold``: the connection must decide nothing more for now. ``on_release``: the throttle and a close no
+        longer hold (the connection asks ``holds``, and its other reasons, before it decides). ``count_muted``: +1
+        when a throttle starts, -1 when it ends, for the gauge of muted connections."""
         self._clock = clock
         self._on_hold = on_hold
         self._on_release = on_release

@@ -54,5 +54,5 @@ class RequestDecisions(Protocol):
     def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
               caller: Caller) -> tuple[Outcome, RequestStream | None] | None:
         """A request whose start is here and whose rest (``request_bytes`` in all) is still to come, on a connection
-        logged in: a decision now, and what to hand its bytes to; None when it is judged once whole. Raises
-        ``ProtocolError`` when the start is too short to judge yet."""
+        logged in: a decision now, and what to hand its bytes to; None when it is judged once whole (a login's
+        requests and ApiVersions always are). Raises ``ProtocolError`` when the start is too short to judge yet."""

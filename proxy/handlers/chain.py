@@ -27,6 +27,9 @@ from proxy.decision.interception import Login, RequestHandler, RequestStream
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, throttled_at_least
 
 _LOGIN_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
+_JUDGED_WHOLE = frozenset({*_LOGIN_APIS, Api.API_VERSIONS})
+"""Never forwarded as they arrive, however large: a login (a re-authentication, KIP-368) is the login's to answer,
+and an ApiVersions may be the proxy's."""
 
 
 class StreamingHandler(Protocol):
@@ -72,6 +75,8 @@ class RequestChain:
               caller: Caller) -> tuple[Outcome, RequestStream | None] | None:
         """A request whose start is here, and whose rest is still to come (after a login): a decision on it now, or
         None when it is judged once whole. Raises ``ProtocolError`` when the start is too short to judge yet."""
+        if api_key in _JUDGED_WHOLE:
+            return None
         handler = self._streaming.get(api_key)
         if handler is None:
             if api_key in self._handlers:

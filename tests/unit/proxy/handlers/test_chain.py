@@ -118,3 +118,11 @@ def test_a_request_without_handler_streams_as_it_is_and_a_streaming_handler_give
     assert chain(RequestRate(0), streaming={Api.METADATA: Streaming(None)}).start(
         frame, api_key, version, 10, CALLER) is None
 
+
+
+def test_a_login_and_api_versions_are_judged_whole_however_large() -> None:
+    rate = RequestRate(0)
+    for frame, api_key, version in (HANDSHAKE, API_VERSIONS):
+        assert chain(rate, streaming={api_key: Streaming((FORWARD, None))}).start(
+            frame, api_key, version, 1 << 20, CALLER) is None
+    assert rate.charged == []
