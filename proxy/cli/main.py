@@ -18,7 +18,7 @@ import uvloop
 from allocator.durable import DirectoryLocked
 from allocator.ledger import LedgerCorrupt
 from proxy.cli import admin
-from proxy.runtime.server import ProxyServer, metrics_socket
+from proxy.runtime.serving import ProxyServer, metrics_socket
 from proxy.security.users import SaslConfigError
 from proxy.settings.config import ConfigError, HostPort, ProxyConfig
 from proxy.settings.loading import build_parser, load_config

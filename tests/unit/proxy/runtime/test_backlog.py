@@ -9,7 +9,7 @@ from collections import Counter
 
 import uvloop
 
-from proxy.runtime.server import TAKEN_IN_A_ROW, Backlog
+from proxy.runtime.serving import TAKEN_IN_A_ROW, Backlog
 
 LOOPBACK = "127.0.0.1"
 
