@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from quotas.config import QuotaConfig, QuotaType, load_quota_file
 from quotas.overrides import overlaid, read_overrides
+from quotas.quota_types import QUOTA_TYPES
 from quotas.usage_record import snapshot_config
 
 
@@ -74,9 +75,9 @@ class QuotasInForce:
 
 
 def _step(config: QuotaConfig | None, quota_type: QuotaType, user: str, client_id: str, start: int) -> QuotaStep:
-    # a producer-ID quota is a user's (KIP-936): the client id takes no part
+    # a quota set on users only (a producer-ID quota, KIP-936): the client id takes no part
     resolved = None if config is None else config.resolve(
-        quota_type, user, "" if quota_type is QuotaType.PRODUCER_IDS_RATE else client_id)
+        quota_type, user, "" if QUOTA_TYPES[quota_type].user_only else client_id)
     if resolved is None or config is None:
         return QuotaStep(start, None, "")
     return QuotaStep(start, resolved.limit, config.origins.get((resolved.entity, quota_type), ""), resolved.observed)

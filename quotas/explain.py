@@ -21,6 +21,7 @@ from quotas.config import (
     QuotaType,
     normalized_ip,
 )
+from quotas.quota_types import QUOTA_TYPES
 
 LEVELS = (
     "/config/users/<user>/clients/<client-id>",
@@ -115,7 +116,7 @@ def explain(config: QuotaConfig, who: Client) -> list[Explanation]:
             if config.configures(quota_type):  # a user's too, once a login or certificate names the user
                 explanations.append(_explain_entity(config, quota_type, who.user, ""))
             continue
-        client_id = "" if quota_type is QuotaType.PRODUCER_IDS_RATE else who.client_id  # a user's quota only
+        client_id = "" if QUOTA_TYPES[quota_type].user_only else who.client_id  # a user's quota: no client id
         explanations.append(_explain_entity(config, quota_type, who.user, client_id))
     if who.topic is not None:
         explanations.extend(_explain_topic(config, quota_type, who.user, who.topic) for quota_type in QuotaType
