@@ -94,7 +94,9 @@ class VerifiableProducer:
                 stdout=events, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        return [event for line in self.events_path.read_text(errors="replace").splitlines()
+        """Its events of that name so far: complete lines only (the one it is writing is read next time)."""
+        printed = self.events_path.read_text(errors="replace")
+        return [event for line in printed[:printed.rfind("\n") + 1].splitlines()
                 if line.startswith("{") and (event := json.loads(line))["name"] == name]
 
     def acknowledged(self) -> list[str]:
