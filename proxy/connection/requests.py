@@ -20,11 +20,11 @@ from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
 from protocol.header import peek_request
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason
+from proxy.connection.in_flight import InFlight
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice, can_splice
-from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
-from proxy.decision.outcome import Caller, Decided, Outcome
-from proxy.state.quota_service import now_ms
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState
+from proxy.decision.outcome import Decided, Outcome, Sender
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -137,12 +137,11 @@ class RequestSide(ConnectionState):
         if sasl is not None and not sasl.done:
             self._mute.login_step_read()  # every request before a login has an answer
             self.gate.pause(PauseReason.LOGGING_IN)
-        return self._context.requests.decide(frame, api_key, api_version, self._caller(), sasl,
+        return self._context.requests.decide(frame, api_key, api_version, self._sender(), sasl,
                                              self._upstream is not None)
 
-    def _caller(self) -> Caller:
-        """Who sends the request now being decided: the quota clock is read here, once for the request."""
-        return Caller(self._user, now_ms(), self._upstream_broker)
+    def _sender(self) -> Sender:
+        return Sender(self._user, self._upstream_broker)
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
@@ -150,8 +149,7 @@ class RequestSide(ConnectionState):
             api_key, api_version, correlation_id = peek_request(frame)
             request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, outcome.local_response,
                                outcome.finish, outcome.close_after_response, time.perf_counter(),
-                               outcome.throttle_since_ms, outcome.charge_response,
-                               whole_response=outcome.whole_response)
+                               outcome.charge_response, whole_response=outcome.whole_response)
             self._await_response(request)
             if request.holds_later_requests:
                 self._mute.throttled(outcome.throttle_ms, expects_response=True)
@@ -200,10 +198,8 @@ class RequestSide(ConnectionState):
         self._close_if_answered()
 
     def _await_response(self, request: InFlight) -> None:
-        self._in_flight.append(request)
-        if request.local_response is not None:
-            self._local_answer_bytes += len(request.local_response)
-        elif self._request_timer is None:
+        self._in_flight.expect(request)
+        if request.local_response is None and self._request_timer is None:
             self._request_timer = self._loop.call_later(self._config.request_timeout_s, self._check_request_timeout)
 
     def _maybe_cut_through(self) -> None:
@@ -218,7 +214,7 @@ class RequestSide(ConnectionState):
         try:
             api_key, api_version, correlation_id = _known_request(frame)
             started = self._context.requests.start(frame, api_key, api_version, frame_bytes - SIZE_PREFIX_BYTES,
-                                                   self._caller())
+                                                   self._sender())
         except ProtocolError:
             return  # the header does not fit yet, or is wrong: the frame is judged once it is whole
         if started is None:
@@ -316,7 +312,7 @@ class RequestSide(ConnectionState):
         scan, self._cut_through_scan = self._cut_through_scan, None
         assert scan is not None
         correlation_id = self._cut_through_correlation_id
-        throttle = scan.completed(self._caller())
+        throttle = scan.completed()
         if isinstance(throttle, int):
             self._throttle_cut_through(correlation_id, throttle)
             return
@@ -335,11 +331,7 @@ class RequestSide(ConnectionState):
     def _throttle_cut_through(self, correlation_id: int, throttle_ms: int) -> None:
         if not throttle_ms:
             return
-        request = self._in_flight[-1] if self._in_flight else None
-        expects_response = request is not None and request.correlation_id == correlation_id
-        if request is not None and expects_response:
-            self._in_flight[-1] = request._replace(throttle_ms=max(request.throttle_ms, throttle_ms))
-        self._mute.throttled(throttle_ms, expects_response)
+        self._mute.throttled(throttle_ms, self._in_flight.throttle_newest(correlation_id, throttle_ms))
 
     def _check_request_timeout(self) -> None:
         """Close the connection when the cluster has sent nothing for the request at the head of the
@@ -348,16 +340,16 @@ class RequestSide(ConnectionState):
         the client spends not reading its responses, or still sending a request, is not the cluster's, nor
         is the time its answers wait unread for a verdict."""
         self._request_timer = None
-        if self._closed or not self._in_flight or self._in_flight[0].local_response is not None:
+        oldest = self._in_flight.oldest
+        if self._closed or oldest is None or oldest.local_response is not None:
             return
         timeout_s = self._config.request_timeout_s
-        waited_s = time.perf_counter() - max(self._in_flight[0].read_at, self._upstream_heard_at)
+        waited_s = time.perf_counter() - max(oldest.read_at, self._upstream_heard_at)
         awaiting_verdict = self._upstream_gate is not None and self._upstream_gate.paused_for(
             PauseReason.AWAITING_VERDICT)
         if waited_s >= timeout_s and not (self._to_client.behind or self._cut_through_remaining or awaiting_verdict):
             self._metrics.upstream_request_timeouts += 1
-            request = self._in_flight[0]
-            self.close(CloseReason.REQUEST_TIMEOUT, f"request {request.correlation_id} (api {request.api_key}) waited "
+            self.close(CloseReason.REQUEST_TIMEOUT, f"request {oldest.correlation_id} (api {oldest.api_key}) waited "
                        f"{waited_s:.1f} s (request-timeout-seconds {timeout_s:g})")
             return
         self._request_timer = self._loop.call_later(max(timeout_s - waited_s, 0.1), self._check_request_timeout)

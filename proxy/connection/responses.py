@@ -12,14 +12,13 @@ from protocol.addresses import carries_addresses
 from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
-from protocol.header import response_correlation_id, response_header_length
+from protocol.header import response_header_length
 from protocol.throttle import carries_throttle, may_stream_response, raise_throttle
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason
+from proxy.connection.in_flight import InFlight
 from proxy.connection.splice import FrameSplice, can_splice
-from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState, InFlight
-from proxy.state.quota_service import now_ms
-from quotas.token_bucket import remaining_throttle_ms
+from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState
 
 log = logging.getLogger(__name__)
 
@@ -112,26 +111,10 @@ class ResponseSide(ConnectionState):
         self._responses_sent(mute_ms)
 
     def _answered_request(self, frame: memoryview, frame_bytes: int, offset: int) -> InFlight:
-        """Take the request the response ``frame`` answers (the whole frame or, cut through, its
-        start; ``frame_bytes`` long without its size prefix), its throttle settled."""
-        if not self._in_flight:
-            raise ProtocolError("response without a request", offset=offset)
-        request = self._in_flight.popleft()
+        """Take the request the response ``frame`` answers (``InFlightRequests.answered_by``)."""
+        request = self._in_flight.answered_by(frame, frame_bytes, offset)
         self._metrics.observe_latency(request.api_key, time.perf_counter() - request.read_at)
-        if request.charge_response is not None:
-            charged = request.charge_response(frame, frame_bytes)
-            if charged.throttle_ms > request.throttle_ms or charged.answer_body is not None:
-                request = request._replace(throttle_ms=max(request.throttle_ms, charged.throttle_ms),
-                                           answer_body=charged.answer_body)
-        if request.throttle_ms and request.throttle_since_ms is not None:
-            request = request._replace(throttle_ms=remaining_throttle_ms(
-                request.throttle_ms, request.throttle_since_ms, now_ms()))
         self._close_after_write |= request.close_after_response
-        correlation_id = response_correlation_id(frame, 0)
-        if correlation_id != request.correlation_id:
-            raise ProtocolError(
-                f"correlation id {correlation_id} does not match request {request.correlation_id}",
-                api_key=request.api_key, api_version=request.api_version, offset=offset)
         return request
 
     def _responses_sent(self, mute_ms: int | None) -> None:
@@ -147,9 +130,9 @@ class ResponseSide(ConnectionState):
     def _maybe_cut_through_response(self) -> None:
         """Start forwarding a large Fetch response as it arrives, once its start is here: it is
         charged by its size prefix, and its throttle field comes first in its body."""
-        if self._responses.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._closed or not self._in_flight:
+        request = self._in_flight.oldest
+        if self._responses.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._closed or request is None:
             return
-        request = self._in_flight[0]
         if (not may_stream_response(request.api_key) or request.local_response is not None or request.finish is not None
                 or request.whole_response or self._names_brokers(request.api_key, request.api_version)):
             self._responses.read_whole()  # its rest is read straight into a buffer of its size
@@ -231,16 +214,14 @@ class ResponseSide(ConnectionState):
 
     def _local_responses_due(self) -> list[bytes]:
         """The proxy's own answers at the head of the queue: no earlier request is still out."""
-        due: list[bytes] = []
         if self._response_cut_through_remaining:
-            return due  # they follow the response being cut through
+            return []  # they follow the response being cut through
+        due: list[bytes] = []
         now = time.perf_counter()
-        while self._in_flight and self._in_flight[0].local_response is not None:
-            request = self._in_flight.popleft()
-            self._metrics.observe_latency(request.api_key, now - request.read_at)
+        for request in self._in_flight.local_answers_due():
             assert request.local_response is not None
+            self._metrics.observe_latency(request.api_key, now - request.read_at)
             due.append(request.local_response)
-            self._local_answer_bytes -= len(request.local_response)
             if request.throttle_ms:
                 self._loop.call_soon(self._mute.response_sent, request.throttle_ms)  # once this answer has been written
             self._close_after_write |= request.close_after_response

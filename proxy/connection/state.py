@@ -2,7 +2,7 @@
 
 A client connection is one object (``ClientConnection``, in ``client``) written in sides: the
 request side (``requests``), the response side (``responses``) and the login steps (``login``);
-its mute is an object of its own (``mute``). They share the state declared here, and call one another only through the
+its mute (``mute``) and the requests awaiting answers (``in_flight``) are objects of their own. They share the state declared here, and call one another only through the
 methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other sides).
 """
 
@@ -11,18 +11,18 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from protocol.framing import FrameEnds, FrameSplitter
 from protocol.header import REQUEST_PREFIX_BYTES
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.in_flight import InFlightRequests
 from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice
 from proxy.decision.interception import RequestStream
-from proxy.decision.outcome import ResponseCharge, ResponseFinisher
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
 from quotas.config import ANONYMOUS
@@ -79,34 +79,6 @@ class HeldFrames:
         return parts
 
 
-class InFlight(NamedTuple):
-    correlation_id: int
-    api_key: int
-    api_version: int
-    throttle_ms: int = 0
-    """The proxy's throttle for this request: raised into the response, then the client is muted."""
-    local_response: bytes | None = None
-    """The proxy's own answer (a whole frame), sent in turn instead of an upstream response."""
-    finish: ResponseFinisher | None = None
-    close_after_response: bool = False
-    read_at: float = 0.0
-    """``perf_counter`` when the request was read, for the latency histogram (uvloop's loop time
-    moves in whole milliseconds, coarser than most requests take)."""
-    throttle_since_ms: int | None = None
-    """See ``Outcome.throttle_since_ms``."""
-    charge_response: ResponseCharge | None = None
-    answer_body: bytes | None = None
-    """Set by ``charge_response`` when the client gets this body instead of the upstream one."""
-    whole_response: bool = False
-    """See ``Outcome.whole_response``."""
-
-    @property
-    def holds_later_requests(self) -> bool:
-        """Later requests wait for this one's response (and the mute it brings): it has a throttle, or
-        its cost, hence its throttle, is known only from its response (a metered Fetch)."""
-        return bool(self.throttle_ms) or self.charge_response is not None
-
-
 class ConnectionState:
     """One client connection, its upstream connection, and the requests between them."""
 
@@ -118,7 +90,7 @@ class ConnectionState:
         self._listener = listener
         self._requests = FrameSplitter(self._config.max_frame_bytes, REQUEST_PREFIX_BYTES)
         self._responses = FrameSplitter(self._config.max_frame_bytes, _MIN_RESPONSE_FRAME_BYTES)
-        self._in_flight: deque[InFlight] = deque()
+        self._in_flight = InFlightRequests()
         self._transport: asyncio.Transport | None = None
         self._upstream: asyncio.Transport | None = None
         self._upstream_gate: ReadGate | None = None
@@ -172,9 +144,6 @@ class ConnectionState:
         """Either side stops being read while the other has this much unsent: ``write_buffer_high_bytes`` or
         the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
         self._read_bytes = read_bytes_for(self._buffer_high)
-        self._local_answer_bytes = 0
-        """Bytes of the proxy's own answers waiting their turn: beyond the high-water mark, later requests
-        wait too (a client reading nothing must not make the proxy hold answers without bound)."""
         self._settling: asyncio.Task[None] | None = None
         self._sasl: SaslServer | SaslInspector | None = None
         self._login_timer: asyncio.TimerHandle | None = None
@@ -189,7 +158,8 @@ class ConnectionState:
         the client to read its answers, or for the cluster to answer some of the requests out."""
         return (self._mute.holds or self._settling is not None
                 or (self._connect_task is not None and self._upstream is None) or self._to_client.behind
-                or self._local_answer_bytes >= self._buffer_high
+                or self._in_flight.local_answer_bytes >= self._buffer_high  # a client reading nothing must not
+                # make the proxy hold its own answers without bound
                 or len(self._in_flight) >= self._config.max_in_flight_requests)
 
     def _awaiting_responses(self) -> bool:

@@ -1,7 +1,8 @@
 """The one interface between the connection engine and what decides on its requests.
 
-The engine reads a request, hands it to ``RequestDecisions`` with who sent it (``Caller``) and carries out the
-``Outcome`` it gets (forward, answer, refuse, close, with a throttle); it knows no API and no quota. A request still
+The engine reads a request, hands it to ``RequestDecisions`` with who sent it (``Sender``) and carries out the
+``Outcome`` it gets (forward, answer, refuse, close, with a throttle); it knows no API, no quota and no quota time
+(the decisions read their clock once for a request: ``Caller``). A request still
 arriving may be decided on its start (``start``), its rest then read as it goes by (``RequestStream``).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from proxy.decision.outcome import Caller, Decided, Outcome
+from proxy.decision.outcome import Caller, Decided, Outcome, Sender
 
 RequestHandler = Callable[[memoryview, Caller], Decided]
 """Decides on one whole request (size prefix excluded) of the api key it is registered for."""
@@ -41,18 +42,18 @@ class RequestStream(Protocol):
     def skipped(self, nbytes: int) -> None:
         """``nbytes`` of the bytes ahead went upstream unread."""
 
-    def completed(self, caller: Caller) -> int | Awaitable[int]:
+    def completed(self) -> int | Awaitable[int]:
         """The request is complete: its throttle (charged now, or once what it names is known)."""
 
 
 class RequestDecisions(Protocol):
-    def decide(self, frame: memoryview, api_key: int, api_version: int, caller: Caller, login: Login | None,
+    def decide(self, frame: memoryview, api_key: int, api_version: int, sender: Sender, login: Login | None,
                upstream_open: bool) -> Decided:
         """One whole request (size prefix excluded). ``login``: the connection's, if it takes one;
         ``upstream_open``: the cluster can be asked on this connection."""
 
     def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
-              caller: Caller) -> tuple[Outcome, RequestStream | None] | None:
+              sender: Sender) -> tuple[Outcome, RequestStream | None] | None:
         """A request whose start is here and whose rest (``request_bytes`` in all) is still to come, on a connection
         logged in: a decision now, and what to hand its bytes to; None when it is judged once whole (a login's
         requests and ApiVersions always are). Raises ``ProtocolError`` when the start is too short to judge yet."""

@@ -31,6 +31,16 @@ ResponseCharge = Callable[[memoryview, int], ChargedResponse]
 its whole size (it may still be arriving)."""
 
 
+class Sender(NamedTuple):
+    """Who sent a request, as its connection knows it: the principal and the broker reached. The connection knows
+    no quota time; the decisions read it (``Caller``)."""
+
+    user: str
+    """The connection's principal (``ANONYMOUS`` without a login or a client certificate)."""
+    broker: str = ""
+    """The upstream broker the connection reached (``host:port`` of the peer), for per-broker budgets."""
+
+
 class Caller(NamedTuple):
     user: str
     """The connection's principal (``ANONYMOUS`` without SASL); the client id is in the header."""
@@ -58,12 +68,10 @@ class Outcome(NamedTuple):
     close_after_response: bool = False
     """Close the connection once the response is sent; without a response (acks=0), once the earlier
     requests are answered, reading nothing after this one (Kafka closes such a connection)."""
-    throttle_since_ms: int | None = None
-    """Quota time ``throttle_ms`` was computed at, when it shrinks by the time the request then takes
-    until its response is sent (Kafka's ``AbstractControllerMutationQuota.throttleTime``)."""
     charge_response: ResponseCharge | None = None
-    """What the response costs is known only when it arrives (a Fetch): its throttle is raised into
-    it (or it is replaced), and the connection muted after it, as for a throttle decided on the request."""
+    """What the response costs is known only when it arrives (a Fetch), or a throttle is known only then (a topic
+    mutation's shrinks while the cluster carries it out): its throttle is raised into it (or it is replaced), and
+    the connection muted after it, as for a throttle decided on the request; the larger of the two is given."""
     whole_response: bool = False
     """``charge_response`` reads the whole response: it is never cut through."""
 
@@ -94,8 +102,7 @@ def _throttled_at_least(outcome: Outcome, throttle_ms: int, api_key: int, api_ve
     local = outcome.local_response
     if local is not None:
         local = raise_throttle_in_frame(api_key, api_version, local, throttle_ms)
-    # a throttle that shrinks with the time to the answer (``throttle_since_ms``) is no longer the largest
-    return outcome._replace(throttle_ms=throttle_ms, throttle_since_ms=None, local_response=local)
+    return outcome._replace(throttle_ms=throttle_ms, local_response=local)
 
 
 def frame(header_and_body: bytes) -> bytes:

@@ -24,7 +24,7 @@ from typing import Protocol
 from protocol.api_versions import NEWEST_API_VERSIONS
 from protocol.apis import Api
 from proxy.decision.interception import Login, RequestHandler, RequestStream
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, throttled_at_least
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, Sender, throttled_at_least
 
 _LOGIN_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
 _JUDGED_WHOLE = frozenset({*_LOGIN_APIS, Api.API_VERSIONS})
@@ -47,15 +47,17 @@ class RequestChain:
     """``RequestDecisions`` for the engine: the chain above."""
 
     def __init__(self, api_versions: ApiVersionsAnswer, handlers: Mapping[int, RequestHandler],
-                 streaming: Mapping[int, StreamingHandler], request_rate: Callable[[memoryview, int, Caller], int]
-                 ) -> None:
-        """``request_rate``: charges one request to its entity's ``request_rate``; its throttle."""
+                 streaming: Mapping[int, StreamingHandler], request_rate: Callable[[memoryview, int, Caller], int],
+                 clock: Callable[[], int]) -> None:
+        """``request_rate``: charges one request to its entity's ``request_rate``; its throttle. ``clock``: quota
+        time, read once for each request and handed down (``Caller``)."""
+        self._clock = clock
         self._api_versions = api_versions
         self._handlers = handlers
         self._streaming = streaming
         self._request_rate = request_rate
 
-    def decide(self, frame: memoryview, api_key: int, api_version: int, caller: Caller, login: Login | None,
+    def decide(self, frame: memoryview, api_key: int, api_version: int, sender: Sender, login: Login | None,
                upstream_open: bool) -> Decided:
         """One whole request (size prefix excluded)."""
         if api_key == Api.API_VERSIONS and (not upstream_open or api_version > NEWEST_API_VERSIONS):
@@ -66,17 +68,19 @@ class RequestChain:
             return login.handle(frame)
         # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener that does
         # not ask for a login must not open a way around the quotas
+        caller = Caller(sender.user, self._clock(), sender.broker)
         handler = self._handlers.get(api_key)
         decided = FORWARD if handler is None else handler(frame, caller)
         # charged once the handler has judged the request: one it cannot judge yet costs nothing
         return throttled_at_least(decided, self._request_rate(frame, api_key, caller), api_key, api_version)
 
     def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
-              caller: Caller) -> tuple[Outcome, RequestStream | None] | None:
+              sender: Sender) -> tuple[Outcome, RequestStream | None] | None:
         """A request whose start is here, and whose rest is still to come (after a login): a decision on it now, or
         None when it is judged once whole. Raises ``ProtocolError`` when the start is too short to judge yet."""
         if api_key in _JUDGED_WHOLE:
             return None
+        caller = Caller(sender.user, self._clock(), sender.broker)
         handler = self._streaming.get(api_key)
         if handler is None:
             if api_key in self._handlers:

@@ -137,7 +137,8 @@ class ProduceHandler:
         # a producer-ID quota in throttle mode checks the batches, and a topic quota charges them, once the request
         # is complete: their headers are read as they go by, the records between them need not be (made before
         # anything is charged: a version it cannot read raises, and the request is judged whole)
-        stream = ProduceStream(self, _header(frame_start), request_bytes) if self._scans_batches(caller.user) else None
+        stream = (ProduceStream(self, _header(frame_start), request_bytes, caller)
+                  if self._scans_batches(caller.user) else None)
         return self._handle(frame_start, request_bytes, caller, whole=False), stream
 
     def _handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool) -> Decided:
@@ -245,14 +246,17 @@ class ProduceStream(StreamedProduceScan):
     """The scan of a request forwarded while it arrives, fed as it goes by; once complete, its producer IDs are
     checked and its topics charged (``ProduceHandler.completed_throttle``)."""
 
-    __slots__ = ("_handler",)
+    __slots__ = ("_handler", "_caller")
 
-    def __init__(self, handler: ProduceHandler, header: RequestHeader, frame_bytes: int) -> None:
+    def __init__(self, handler: ProduceHandler, header: RequestHeader, frame_bytes: int, caller: Caller) -> None:
+        """``caller``: who sent the request, as it was when its start was decided."""
         super().__init__(header, frame_bytes)
         self._handler = handler
+        self._caller = caller
 
-    def completed(self, caller: Caller) -> int | Awaitable[int]:
-        return self._handler.completed_throttle(self, caller)
+    def completed(self) -> int | Awaitable[int]:
+        """Charged at the time the request is complete, as Kafka charges a request once it has read it whole."""
+        return self._handler.completed_throttle(self, self._caller._replace(now_ms=now_ms()))
 
 
 def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: ProduceScan,

@@ -57,10 +57,19 @@ from protocol.topic_admin import (
 )
 from proxy.cluster.info import ClusterInfo
 from proxy.cluster.upstream import UPSTREAM_ERRORS
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.decision.outcome import (
+    FORWARD,
+    Caller,
+    ChargedResponse,
+    Decided,
+    Outcome,
+    local_answer,
+    replacement_request,
+)
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaType
+from quotas.token_bucket import remaining_throttle_ms
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +116,11 @@ class _Charges:
 
 class TopicMutationHandler:
     def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog,
-                 reserved_topics: frozenset[str] = frozenset()) -> None:
+                 reserved_topics: frozenset[str] = frozenset(), clock: Callable[[], int] = now_ms) -> None:
         """``reserved_topics``: the proxy's own, refused to every client as Kafka refuses a topic the principal may
-        not create, delete or extend (before any other check, uncharged)."""
+        not create, delete or extend (before any other check, uncharged). ``clock``: quota time, read when a
+        request is charged (once the cluster has named what it mutates) and when it is answered."""
+        self._clock = clock
         self._quotas = quotas
         self._cluster = cluster
         self._usage = usage
@@ -267,7 +278,7 @@ class TopicMutationHandler:
                charges: _Charges, user: str) -> Outcome:
         api_key, version = Api(header.api_key), header.api_version
         client_id = header.client_id or ""
-        now = now_ms()
+        now = self._clock()
         charged = sorted(charges.counts)  # request order
         decision = self._quotas.mutations.admit_topics(user, client_id, [charges.counts[i] for i in charged],
                                                        version >= STRICT_SINCE_VERSION[api_key], now)
@@ -299,7 +310,15 @@ class TopicMutationHandler:
         if charges.refused:
             body = encode_request(api_key, version, request_keeping(api_key, version, request, forwarded))
             replacement = replacement_request(frame, header, body)
-        return Outcome(throttle_ms=throttle_ms, throttle_since_ms=now, finish=finish, replacement=replacement)
+        if not throttle_ms:
+            return Outcome(finish=finish, replacement=replacement)
+
+        def throttle_left(response_start: memoryview, response_bytes: int) -> ChargedResponse:
+            # Kafka computes a mutation's throttle as it answers: the time the request spent at the cluster counts
+            # as served (``AbstractControllerMutationQuota.throttleTime``)
+            return ChargedResponse(remaining_throttle_ms(throttle_ms, now, self._clock()))
+
+        return Outcome(finish=finish, replacement=replacement, charge_response=throttle_left)
 
     def _settlement(self, api_key: Api, version: int, entries: Sequence[TopicRef], forwarded: list[int],
                     charges: _Charges, user: str, client_id: str,
@@ -330,7 +349,7 @@ class TopicMutationHandler:
                     self._cluster.learn_default_partitions(result.num_partitions)
                     correction += result.num_partitions - cost  # what num_partitions = -1 really made
             if correction:
-                self._quotas.mutations.correct(user, client_id, correction, now_ms())
+                self._quotas.mutations.correct(user, client_id, correction, self._clock())
                 self._usage.mutations(user, client_id, correction, 0, 0)
 
         return settle

@@ -65,7 +65,7 @@ from proxy.security.users import SaslConfigError, UserStore, load_users
 from proxy.settings.config import ProxyConfig
 from proxy.state.pid_ledger import STORE as LEDGER_STORE
 from proxy.state.pid_ledger import LedgerRecorder, open_ledger
-from proxy.state.quota_service import RELOAD_INTERVAL_S, QuotaService
+from proxy.state.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
 from proxy.state.quota_service import STORE as CLIENT_QUOTAS_STORE
 from quotas.config import QuotaScope
 
@@ -155,7 +155,7 @@ class Services:
         }
         self.requests = RequestChain(self.api_versions, handlers,
                                      {} if self.in_front_of_controllers else {Api.PRODUCE: produce},
-                                     request_rate.throttle_ms)
+                                     request_rate.throttle_ms, now_ms)
         self._maintenance: list[asyncio.Task[None]] = []
 
     def _reserved_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.apis import Api
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome
+from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, Sender
 from proxy.handlers.chain import RequestChain
 from tests.support import encode_request
 
-CALLER = Caller("alice", 1_000, "b:9092")
+SENDER = Sender("alice", "b:9092")
+NOW_MS = 1_000
+CALLER = Caller("alice", NOW_MS, "b:9092")
+"""What the handlers are given: who sent the request, and the quota time the chain read once for it."""
 VERSIONS_ANSWER = Outcome(forward=False, local_response=b"versions")
 LOGIN_ANSWER = Outcome(forward=False, local_response=b"login")
 
@@ -59,43 +62,43 @@ HANDSHAKE = request(Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
 
 def chain(rate: RequestRate, handlers: dict[int, Any] | None = None, streaming: dict[int, Any] | None = None
           ) -> RequestChain:
-    return RequestChain(Versions(), handlers or {}, streaming or {}, rate)
+    return RequestChain(Versions(), handlers or {}, streaming or {}, rate, lambda: NOW_MS)
 
 
 def test_api_versions_is_the_proxys_before_the_cluster_can_be_asked_and_the_clusters_after() -> None:
     rate = RequestRate(0)
-    assert chain(rate).decide(*API_VERSIONS, CALLER, None, upstream_open=False) is VERSIONS_ANSWER
-    assert chain(rate).decide(*API_VERSIONS, CALLER, None, upstream_open=True) is FORWARD
+    assert chain(rate).decide(*API_VERSIONS, SENDER, None, upstream_open=False) is VERSIONS_ANSWER
+    assert chain(rate).decide(*API_VERSIONS, SENDER, None, upstream_open=True) is FORWARD
     assert rate.charged == [Api.API_VERSIONS]  # what the cluster answers is charged (the charge table exempts it)
 
 
 def test_a_login_in_progress_answers_every_request_when_the_proxy_terminates_it() -> None:
     rate = RequestRate(500)
     terminating = FakeLogin(done=False, needs_upstream_before_login=False)
-    assert chain(rate).decide(*METADATA, CALLER, terminating, upstream_open=False) is LOGIN_ANSWER
+    assert chain(rate).decide(*METADATA, SENDER, terminating, upstream_open=False) is LOGIN_ANSWER
     assert rate.charged == [], "nothing is charged before the login says who the client is"
 
 
 def test_an_inspected_login_answers_only_its_own_requests_and_the_rest_are_charged() -> None:
     rate = RequestRate(0)
     inspecting = FakeLogin(done=False, needs_upstream_before_login=True)
-    assert chain(rate).decide(*HANDSHAKE, CALLER, inspecting, upstream_open=True) is LOGIN_ANSWER
-    assert chain(rate).decide(*METADATA, CALLER, inspecting, upstream_open=True) is FORWARD
+    assert chain(rate).decide(*HANDSHAKE, SENDER, inspecting, upstream_open=True) is LOGIN_ANSWER
+    assert chain(rate).decide(*METADATA, SENDER, inspecting, upstream_open=True) is FORWARD
     assert rate.charged == [Api.METADATA]
     done = FakeLogin(done=True, needs_upstream_before_login=False)
-    assert chain(rate).decide(*HANDSHAKE, CALLER, done, upstream_open=True) is LOGIN_ANSWER  # a re-login is its
+    assert chain(rate).decide(*HANDSHAKE, SENDER, done, upstream_open=True) is LOGIN_ANSWER  # a re-login is its
 
 
 def test_the_largest_throttle_of_the_handler_and_the_request_rate_is_given() -> None:
     throttled = Outcome(throttle_ms=100)
 
     def handler(frame: memoryview, caller: Caller) -> Decided:
-        assert caller is CALLER
+        assert caller == CALLER
         return throttled
 
-    decided = chain(RequestRate(300), {Api.METADATA: handler}).decide(*METADATA, CALLER, None, upstream_open=True)
+    decided = chain(RequestRate(300), {Api.METADATA: handler}).decide(*METADATA, SENDER, None, upstream_open=True)
     assert isinstance(decided, Outcome) and decided.throttle_ms == 300
-    decided = chain(RequestRate(50), {Api.METADATA: handler}).decide(*METADATA, CALLER, None, upstream_open=True)
+    decided = chain(RequestRate(50), {Api.METADATA: handler}).decide(*METADATA, SENDER, None, upstream_open=True)
     assert decided is throttled
 
 
@@ -103,20 +106,20 @@ def test_a_request_whose_handler_judges_it_whole_is_not_started() -> None:
     frame, api_key, version = METADATA
     rate = RequestRate(0)
     whole_only = chain(rate, {Api.METADATA: lambda frame, caller: FORWARD})
-    assert whole_only.start(frame, api_key, version, 10, CALLER) is None
+    assert whole_only.start(frame, api_key, version, 10, SENDER) is None
     assert rate.charged == [], "a request not started is charged once whole"
 
 
 def test_a_request_without_handler_streams_as_it_is_and_a_streaming_handler_gives_its_stream() -> None:
     frame, api_key, version = METADATA
-    assert chain(RequestRate(0)).start(frame, api_key, version, 10, CALLER) == (FORWARD, None)
+    assert chain(RequestRate(0)).start(frame, api_key, version, 10, SENDER) == (FORWARD, None)
     stream = object()
     streaming = {Api.METADATA: Streaming((FORWARD, stream))}
-    outcome, given = chain(RequestRate(200), streaming=streaming).start(frame, api_key, version, 10, CALLER) or (
+    outcome, given = chain(RequestRate(200), streaming=streaming).start(frame, api_key, version, 10, SENDER) or (
         None, None)
     assert given is stream and outcome is not None and outcome.throttle_ms == 200
     assert chain(RequestRate(0), streaming={Api.METADATA: Streaming(None)}).start(
-        frame, api_key, version, 10, CALLER) is None
+        frame, api_key, version, 10, SENDER) is None
 
 
 
@@ -124,5 +127,23 @@ def test_a_login_and_api_versions_are_judged_whole_however_large() -> None:
     rate = RequestRate(0)
     for frame, api_key, version in (HANDSHAKE, API_VERSIONS):
         assert chain(rate, streaming={api_key: Streaming((FORWARD, None))}).start(
-            frame, api_key, version, 1 << 20, CALLER) is None
+            frame, api_key, version, 1 << 20, SENDER) is None
     assert rate.charged == []
+
+
+def test_quota_time_is_read_once_for_a_request_and_given_to_every_link() -> None:
+    readings = iter(range(5_000, 6_000, 100))
+    seen: list[int] = []
+
+    def handler(frame: memoryview, caller: Caller) -> Decided:
+        seen.append(caller.now_ms)
+        return FORWARD
+
+    def rate(frame: memoryview, api_key: int, caller: Caller) -> int:
+        seen.append(caller.now_ms)
+        return 0
+
+    links = RequestChain(Versions(), {Api.METADATA: handler}, {}, rate, lambda: next(readings))
+    links.decide(*METADATA, SENDER, None, upstream_open=True)
+    links.decide(*METADATA, SENDER, None, upstream_open=True)
+    assert seen == [5_000, 5_000, 5_100, 5_100]

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_response
 from protocol.header import peek_request, response_header_for
-from proxy.decision.outcome import FORWARD, Caller, Outcome, frame, throttled_at_least
+from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Outcome, frame, throttled_at_least
 from proxy.handlers.request_rate import RequestRateHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
@@ -56,8 +56,13 @@ def test_nothing_is_charged_in_front_of_the_controllers(tmp_path: Path) -> None:
 def test_the_largest_throttle_of_a_request_is_the_one_given() -> None:
     assert throttled_at_least(FORWARD, 0, Api.METADATA, 12) is FORWARD
     assert throttled_at_least(Outcome(throttle_ms=500), 300, Api.PRODUCE, 9) == Outcome(throttle_ms=500)
-    shrinking = Outcome(throttle_ms=300, throttle_since_ms=1_000)  # a mutation quota's
-    assert throttled_at_least(shrinking, 800, Api.CREATE_TOPICS, 7) == Outcome(throttle_ms=800)
+    def mutation_throttle_left(response_start: memoryview, response_bytes: int) -> ChargedResponse:
+        return ChargedResponse(300)  # a mutation quota's, known as the cluster answers
+
+    shrinking = Outcome(charge_response=mutation_throttle_left)
+    # the larger of the two is taken once the answer comes (``InFlightRequests.answered_by``)
+    assert throttled_at_least(shrinking, 800, Api.CREATE_TOPICS, 7) == Outcome(
+        throttle_ms=800, charge_response=mutation_throttle_left)
 
 
 def test_a_local_answer_carries_the_larger_throttle_in_its_body() -> None:

@@ -81,7 +81,10 @@ class Mutations:
         quota_file = tmp_path / "quotas.toml"
         quota_file.write_text(f'[[quota]]\nclient-id = "limited"\ncontroller_mutation_rate = {rate}\n')
         self.quotas = QuotaService(quota_file, CollectorRegistry())
-        self.handler = TopicMutationHandler(self.quotas, cluster, UsageLog(tmp_path / "usage"))  # type: ignore[arg-type]
+        self.now_ms = now_ms()
+        """Quota time as the handler reads it: it stands still unless a test moves it."""
+        self.handler = TopicMutationHandler(self.quotas, cluster, UsageLog(tmp_path / "usage"),  # type: ignore[arg-type]
+                                            clock=lambda: self.now_ms)
         self.rate = rate
 
     def tokens(self) -> float:
@@ -89,11 +92,11 @@ class Mutations:
         burst = 11 * self.rate
         if state is None:
             return burst
-        return state.bucket.measure(self.rate, self.quotas.config.settings.mutation_window, now_ms())
+        return state.bucket.measure(self.rate, self.quotas.config.settings.mutation_window, self.now_ms)
 
     def decide(self, api_key: int, version: int, client_id: str = "limited", **fields: object) -> Outcome:
         frame = encode_request(api_key, version, client_id=client_id, **fields)
-        decided = self.handler(memoryview(frame)[4:], Caller("ANONYMOUS", now_ms()))
+        decided = self.handler(memoryview(frame)[4:], Caller("ANONYMOUS", self.now_ms))
         if isinstance(decided, Awaitable):
             decided = asyncio.run(_wait(decided))
         assert isinstance(decided, Outcome)
@@ -147,7 +150,12 @@ def test_create_partitions_charges_new_minus_existing_and_cuts_refused_topics(tm
     outcome = mutations.decide(Api.CREATE_PARTITIONS, 3, topics=topics, timeout_ms=1000, validate_only=False)
     assert cluster.asked == [["a", "b", "c"]]
     assert [t.name for t in forwarded_body(outcome).topics] == ["a", "b"]
-    assert outcome.throttle_ms == 1500 and outcome.throttle_since_ms is not None
+    # the throttle is Kafka's as it answers: what the request spent at the cluster is served already
+    assert outcome.throttle_ms == 0 and outcome.charge_response is not None
+    mutations.now_ms += 400
+    assert outcome.charge_response(memoryview(b""), 0).throttle_ms == 1100
+    mutations.now_ms += 2000
+    assert outcome.charge_response(memoryview(b""), 0).throttle_ms == 0
     merged = finished(outcome, Api.CREATE_PARTITIONS, 3, throttle_time_ms=0, results=[
         {"name": "b", "error_code": 0, "error_message": None}, {"name": "a", "error_code": 0, "error_message": None}])
     assert [(r.name, r.error_code) for r in merged.results] == [("a", 0), ("b", 0), ("c", THROTTLED)]
