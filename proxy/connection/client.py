@@ -3,8 +3,8 @@ upstream connection's opening and loss, idle and shutdown.
 
 Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
 where they name brokers (addresses) or list api versions (capped). What happens to each is written
-in the sides this class is made of: ``requests``, ``responses`` and ``login``; its mute is a
-``ChannelMute`` (``mute``).
+in the sides this class is made of: ``requests`` and ``responses``; its mute is a ``ChannelMute`` (``mute``),
+its login a ``LoginGate`` (``login``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import cast
 from proxy.cluster.upstream import UNANSWERED_TURN_S, UPSTREAM_ERRORS, open_upstream
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason, ReadGate
-from proxy.connection.login import LoginSteps
+from proxy.connection.login import LoginGate
 from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.requests import RequestSide
@@ -50,9 +50,9 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._client.upstream_lost(exc)
 
 
-class ClientConnection(RequestSide, ResponseSide, LoginSteps, asyncio.BufferedProtocol):
-    """The client's transport protocol, made of the sides in ``requests``, ``responses`` and ``login`` over
-    the state in ``state``."""
+class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
+    """The client's transport protocol, made of the sides in ``requests`` and ``responses`` over the state in
+    ``state``."""
 
     # ---- reads ------------------------------------------------------------------------------------
 
@@ -115,17 +115,42 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, asyncio.BufferedPr
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
         loop.call_soon(self.gate.reassert)
-        self._sasl = self._context.new_login(self._peer)
-        if self._sasl is None and name is not None and not self._admitted(name):
+        login = self._context.new_login(self._peer)
+        if login is None and name is not None and not self._admitted(name):
             return  # a certificate named the user, and no login will
-        if self._sasl is not None:
+        if login is not None:
             settings = self._config.login
             self._requests.max_frame_bytes = min(self._config.max_frame_bytes, settings.max_receive_bytes)
-            self._login_timer = loop.call_later(settings.timeout_s, self._login_too_slow)
-        if self._sasl is None or self._sasl.needs_upstream_before_login:
+            self._login = LoginGate(login, self._mute, self.gate, loop, settings.timeout_s,
+                                    f"from {self._peer} on {self._listener}", self._logged_in, self.close,
+                                    self._release_held)
+        if login is None or login.needs_upstream_before_login:
             self._start_upstream()
         # when the proxy terminates SASL, the upstream connection opens once the client has logged in: a
         # client that cannot log in (or a flood of connections) never costs the cluster a connection
+
+    def _logged_in(self, user: str) -> bool:
+        """The login named ``user``, the principal of every later request: the upstream connection opens (when
+        the proxy terminates the login). False: the connection is over its user's connection creation rate."""
+        self._user = user
+        self._requests.max_frame_bytes = self._config.max_frame_bytes
+        if not self._admitted(user):
+            return False
+        if self._connect_task is None:
+            self._start_upstream()
+        return True
+
+    def _admitted(self, user: str) -> bool:
+        """The user a login or a client certificate named is charged the connection; over its
+        ``connection_creation_rate`` the connection reads nothing more and is closed after the throttle, as
+        Kafka closes a connection over its IP's rate (its login was answered: the client learns nothing
+        else)."""
+        delay_ms = self._context.admit_user(user)
+        if not delay_ms:
+            return True
+        self.gate.pause(PauseReason.USER_OVER_CONNECTION_RATE)
+        self._loop.call_later(delay_ms / 1000, self.close, CloseReason.OVER_USER_CONNECTION_RATE, f"user {user}")
+        return False
 
     def _mute_released(self) -> None:
         """Nothing of the mute holds the requests read any longer: decide them (something else may hold them)."""
@@ -255,9 +280,11 @@ class ClientConnection(RequestSide, ResponseSide, LoginSteps, asyncio.BufferedPr
         (log.warning if (reason.warns if warn is None else warn) else log.debug)(
             "closing connection from %s on %s: %s", self._peer, self._listener, reason.describe(detail))
         self._connect_turn_over()
-        for timer in (self._idle_timer, self._login_timer, self._request_timer, self._connect_turn_timer):
+        for timer in (self._idle_timer, self._request_timer, self._connect_turn_timer):
             if timer is not None:
                 timer.cancel()
+        if self._login is not None:
+            self._login.stop()
         self._mute.stop()
         for task in (self._connect_task, self._settling):
             if task is not None and not task.done():

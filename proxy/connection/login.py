@@ -1,65 +1,103 @@
-"""A client connection's login: before it completes, one request at a time; once it has, its user
-is the principal of every later request and the upstream connection opens (when the proxy
-terminates SASL)."""
+"""A client connection's login gate: before the login completes, one request at a time; a login refused or too
+slow closes the connection; once it completes, its user is the connection's principal.
+
+A Kafka broker reads one request at a time, so a client cannot pipeline guesses at a password: the proxy reads
+ahead, so the gate holds each request read before the login completes until the one before it is answered
+(``ChannelMute``'s login step), and none is forwarded as it arrives. What the login's requests are answered with
+is the login's (``SaslServer``, ``SaslInspector``): the gate only says when the next may be decided.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
+from typing import Protocol
 
 from proxy.connection.close_reason import CloseReason
-from proxy.connection.flow import PauseReason
-from proxy.connection.state import ConnectionState
+from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.mute import ChannelMute
+from proxy.decision.interception import Login
 
 log = logging.getLogger(__name__)
 
 
-class LoginSteps(ConnectionState):
-    """The steps of a login in progress, and what changes once it has completed."""
+class LoginProgress(Login, Protocol):
+    """What the gate reads of a login besides its requests: who it named, and whether it was refused."""
 
-    def _login_step_answered(self) -> None:
-        """A request made before the login completed has its answer: the next one may be read, and once
-        the login has completed its user is the principal of every later request."""
-        if not self._mute.login_step_pending or self._awaiting_responses() or self._closed:
+    @property
+    def user(self) -> str | None:
+        """Set once the login has completed."""
+
+    @property
+    def refused(self) -> bool:
+        """The login failed: the connection closes once its answer has been sent."""
+
+
+class LoginTimer(Protocol):
+    def call_later(self, delay: float, callback: Callable[[], object]) -> asyncio.TimerHandle: ...
+
+    def call_soon(self, callback: Callable[[], object]) -> asyncio.Handle: ...
+
+
+class LoginGate:
+    """The login of one connection, from its first request to its user."""
+
+    __slots__ = ("login", "_mute", "_reading", "_loop", "_timeout_s", "_timer", "_logged_in", "_close", "_go_on",
+                 "_who")
+
+    def __init__(self, login: LoginProgress, mute: ChannelMute, reading: ReadGate, loop: LoginTimer,
+                 timeout_s: float, who: str, logged_in: Callable[[str], bool],
+                 close: Callable[[CloseReason], None], go_on: Callable[[], None]) -> None:
+        """``logged_in(user)``: the login completed; False when the connection goes no further (its user is over
+        its connection rate). ``go_on``: decide the requests read meanwhile (called soon, not from within: a long
+        pipeline would recurse). ``who``: the connection, for the log line of a login too slow."""
+        self.login = login
+        self._mute = mute
+        self._reading = reading
+        self._loop = loop
+        self._timeout_s = timeout_s
+        self._who = who
+        self._logged_in = logged_in
+        self._close = close
+        self._go_on = go_on
+        self._timer: asyncio.TimerHandle | None = loop.call_later(timeout_s, self._too_slow)
+
+    @property
+    def in_progress(self) -> bool:
+        """Requests wait their turn, and none is forwarded as it arrives."""
+        return not self.login.done
+
+    def request_read(self) -> None:
+        """A request was read: before the login completes, the next one waits for its answer."""
+        if self.in_progress:
+            self._mute.login_step_read()
+            self._reading.pause(PauseReason.LOGGING_IN)
+
+    def step_answered(self) -> None:
+        """Every request read so far has its answer: the next may be read, or the connection closes (a login
+        refused), or it goes on as the user the login named."""
+        if not self._mute.login_step_pending:
             return
         self._mute.login_step_answered()
-        assert self._sasl is not None
-        if self._sasl.refused:
-            self.close(CloseReason.LOGIN_REFUSED)
+        if self.login.refused:
+            self._close(CloseReason.LOGIN_REFUSED)
             return
-        if self._sasl.user is not None and not self._logged_in(self._sasl.user):
-            return
-        self.gate.resume(PauseReason.LOGGING_IN)
-        self._loop.call_soon(self._release_held)  # not from here: a long pipeline would recurse
+        user = self.login.user
+        if user is not None:
+            self.stop()
+            if not self._logged_in(user):
+                return
+        self._reading.resume(PauseReason.LOGGING_IN)
+        self._loop.call_soon(self._go_on)
 
-    def _logged_in(self, user: str) -> bool:
-        """False: the connection is over its user's connection creation rate (``_admitted``)."""
-        self._user = user
-        if self._login_timer is not None:
-            self._login_timer.cancel()
-            self._login_timer = None
-        self._requests.max_frame_bytes = self._config.max_frame_bytes
-        if not self._admitted(user):
-            return False
-        if self._connect_task is None:
-            self._start_upstream()
-        return True
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    def _admitted(self, user: str) -> bool:
-        """The user a login or a client certificate named is charged the connection; over its
-        ``connection_creation_rate`` the connection reads nothing more and is closed after the throttle, as
-        Kafka closes a connection over its IP's rate (its login was answered: the client learns nothing
-        else)."""
-        delay_ms = self._context.admit_user(user)
-        if not delay_ms:
-            return True
-        self.gate.pause(PauseReason.USER_OVER_CONNECTION_RATE)
-        self._loop.call_later(delay_ms / 1000, self.close, CloseReason.OVER_USER_CONNECTION_RATE, f"user {user}")
-        return False
-
-    def _login_too_slow(self) -> None:
-        self._login_timer = None
-        if self._sasl is not None and not self._sasl.done:
-            log.info("closing connection from %s on %s: no SASL login within %g s", self._peer, self._listener,
-                     self._config.login.timeout_s)
-            self.close(CloseReason.LOGIN_TOO_SLOW)
-
+    def _too_slow(self) -> None:
+        self._timer = None
+        if self.in_progress:
+            log.info("closing connection %s: no SASL login within %g s", self._who, self._timeout_s)
+            self._close(CloseReason.LOGIN_TOO_SLOW)

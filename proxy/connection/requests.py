@@ -133,12 +133,11 @@ class RequestSide(ConnectionState):
         """What to do with one whole request (size prefix excluded), decided before its bytes go upstream."""
         api_key, api_version, _ = _known_request(frame)
         self._metrics.requests_by_api[api_key] += 1
-        sasl = self._sasl
-        if sasl is not None and not sasl.done:
-            self._mute.login_step_read()  # every request before a login has an answer
-            self.gate.pause(PauseReason.LOGGING_IN)
-        return self._context.requests.decide(frame, api_key, api_version, self._sender(), sasl,
-                                             self._upstream is not None)
+        login = self._login
+        if login is not None:
+            login.request_read()
+        return self._context.requests.decide(frame, api_key, api_version, self._sender(),
+                                             None if login is None else login.login, self._upstream is not None)
 
     def _sender(self) -> Sender:
         return Sender(self._user, self._upstream_broker)
@@ -205,7 +204,7 @@ class RequestSide(ConnectionState):
     def _maybe_cut_through(self) -> None:
         if self._requests.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._holding():
             return
-        if self._sasl is not None and not self._sasl.done:
+        if self._login is not None and self._login.in_progress:
             return
         partial = self._requests.partial_frame(CUT_THROUGH_AFTER_BYTES)
         assert partial is not None

@@ -1,9 +1,10 @@
 """What one client connection knows, shared by the modules that make up its behaviour.
 
-A client connection is one object (``ClientConnection``, in ``client``) written in sides: the
-request side (``requests``), the response side (``responses``) and the login steps (``login``);
-its mute (``mute``) and the requests awaiting answers (``in_flight``) are objects of their own. They share the state declared here, and call one another only through the
-methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other sides).
+A client connection is one object (``ClientConnection``, in ``client``) written in sides: the request side
+(``requests``) and the response side (``responses``). Its login gate (``login``), its mute (``mute``) and the requests
+awaiting answers (``in_flight``) are objects of their own. The sides share the state declared here, and call one
+another only through the methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other
+sides).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from proxy.connection.close_reason import CloseReason
 from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.in_flight import InFlightRequests
+from proxy.connection.login import LoginGate
 from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.splice import FrameSplice
 from proxy.decision.interception import RequestStream
-from proxy.security.sasl import SaslServer
-from proxy.security.sasl_inspect import SaslInspector
 from quotas.config import ANONYMOUS
 
 """The principal of a connection with neither a login nor a client certificate."""
@@ -145,8 +145,8 @@ class ConnectionState:
         the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
         self._read_bytes = read_bytes_for(self._buffer_high)
         self._settling: asyncio.Task[None] | None = None
-        self._sasl: SaslServer | SaslInspector | None = None
-        self._login_timer: asyncio.TimerHandle | None = None
+        self._login: LoginGate | None = None
+        """The login, when the proxy takes logins, from the first request to the user it names."""
         self._close_after_write = False
         self._login_writer: asyncio.StreamWriter | None = None
         self._upstream_broker = ""
@@ -175,11 +175,15 @@ class ConnectionState:
         if self._holding() and not self._cut_through_remaining:
             self.gate.pause(PauseReason.HOLDING)
 
+    def _login_step_answered(self) -> None:
+        """Answers were sent: once every request read before the login completed has its answer, the login gate
+        lets the next be read (``LoginGate.step_answered``)."""
+        if self._login is not None and not self._awaiting_responses() and not self._closed:
+            self._login.step_answered()
+
     if TYPE_CHECKING:  # written in the sides that make up ``ClientConnection``
         def close(self, reason: CloseReason, detail: str = "", warn: bool | None = None) -> None: ...
         def _start_upstream(self) -> None: ...
         def _release_held(self) -> None: ...
         def _send_local_responses_in_turn(self) -> None: ...
         def _after_responses(self) -> None: ...
-        def _login_step_answered(self) -> None: ...
-        def _admitted(self, user: str) -> bool: ...
