@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable
 
 from bench.report import write_results
+from quotas.byte_rates import ClientQuotaManager
 from quotas.config import DEFAULT, PidQuotaMode, QuotaConfig, QuotaEntity, QuotaSettings, QuotaType
-from quotas.managers import ClientQuotaManager, ProducerBatch, ProducerIdQuotaManager
+from quotas.producer_id_quota import ProducerBatch, ProducerIdQuotaManager
 
 T0 = 1_700_000_000_000
 

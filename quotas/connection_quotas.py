@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from quotas.config import IpQuota, Window
-from quotas.managers import IDLE_EXPIRY_MS, EntityState, EntityTable
+from quotas.entities import IDLE_EXPIRY_MS, EntityState, EntityTable
 from quotas.rate import SampledRate, bounded_throttle_ms, connection_delay_ms
 
 

@@ -17,17 +17,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
 from quotas.config import QuotaKey, QuotaType
 from quotas.connection_quotas import ConnectionQuotas
-from quotas.managers import (
-    ClientQuotaManager,
-    ControllerMutationQuotaManager,
-    EntityTable,
-    ProducerIdQuotaManager,
-    TopicQuotaManager,
-    UserConnectionRateManager,
-)
+from quotas.entities import EntityTable
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.quota_types import QUOTA_TYPES
+from quotas.user_connections import UserConnectionRateManager
 
 _ENTITY_LABELS = ["user", "client_id"]
 _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]

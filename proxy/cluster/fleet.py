@@ -36,9 +36,10 @@ from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.settings.definitions import Table, TableKey
 from proxy.state.quota_service import QuotaService, now_ms
+from quotas.byte_rates import ClientQuotaManager
 from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager
+from quotas.mutations import ControllerMutationQuotaManager
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Ou
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaType
-from quotas.managers import UNLIMITED
+from quotas.decisions import UNLIMITED
 
 
 class FetchHandler:

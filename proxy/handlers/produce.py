@@ -36,7 +36,8 @@ from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import PidQuotaMode, QuotaType
-from quotas.managers import UNLIMITED, Decision, PidDecision, ProducerBatch
+from quotas.decisions import UNLIMITED, Decision, PidDecision
+from quotas.producer_id_quota import ProducerBatch
 
 _T = TypeVar("_T")
 

@@ -25,18 +25,15 @@ from prometheus_client import CollectorRegistry
 
 from allocator.durable import WriteErrors, write_durably
 from proxy.files.watched_file import WatchedFile
+from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
 from quotas.explain import Client, explain
-from quotas.managers import (
-    ClientQuotaManager,
-    ControllerMutationQuotaManager,
-    ProducerIdQuotaManager,
-    TopicQuotaManager,
-    UserConnectionRateManager,
-)
 from quotas.metrics import QuotaMetrics
+from quotas.mutations import ControllerMutationQuotaManager
 from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, overrides_document, read_overrides
+from quotas.producer_id_quota import ProducerIdQuotaManager
+from quotas.user_connections import UserConnectionRateManager
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from quotas.byte_rates import ClientQuotaManager
 from quotas.config import PidQuotaMode, QuotaEntity, QuotaKey, QuotaScope, QuotaType, Window
 from quotas.fleet import (
     MAX_ENTRIES_PER_RECORD,
@@ -14,7 +15,8 @@ from quotas.fleet import (
     SharedUsage,
     UsageShare,
 )
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 from tests.unit.quotas.test_managers import BYTES, MIB, MUTATIONS, PIDS, batches, config
 

@@ -4,6 +4,7 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from quotas.byte_rates import ClientQuotaManager, FetchWindow
 from quotas.config import (
     DEFAULT,
     PidQuotaMode,
@@ -15,17 +16,10 @@ from quotas.config import (
     QuotaType,
     Window,
 )
-from quotas.managers import (
-    MIN_FILTER_PIDS,
-    ClientQuotaManager,
-    ControllerMutationQuotaManager,
-    Decision,
-    FetchWindow,
-    PidDecision,
-    ProducerBatch,
-    ProducerIdQuotaManager,
-)
+from quotas.decisions import Decision, PidDecision
 from quotas.metrics import MAX_ENTITY_SERIES, OTHERS, QuotaMetrics
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import MIN_FILTER_PIDS, ProducerBatch, ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 
 BYTES = QuotaType.PRODUCER_BYTE_RATE

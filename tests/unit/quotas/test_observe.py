@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from quotas.byte_rates import ClientQuotaManager
 from quotas.config import (
     PidQuotaMode,
     QuotaConfig,
@@ -26,8 +27,9 @@ from quotas.config import (
 )
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
 from quotas.fleet import SharedUsage
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerBatch, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import ProducerBatch, ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 from tests.unit.quotas.test_managers import BYTES, FETCH, MUTATIONS, PIDS
 

@@ -6,14 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from quotas.byte_rates import ClientQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, validate_quota
-from quotas.managers import (
-    ClientQuotaManager,
-    ControllerMutationQuotaManager,
-    ProducerIdQuotaManager,
-    UserConnectionRateManager,
-)
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.quota_types import QUOTA_TYPES, EntityKind, Math, QuotaType, markdown_table
+from quotas.user_connections import UserConnectionRateManager
 
 QUOTAS_PAGE = Path(__file__).parents[3] / "docs" / "quotas.md"
 ENTITIES = {EntityKind.USER: QuotaEntity("alice"), EntityKind.CLIENT_ID: QuotaEntity(None, "app"),

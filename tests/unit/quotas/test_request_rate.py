@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from quotas.byte_rates import ClientQuotaManager
 from quotas.config import (
     QuotaConfig,
     QuotaConfigError,
@@ -14,8 +15,9 @@ from quotas.config import (
     QuotaType,
     parse_quota_document,
 )
-from quotas.managers import ClientQuotaManager, ControllerMutationQuotaManager, ProducerIdQuotaManager
 from quotas.metrics import QuotaMetrics
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 
 REQUESTS = QuotaType.REQUEST_RATE

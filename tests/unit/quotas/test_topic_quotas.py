@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from quotas.byte_rates import ClientQuotaManager, FetchWindow, TopicQuotaManager
 from quotas.config import (
     DEFAULT,
     QuotaConfig,
@@ -17,14 +18,9 @@ from quotas.config import (
     parse_quota_document,
 )
 from quotas.fleet import FleetRecordError, Publication, SharedUsage
-from quotas.managers import (
-    ClientQuotaManager,
-    ControllerMutationQuotaManager,
-    FetchWindow,
-    ProducerIdQuotaManager,
-    TopicQuotaManager,
-)
 from quotas.metrics import QuotaMetrics
+from quotas.mutations import ControllerMutationQuotaManager
+from quotas.producer_id_quota import ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 
 PRODUCE = QuotaType.PRODUCER_BYTE_RATE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quotas.config import DEFAULT, QuotaConfig, QuotaEntity, QuotaMode, QuotaSettings, QuotaType, parse_quota_document
 from quotas.explain import Client, explain
-from quotas.managers import UserConnectionRateManager
+from quotas.user_connections import UserConnectionRateManager
 from tests.unit.quotas.clock import FakeClock
 
 CONNECTIONS = QuotaType.CONNECTION_CREATION_RATE

@@ -1,0 +1,49 @@
+"""What a quota manager decides about one charge: admitted or not, the throttle, the entity charged, and what an
+observed quota would have done."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from quotas.config import QuotaKey
+
+
+class Decision(NamedTuple):
+    admitted: bool
+    throttle_ms: int
+    key: QuotaKey | None = None
+    """The bucket charged, or None when no quota applies."""
+    observed_ms: int = 0
+    """An observed quota: the throttle enforcement would have given (``throttle_ms`` is 0)."""
+
+
+class MutationDecision(NamedTuple):
+    admitted: bool
+    """False when at least one topic was rejected."""
+    throttle_ms: int
+    key: QuotaKey | None
+    topics_admitted: tuple[bool, ...]
+    """One per topic of the request, in request order."""
+    observed_ms: int = 0
+    """An observed quota: the throttle enforcement would have given."""
+    observed_refusals: int = 0
+    """An observed quota: the topics enforcement would have refused (all were admitted)."""
+
+
+class PidDecision(NamedTuple):
+    admitted: bool
+    """False only in reject mode: the request must not be forwarded."""
+    throttle_ms: int
+    key: QuotaKey | None = None
+    new_pids: tuple[int, ...] = ()
+    """Producer IDs seen for the first time in this window and charged (remembered from now)."""
+    over_quota_pids: tuple[int, ...] = ()
+    """Unseen producer IDs that found the bucket below zero (not charged, not remembered)."""
+    observed_ms: int = 0
+    """An observed quota: the throttle (or, in reject mode, the refusal's) enforcement would have given."""
+    observed_refused: bool = False
+    """An observed quota in reject mode: enforcement would have refused the request."""
+
+
+UNLIMITED = Decision(True, 0)
+NO_PID_QUOTA = PidDecision(True, 0)
