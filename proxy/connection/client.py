@@ -166,7 +166,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._connect_task = self._loop.create_task(self._connect_upstream())
 
     def eof_received(self) -> bool | None:
-        if self._requests.buffered_bytes or self._before_upstream or self._cut_through_remaining:
+        if self._requests.buffered_bytes or self._before_upstream or self._request_passage.remaining:
             self._context.metrics.closed_for_bad_input += 1
             self.close(CloseReason.TRUNCATED_FRAME, "client closed in the middle of a frame")
         return None

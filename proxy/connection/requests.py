@@ -48,7 +48,7 @@ class RequestSide(ConnectionState):
             return
         self._metrics.bytes_in += len(data)
         try:
-            if self._cut_through_remaining:
+            if self._request_passage.remaining:
                 data = self._cut_through(data)
                 if not data:
                     return
@@ -225,10 +225,12 @@ class RequestSide(ConnectionState):
             self._cut_through_scan = stream
             self._cut_through_correlation_id = correlation_id
             stream.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
-        self._cut_through_remaining = frame_bytes - len(taken)
+        upstream = self._to_cluster
+        assert upstream is not None
+        self._request_passage.begin(frame_bytes - len(taken), upstream.write, self._request_passed,
+                                    None if stream is None else stream.feed)
         self._carry_out(outcome, frame)
-        assert self._to_cluster is not None
-        self._to_cluster.write(taken)
+        upstream.write(taken)
         self._splice_unread_bytes()
 
     def _splice_unread_bytes(self) -> None:
@@ -236,7 +238,7 @@ class RequestSide(ConnectionState):
         check passes over) go upstream inside the kernel: the client's reading pauses until the last of them
         has gone (what else holds reading still holds it then)."""
         scan = self._cut_through_scan
-        unread = self._cut_through_remaining if scan is None else scan.records_ahead
+        unread = self._request_passage.remaining if scan is None else scan.records_ahead
         assert self._transport is not None and self._upstream is not None
         if unread < SPLICE_AFTER_BYTES or not (self._config.splice and can_splice(self._transport, self._upstream)):
             return
@@ -256,7 +258,7 @@ class RequestSide(ConnectionState):
         self._last_activity = self._loop.time()
         self._metrics.bytes_in += nbytes
         self._metrics.bytes_spliced += nbytes
-        self._cut_through_remaining -= nbytes
+        self._request_passage.went_by(nbytes)
         if self._cut_through_scan is not None:
             try:
                 self._cut_through_scan.skipped(nbytes)
@@ -267,17 +269,15 @@ class RequestSide(ConnectionState):
         if self._closed:
             return
         self.gate.resume(PauseReason.SPLICING)
-        if self._cut_through_remaining:
+        if self._request_passage.remaining:
             # the rest of the frame is read, and what of it nothing reads spliced again
             self._batch_header_next = self._cut_through_scan is not None
             return
         try:
-            if self._cut_through_scan is not None:
-                self._judge_completed_cut_through()
+            self._request_passage.finish()
         except Exception as error:
             self._fail_on_requests(error)
             return
-        self._pause_if_holding()
         if self._held and not self._holding():
             self._loop.call_soon(self._release_held)
 
@@ -292,20 +292,17 @@ class RequestSide(ConnectionState):
 
     def _cut_through(self, data: bytes) -> bytes:
         """Forward the part of ``data`` that belongs to the frame being cut through; return the rest."""
-        assert self._to_cluster is not None
-        taken = min(len(data), self._cut_through_remaining)
-        part = data if taken == len(data) else memoryview(data)[:taken]
-        self._to_cluster.write(part)
-        self._cut_through_remaining -= taken
-        if self._cut_through_scan is not None:
-            self._cut_through_scan.feed(part)
-        if not self._cut_through_remaining:
-            if self._cut_through_scan is not None:
-                self._judge_completed_cut_through()
-            self._pause_if_holding()
-        elif taken == len(data):
+        rest = self._request_passage.take(data)
+        if self._request_passage.remaining:  # all of ``data`` was the frame's
             self._splice_unread_bytes()
-        return data[taken:]
+        return rest
+
+    def _request_passed(self) -> None:
+        """The last byte of the request cut through went upstream: what read it judges it, and reading stops if
+        something holds it (it went on while the frame was incomplete: the cluster answers only whole frames)."""
+        if self._cut_through_scan is not None:
+            self._judge_completed_cut_through()
+        self._pause_if_holding()
 
     def _judge_completed_cut_through(self) -> None:
         scan, self._cut_through_scan = self._cut_through_scan, None
@@ -346,7 +343,8 @@ class RequestSide(ConnectionState):
         waited_s = time.perf_counter() - max(oldest.read_at, self._upstream_heard_at)
         awaiting_verdict = self._upstream_gate is not None and self._upstream_gate.paused_for(
             PauseReason.AWAITING_VERDICT)
-        if waited_s >= timeout_s and not (self._to_client.behind or self._cut_through_remaining or awaiting_verdict):
+        not_the_clusters = self._to_client.behind or self._request_passage.remaining or awaiting_verdict
+        if waited_s >= timeout_s and not not_the_clusters:
             self._metrics.upstream_request_timeouts += 1
             self.close(CloseReason.REQUEST_TIMEOUT, f"request {oldest.correlation_id} (api {oldest.api_key}) waited "
                        f"{waited_s:.1f} s (request-timeout-seconds {timeout_s:g})")

@@ -32,8 +32,8 @@ class ResponseSide(ConnectionState):
             return
         self._heard_from_upstream(len(data))
         try:
-            if self._response_cut_through_remaining:
-                data = self._cut_through_response(data)
+            if self._response_passage.remaining:
+                data = self._response_passage.take(data)  # the rest of the response being cut through
             if data and not self._closed:
                 chunk, ends = self._responses.feed(data)
                 if ends:
@@ -144,14 +144,13 @@ class ResponseSide(ConnectionState):
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
         request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)
         taken = self._responses.take_partial_frame()
-        self._response_cut_through_remaining = frame_bytes - len(taken)
+        remaining = frame_bytes - len(taken)
         if request.answer_body is not None:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
             self._to_client.writelines(frame_pieces(frame, header_length, request.answer_body))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
             self._mute.response_sent(request.throttle_ms)
-            self._dropping_cut_through = True
-            self._mute_after_cut_through_ms = None
+            self._response_passage.begin(remaining, None, lambda: self._responses_sent(None))
             return
         head = memoryview(taken)[:len(prefix)]
         if request.throttle_ms:
@@ -160,8 +159,9 @@ class ResponseSide(ConnectionState):
             if body is not None:
                 head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
         self._to_client.writelines((head, memoryview(taken)[len(prefix):]))
-        self._mute_after_cut_through_ms = request.throttle_ms if request.holds_later_requests else None
-        if self._response_cut_through_remaining >= SPLICE_AFTER_BYTES:
+        mute_ms = request.throttle_ms if request.holds_later_requests else None
+        self._response_passage.begin(remaining, self._to_client.write, lambda: self._responses_sent(mute_ms))
+        if remaining >= SPLICE_AFTER_BYTES:
             self._splice_rest_of_response()
 
     def _splice_rest_of_response(self) -> None:
@@ -176,7 +176,7 @@ class ResponseSide(ConnectionState):
                                                 self._spliced_response, self._response_splice_failed)
         self._to_client.hand_over()  # the spliced bytes follow what the client was sent before them
         try:
-            self._response_splice.start(upstream, transport, self._response_cut_through_remaining, self._read_bytes)
+            self._response_splice.start(upstream, transport, self._response_passage.remaining, self._read_bytes)
         except OSError as error:  # the rest is cut through as it is read
             log.warning("cannot splice a response to %s (%s): reading it instead", self._peer, error)
             return
@@ -187,12 +187,12 @@ class ResponseSide(ConnectionState):
         self._upstream_heard_at = time.perf_counter()
         self._metrics.bytes_out += nbytes
         self._metrics.bytes_spliced_out += nbytes
-        self._response_cut_through_remaining -= nbytes
+        self._response_passage.went_by(nbytes)
 
     def _spliced_response(self) -> None:
         assert self._upstream_gate is not None
         self._upstream_gate.resume(PauseReason.SPLICING)
-        self._responses_sent(self._mute_after_cut_through_ms)
+        self._response_passage.finish()
         if not self._closed:
             self._after_responses()
 
@@ -200,21 +200,9 @@ class ResponseSide(ConnectionState):
         """The cluster gone in the middle of a response is worth a warning; a client that leaves is not."""
         self.close(CloseReason.UPSTREAM_LOST if by_cluster else CloseReason.CLIENT_LEFT, reason, warn=by_cluster)
 
-    def _cut_through_response(self, data: bytes) -> bytes:
-        """Send the client the part of ``data`` that belongs to the response being cut through (or drop
-        it); return the rest."""
-        taken = min(len(data), self._response_cut_through_remaining)
-        if not self._dropping_cut_through:
-            self._to_client.write(data if taken == len(data) else memoryview(data)[:taken])
-        self._response_cut_through_remaining -= taken
-        if not self._response_cut_through_remaining:
-            self._dropping_cut_through = False
-            self._responses_sent(self._mute_after_cut_through_ms)
-        return data[taken:]
-
     def _local_responses_due(self) -> list[bytes]:
         """The proxy's own answers at the head of the queue: no earlier request is still out."""
-        if self._response_cut_through_remaining:
+        if self._response_passage.remaining:
             return []  # they follow the response being cut through
         due: list[bytes] = []
         now = time.perf_counter()

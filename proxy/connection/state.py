@@ -1,10 +1,10 @@
 """What one client connection knows, shared by the modules that make up its behaviour.
 
 A client connection is one object (``ClientConnection``, in ``client``) written in sides: the request side
-(``requests``) and the response side (``responses``). Its login gate (``login``), its mute (``mute``) and the requests
-awaiting answers (``in_flight``) are objects of their own. The sides share the state declared here, and call one
-another only through the methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other
-sides).
+(``requests``) and the response side (``responses``). Its login gate (``login``), its mute (``mute``), the requests
+awaiting answers (``in_flight``) and the frames passing through as they arrive (``passage``) are objects of their own.
+The sides share the state declared here, and call one another only through the methods this class declares (the ones
+below ``TYPE_CHECKING`` are written in the other sides).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from proxy.connection.in_flight import InFlightRequests
 from proxy.connection.login import LoginGate
 from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
+from proxy.connection.passage import FramePassage
 from proxy.connection.splice import FrameSplice
 from proxy.decision.interception import RequestStream
 from quotas.config import ANONYMOUS
@@ -117,8 +118,8 @@ class ConnectionState:
         self._user = ANONYMOUS
         self._mute: ChannelMute
         """The throttle, the login step and a close asked for: when requests read wait undecided."""
-        self._cut_through_remaining = 0
-        """Bytes of a request frame still to come that go upstream without buffering."""
+        self._request_passage = FramePassage()
+        """The rest of a large request frame, going upstream as it arrives."""
         self._cut_through_scan: RequestStream | None = None
         """What reads the request being cut through as its bytes go by (a quota's scan of its batches)."""
         self._cut_through_correlation_id = 0
@@ -129,14 +130,10 @@ class ConnectionState:
         """Moves the rest of large request frames socket to socket (made for the first)."""
         self._response_splice: FrameSplice | None = None
         """Moves the rest of large Fetch responses socket to socket (made for the first)."""
-        self._response_cut_through_remaining = 0
-        """Bytes of a response frame still to come that go to the client without buffering."""
+        self._response_passage = FramePassage()
+        """The rest of a large Fetch response, going to the client as it arrives (or dropped)."""
         self._upstream_reads_into_frame = False
         """The cluster's connection's last read buffer was the rest of a response frame read whole."""
-        self._mute_after_cut_through_ms: int | None = None
-        self._dropping_cut_through = False
-        """The rest of the response frame being cut through is read and dropped (the client was answered
-        without it)."""
         self._held = HeldFrames()
         """Requests that wait behind a request whose handler asks the cluster first, a throttle, a backlog
         or too many requests in flight (``_holding``)."""
@@ -163,7 +160,7 @@ class ConnectionState:
                 or len(self._in_flight) >= self._config.max_in_flight_requests)
 
     def _awaiting_responses(self) -> bool:
-        return bool(self._in_flight) or self._response_cut_through_remaining > 0
+        return bool(self._in_flight) or self._response_passage.remaining > 0
 
     def _close_if_answered(self) -> None:
         if self._mute.closing and not self._awaiting_responses():
@@ -172,7 +169,7 @@ class ConnectionState:
     def _pause_if_holding(self) -> None:
         """Stop reading while requests are held, but not before the frame being cut through is whole:
         the cluster answers it only once it has its last byte."""
-        if self._holding() and not self._cut_through_remaining:
+        if self._holding() and not self._request_passage.remaining:
             self.gate.pause(PauseReason.HOLDING)
 
     def _login_step_answered(self) -> None:
