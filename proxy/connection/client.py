@@ -13,7 +13,6 @@ import asyncio
 import logging
 from typing import cast
 
-from proxy.cluster.upstream import UNANSWERED_TURN_S, UPSTREAM_ERRORS, open_upstream
 from proxy.connection.close_reason import CloseReason
 from proxy.connection.flow import PauseReason, ReadGate
 from proxy.connection.login import LoginGate
@@ -23,6 +22,7 @@ from proxy.connection.requests import RequestSide
 from proxy.connection.responses import ResponseSide
 from proxy.connection.state import READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
 from proxy.security.tls import peer_principal_name
+from proxy.settings.config import HostPort
 from quotas.config import ANONYMOUS
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,6 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         return self.read_buffer() if space is None else space
 
     def upstream_buffer_updated(self, nbytes: int) -> None:
-        if self._give_back_connect_turn is not None:
-            self._connect_turn_over()  # the broker has accepted the connection: it answered on it
         if self._upstream_reads_into_frame:
             self.upstream_frame_read(nbytes)
         else:
@@ -136,7 +134,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._requests.max_frame_bytes = self._config.max_frame_bytes
         if not self._admitted(user):
             return False
-        if self._connect_task is None:
+        if not self._link.started:
             self._start_upstream()
         return True
 
@@ -163,7 +161,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
     def _start_upstream(self) -> None:
         """Open the upstream connection; requests read meanwhile wait for it, in order."""
         self.gate.pause(PauseReason.CONNECTING)
-        self._connect_task = self._loop.create_task(self._connect_upstream())
+        self._link.open(UpstreamProtocol(self), self._new_cluster_outbox, self._upstream_opened, self._upstream_failed)
 
     def eof_received(self) -> bool | None:
         if self._requests.buffered_bytes or self._before_upstream or self._request_passage.remaining:
@@ -178,25 +176,25 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._to_client.drained()
 
     def upstream_busy(self) -> None:
-        if self._to_cluster is not None:
-            self._to_cluster.busy()
+        if self._link.outbox is not None:
+            self._link.outbox.busy()
 
     def upstream_drained(self) -> None:
-        if self._to_cluster is not None:
-            self._to_cluster.drained()
+        if self._link.outbox is not None:
+            self._link.outbox.drained()
 
     def _client_fell_behind(self) -> None:
         """The client reads less than it is sent: nothing more is read from the cluster for it, and
         none of its requests is read or decided, whoever would answer it (the proxy's own answers
         included), until it catches up."""
         self.gate.pause(PauseReason.CLIENT_BACKLOG)
-        if self._upstream_gate is not None:
-            self._upstream_gate.pause(PauseReason.PEER_BACKPRESSURE)
+        if self._link.gate is not None:
+            self._link.gate.pause(PauseReason.PEER_BACKPRESSURE)
 
     def _client_caught_up(self) -> None:
         self.gate.resume(PauseReason.CLIENT_BACKLOG)
-        if self._upstream_gate is not None:
-            self._upstream_gate.resume(PauseReason.PEER_BACKPRESSURE)
+        if self._link.gate is not None:
+            self._link.gate.resume(PauseReason.PEER_BACKPRESSURE)
         self._release_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -204,39 +202,12 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
 
     # ---- upstream lifecycle --------------------------------------------------------------------
 
-    async def _connect_upstream(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            target = await self._resolve_upstream()
-            async with asyncio.timeout(self._config.connect_timeout_s):
-                self._give_back_connect_turn = await self._context.upstream_connects.take(target)
-                access = self._context.client_upstream_access
-                if access.sasl is None:
-                    transport, _ = await loop.create_connection(
-                        lambda: UpstreamProtocol(self), target.host, target.port, **access.tls_arguments(target))
-                else:
-                    _, writer = await open_upstream(target, access, self._config.max_frame_bytes)
-                    self._login_writer = writer  # a collected StreamWriter closes its transport
-                    transport = cast(asyncio.Transport, writer.transport)
-                    transport.set_protocol(UpstreamProtocol(self))  # logged in: from now on, bytes only
-                    self._connect_turn_over()  # the broker answered the login
-        except (*UPSTREAM_ERRORS, LookupError) as error:
-            self._connect_turn_over()
-            self._context.metrics.upstream_connect_failures += 1
-            self.close(CloseReason.UPSTREAM_UNREACHABLE, f"{self._listener}: {error or type(error).__name__}")
-            return
-        transport = cast(asyncio.Transport, transport)
-        if self._closed:
-            transport.close()
-            return
-        self._to_cluster = Outbox(transport, self._buffer_high, lambda: self.gate.pause(PauseReason.PEER_BACKPRESSURE),
-                                  lambda: self.gate.resume(PauseReason.PEER_BACKPRESSURE))
-        peer = transport.get_extra_info("peername")
-        self._upstream_broker = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(target)
-        self._upstream = transport
-        self._upstream_gate = ReadGate(transport)
-        if self._give_back_connect_turn is not None:
-            self._connect_turn_timer = loop.call_later(UNANSWERED_TURN_S, self._connect_turn_over)
+    def _new_cluster_outbox(self, transport: asyncio.Transport) -> Outbox:
+        """What the cluster is sent: a backlog there stops the client's requests being read."""
+        return Outbox(transport, self._buffer_high, lambda: self.gate.pause(PauseReason.PEER_BACKPRESSURE),
+                      lambda: self.gate.resume(PauseReason.PEER_BACKPRESSURE))
+
+    def _upstream_opened(self, target: HostPort) -> None:
         log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
         self.gate.resume(PauseReason.CONNECTING)
         self._release_held()
@@ -244,10 +215,9 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
             early, self._before_upstream = bytes(self._before_upstream), bytearray()
             self.data_received(early)
 
-    def _connect_turn_over(self) -> None:
-        if self._give_back_connect_turn is not None:
-            self._give_back_connect_turn()
-            self._give_back_connect_turn = None
+    def _upstream_failed(self, why: str) -> None:
+        self._context.metrics.upstream_connect_failures += 1
+        self.close(CloseReason.UPSTREAM_UNREACHABLE, f"{self._listener}: {why}")
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -279,39 +249,34 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._closed = True
         (log.warning if (reason.warns if warn is None else warn) else log.debug)(
             "closing connection from %s on %s: %s", self._peer, self._listener, reason.describe(detail))
-        self._connect_turn_over()
-        for timer in (self._idle_timer, self._request_timer, self._connect_turn_timer):
+        for timer in (self._idle_timer, self._request_timer):
             if timer is not None:
                 timer.cancel()
         if self._login is not None:
             self._login.stop()
         self._mute.stop()
-        for task in (self._connect_task, self._settling):
-            if task is not None and not task.done():
-                task.cancel()
+        if self._settling is not None and not self._settling.done():
+            self._settling.cancel()
         for splice in (self._splice, self._response_splice):
             if splice is not None:
                 splice.stop()
         if self._transport is not None:
             self._to_client.close()
             self._transport.close()
-        if self._to_cluster is not None:
-            self._to_cluster.close()
-        if self._upstream is not None:
-            self._upstream.close()
+        self._link.close()
         self._in_flight.clear()
         self._context.connection_closed(self)
 
     def set_buffer_share(self, high_bytes: int) -> None:
         self._buffer_high = high_bytes
         self._read_bytes = read_bytes_for(high_bytes)
-        for outbox in (self._to_client, self._to_cluster):
+        for outbox in (self._to_client, self._link.outbox):
             if outbox is not None:
                 outbox.high_bytes = high_bytes
 
     def abort(self) -> None:
         """Force-close without waiting for buffered writes (shutdown past its grace period)."""
-        for transport in (self._transport, self._upstream):
-            if transport is not None:
-                transport.abort()
+        if self._transport is not None:
+            self._transport.abort()
+        self._link.abort()
         self.close(CloseReason.SHUTDOWN_DEADLINE, warn=bool(self._in_flight))

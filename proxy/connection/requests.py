@@ -38,7 +38,7 @@ class RequestSide(ConnectionState):
             return
         self._last_activity = self._loop.time()
         self._batch_header_next = False
-        if self._connect_task is not None and self._upstream is None:
+        if self._link.opening:
             # uvloop reads once connection_made has returned, whatever was paused in it: what the socket
             # had queued by then arrives here, one read at a time until the pause is asserted again
             self._before_upstream += data
@@ -76,7 +76,7 @@ class RequestSide(ConnectionState):
         the rest wait (``_holding``)."""
         view = memoryview(chunk)
         start = forward_from = ends[first - 1] if first else 0
-        upstream = cast(Outbox, self._to_cluster)  # only None before a login, when nothing is forwarded
+        upstream = cast(Outbox, self._link.outbox)  # only None before a login, when nothing is forwarded
         for index in range(first, len(ends)):
             end = ends[index]
             frame = view[start + SIZE_PREFIX_BYTES:end]
@@ -137,10 +137,10 @@ class RequestSide(ConnectionState):
         if login is not None:
             login.request_read()
         return self._context.requests.decide(frame, api_key, api_version, self._sender(),
-                                             None if login is None else login.login, self._upstream is not None)
+                                             None if login is None else login.login, self._link.transport is not None)
 
     def _sender(self) -> Sender:
-        return Sender(self._user, self._upstream_broker)
+        return Sender(self._user, self._link.broker)
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
         """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
@@ -188,7 +188,7 @@ class RequestSide(ConnectionState):
         self._release_held()
 
     def _carry_out_decided(self, outcome: Outcome, frame: bytes) -> None:
-        upstream = cast(Outbox, self._to_cluster)  # only None before a login, when nothing is forwarded
+        upstream = cast(Outbox, self._link.outbox)  # only None before a login, when nothing is forwarded
         if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
             upstream.write(frame)
         elif outcome.forward and outcome.replacement is not None:
@@ -225,7 +225,7 @@ class RequestSide(ConnectionState):
             self._cut_through_scan = stream
             self._cut_through_correlation_id = correlation_id
             stream.feed(memoryview(taken)[SIZE_PREFIX_BYTES:])
-        upstream = self._to_cluster
+        upstream = self._link.outbox
         assert upstream is not None
         self._request_passage.begin(frame_bytes - len(taken), upstream.write, self._request_passed,
                                     None if stream is None else stream.feed)
@@ -239,16 +239,17 @@ class RequestSide(ConnectionState):
         has gone (what else holds reading still holds it then)."""
         scan = self._cut_through_scan
         unread = self._request_passage.remaining if scan is None else scan.records_ahead
-        assert self._transport is not None and self._upstream is not None
-        if unread < SPLICE_AFTER_BYTES or not (self._config.splice and can_splice(self._transport, self._upstream)):
+        client, cluster = self._transport, self._link.transport
+        assert client is not None and cluster is not None
+        if unread < SPLICE_AFTER_BYTES or not (self._config.splice and can_splice(client, cluster)):
             return
         if self._splice is None:
             self._splice = FrameSplice(self._loop, ("client", "cluster"), self._spliced_read, self._splice_done,
                                        self._splice_failed)
-        assert self._to_cluster is not None
-        self._to_cluster.hand_over()  # the spliced bytes follow what the cluster was sent before them
+        assert self._link.outbox is not None
+        self._link.outbox.hand_over()  # the spliced bytes follow what the cluster was sent before them
         try:
-            self._splice.start(self._transport, self._upstream, unread, self._read_bytes)
+            self._splice.start(client, cluster, unread, self._read_bytes)
         except OSError as error:  # they are cut through as they are read
             log.warning("cannot splice a request from %s (%s): reading it instead", self._peer, error)
             return
@@ -314,7 +315,7 @@ class RequestSide(ConnectionState):
             return
         # the ledger reads a PID from disk first: later requests wait for the verdict, and so does the cluster's
         # answer, in the kernel: the request is upstream already, and its answer must carry the throttle
-        upstream_gate = self._upstream_gate
+        upstream_gate = self._link.gate
         assert upstream_gate is not None
         upstream_gate.pause(PauseReason.AWAITING_VERDICT)
 
@@ -340,8 +341,8 @@ class RequestSide(ConnectionState):
         if self._closed or oldest is None or oldest.local_response is not None:
             return
         timeout_s = self._config.request_timeout_s
-        waited_s = time.perf_counter() - max(oldest.read_at, self._upstream_heard_at)
-        awaiting_verdict = self._upstream_gate is not None and self._upstream_gate.paused_for(
+        waited_s = time.perf_counter() - max(oldest.read_at, self._link.heard_at)
+        awaiting_verdict = self._link.gate is not None and self._link.gate.paused_for(
             PauseReason.AWAITING_VERDICT)
         not_the_clusters = self._to_client.behind or self._request_passage.remaining or awaiting_verdict
         if waited_s >= timeout_s and not not_the_clusters:

@@ -61,7 +61,7 @@ class ResponseSide(ConnectionState):
 
     def _heard_from_upstream(self, nbytes: int) -> None:
         self._last_activity = self._loop.time()
-        self._upstream_heard_at = time.perf_counter()
+        self._link.heard()
         self._metrics.bytes_out += nbytes
 
     def _fail_on_responses(self, error: Exception) -> None:
@@ -167,7 +167,7 @@ class ResponseSide(ConnectionState):
     def _splice_rest_of_response(self) -> None:
         """The rest of the Fetch response goes to the client inside the kernel, unread: the cluster's
         connection is read no further until its last byte has gone."""
-        transport, upstream, gate = self._transport, self._upstream, self._upstream_gate
+        transport, upstream, gate = self._transport, self._link.transport, self._link.gate
         assert transport is not None and upstream is not None and gate is not None
         if not (self._config.splice and can_splice(upstream, transport)):
             return
@@ -184,14 +184,14 @@ class ResponseSide(ConnectionState):
 
     def _spliced_response_read(self, nbytes: int) -> None:
         self._last_activity = self._loop.time()
-        self._upstream_heard_at = time.perf_counter()
+        self._link.heard()
         self._metrics.bytes_out += nbytes
         self._metrics.bytes_spliced_out += nbytes
         self._response_passage.went_by(nbytes)
 
     def _spliced_response(self) -> None:
-        assert self._upstream_gate is not None
-        self._upstream_gate.resume(PauseReason.SPLICING)
+        assert self._link.gate is not None
+        self._link.gate.resume(PauseReason.SPLICING)
         self._response_passage.finish()
         if not self._closed:
             self._after_responses()

@@ -1,17 +1,16 @@
 """What one client connection knows, shared by the modules that make up its behaviour.
 
 A client connection is one object (``ClientConnection``, in ``client``) written in sides: the request side
-(``requests``) and the response side (``responses``). Its login gate (``login``), its mute (``mute``), the requests
-awaiting answers (``in_flight``) and the frames passing through as they arrive (``passage``) are objects of their own.
-The sides share the state declared here, and call one another only through the methods this class declares (the ones
-below ``TYPE_CHECKING`` are written in the other sides).
+(``requests``) and the response side (``responses``). Its link to the cluster (``upstream_link``), its login gate
+(``login``), its mute (``mute``), the requests awaiting answers (``in_flight``) and the frames passing through as they
+arrive (``passage``) are objects of their own. The sides share the state declared here, and call one another only
+through the methods this class declares (the ones below ``TYPE_CHECKING`` are written in the other sides).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from protocol.framing import FrameEnds, FrameSplitter
@@ -25,6 +24,7 @@ from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
 from proxy.connection.passage import FramePassage
 from proxy.connection.splice import FrameSplice
+from proxy.connection.upstream_link import UpstreamLink
 from proxy.decision.interception import RequestStream
 from quotas.config import ANONYMOUS
 
@@ -87,32 +87,23 @@ class ConnectionState:
         self._context = context
         self._config = context.config
         self._metrics = context.metrics
-        self._resolve_upstream = resolve_upstream
         self._listener = listener
         self._requests = FrameSplitter(self._config.max_frame_bytes, REQUEST_PREFIX_BYTES)
         self._responses = FrameSplitter(self._config.max_frame_bytes, _MIN_RESPONSE_FRAME_BYTES)
         self._in_flight = InFlightRequests()
         self._transport: asyncio.Transport | None = None
-        self._upstream: asyncio.Transport | None = None
-        self._upstream_gate: ReadGate | None = None
+        self._link = UpstreamLink(resolve_upstream, context.upstream_connects, context.client_upstream_access,
+                                  self._config.connect_timeout_s, self._config.max_frame_bytes)
+        """The connection's own connection to the cluster."""
         self.gate: ReadGate
         self._to_client: Outbox
         """Everything the client is sent goes through it (``outbox``)."""
-        self._to_cluster: Outbox | None = None
-        """Everything the cluster is sent on this connection goes through it, once connected."""
         self._peer = "?"
         self._closed = False
         self._draining = False
         self._last_activity = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._request_timer: asyncio.TimerHandle | None = None
-        self._upstream_heard_at = 0.0
-        """``perf_counter`` when the cluster last sent something on this connection."""
-        self._connect_task: asyncio.Task[None] | None = None
-        self._give_back_connect_turn: Callable[[], None] | None = None
-        """Held from before the upstream connection opens until the broker has answered on it, or for
-        ``UNANSWERED_TURN_S`` (``ConnectTurns``)."""
-        self._connect_turn_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop
         self._before_upstream = bytearray()
         self._user = ANONYMOUS
@@ -145,16 +136,12 @@ class ConnectionState:
         self._login: LoginGate | None = None
         """The login, when the proxy takes logins, from the first request to the user it names."""
         self._close_after_write = False
-        self._login_writer: asyncio.StreamWriter | None = None
-        self._upstream_broker = ""
-        """The broker reached upstream, as ``ip:port`` of the peer: a bootstrap connection and a broker
-        listener's connection reaching the same broker share its per-broker budgets."""
 
     def _holding(self) -> bool:
         """Later requests wait: for a handler asking the cluster, for a throttled response and its mute, for
         the client to read its answers, or for the cluster to answer some of the requests out."""
         return (self._mute.holds or self._settling is not None
-                or (self._connect_task is not None and self._upstream is None) or self._to_client.behind
+                or self._link.opening or self._to_client.behind
                 or self._in_flight.local_answer_bytes >= self._buffer_high  # a client reading nothing must not
                 # make the proxy hold its own answers without bound
                 or len(self._in_flight) >= self._config.max_in_flight_requests)
