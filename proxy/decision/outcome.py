@@ -41,6 +41,10 @@ class Sender(NamedTuple):
     """The upstream broker the connection reached (``host:port`` of the peer), for per-broker budgets."""
 
 
+def _no_clock() -> int:
+    raise RuntimeError("a caller made without the quota clock was asked the time again")
+
+
 class Caller(NamedTuple):
     user: str
     """The connection's principal (``ANONYMOUS`` without SASL); the client id is in the header."""
@@ -48,6 +52,13 @@ class Caller(NamedTuple):
     """Quota time, read once for the request."""
     broker: str = ""
     """The upstream broker the connection reached (``host:port`` of the peer), for per-broker budgets."""
+    clock: Callable[[], int] = _no_clock
+    """The quota clock ``now_ms`` was read from, handed down for a decision taken later (``later``)."""
+
+    def later(self) -> Caller:
+        """The same caller, quota time read again: a request that waited for the cluster, the ledger or its
+        response is charged when it is decided, as Kafka charges a request when it handles it."""
+        return self._replace(now_ms=self.clock())
 
     @property
     def principal(self) -> str:

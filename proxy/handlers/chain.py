@@ -68,7 +68,7 @@ class RequestChain:
             return login.handle(frame)
         # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener that does
         # not ask for a login must not open a way around the quotas
-        caller = Caller(sender.user, self._clock(), sender.broker)
+        caller = Caller(sender.user, self._clock(), sender.broker, self._clock)
         handler = self._handlers.get(api_key)
         decided = FORWARD if handler is None else handler(frame, caller)
         # charged once the handler has judged the request: one it cannot judge yet costs nothing
@@ -80,7 +80,7 @@ class RequestChain:
         None when it is judged once whole. Raises ``ProtocolError`` when the start is too short to judge yet."""
         if api_key in _JUDGED_WHOLE:
             return None
-        caller = Caller(sender.user, self._clock(), sender.broker)
+        caller = Caller(sender.user, self._clock(), sender.broker, self._clock)
         handler = self._streaming.get(api_key)
         if handler is None:
             if api_key in self._handlers:

@@ -41,7 +41,7 @@ from protocol.reserved_topics import fetch_answer_with_refusals, fetch_refused, 
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Outcome, frame, local_answer
 from proxy.reporting.usage_log import UsageLog
-from proxy.state.quota_service import QuotaService, now_ms
+from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import UNLIMITED
 
@@ -80,7 +80,7 @@ class FetchHandler:
     async def _decide_once_named(self, request: memoryview, header: RequestHeader, caller: Caller,
                                  topics: list[TopicRef], unnamed: set[bytes], guarded: bool) -> Outcome:
         await self._topic_names.look_up(unnamed)
-        return self._decide_named(request, header, caller._replace(now_ms=now_ms()), topics, guarded)
+        return self._decide_named(request, header, caller.later(), topics, guarded)
 
     def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: list[TopicRef],
                       guarded: bool) -> Outcome:
@@ -108,7 +108,7 @@ class FetchHandler:
         """``topics``: the request's, when a topic quota exists (its response is charged per topic too, unless it
         is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
         client_id = header.client_id or ""
-        user, _, broker = caller
+        user = caller.user
         window = self._quotas.fetch.fetch_window(user, client_id)
         incremental = fetch_session_epoch(request, header) > 0
         if topics is not None:
@@ -130,8 +130,7 @@ class FetchHandler:
             body = response_start[response_header_length(response_start, flexible):]
             # per topic only when read whole (``whole_response``)
             admitted, throttle_ms = self._consumed.charge(
-                user, client_id, broker, size, None if topics is None else lambda: fetch_response_topic_bytes(
-                    body, version))
+                caller, client_id, size, None if topics is None else lambda: fetch_response_topic_bytes(body, version))
             if admitted:
                 return ChargedResponse(throttle_ms)
             upstream = fetch_response_start(body, version)
@@ -158,17 +157,18 @@ class ConsumedBytes:
         named = (topic if isinstance(topic, str) else self._topic_names.name(topic) for topic in topics)
         return [name for name in named if name is not None]
 
-    def charge(self, user: str, client_id: str, broker: str, size: int,
+    def charge(self, caller: Caller, client_id: str, size: int,
                topic_bytes: Callable[[], dict[TopicRef, int]] | None) -> tuple[bool, int]:
-        """Record an answer of ``size`` bytes (and, with ``topic_bytes``, each topic's records to its topic
-        quota): whether it is admitted (else every byte is taken back and the client gets no records), and the
-        throttle."""
+        """Record an answer of ``size`` bytes to the request's ``caller`` as it arrives (and, with ``topic_bytes``,
+        each topic's records to its topic quota): whether it is admitted (else every byte is taken back and the
+        client gets no records), and the throttle."""
         manager = self._quotas.fetch
-        now = now_ms()
+        user, broker = caller.user, caller.broker
+        now = caller.later().now_ms
         decision = manager.record_unless_throttled(user, client_id, size, now, broker)
         topic_decision = UNLIMITED
         if topic_bytes is not None and decision.admitted:
-            sizes = self._named_bytes(topic_bytes(), user, broker)
+            sizes = self._named_bytes(topic_bytes(), caller)
             topic_decision = self._quotas.fetch_topics.record_topics_unless_throttled(user, sizes, now, broker)
             if topic_decision.admitted:
                 self._usage.topic_bytes(user, sizes, fetched=True)
@@ -180,7 +180,7 @@ class ConsumedBytes:
         self._usage.observed(user, client_id, max(decision.observed_ms, topic_decision.observed_ms))
         return decision.admitted, throttle_ms
 
-    def _named_bytes(self, topic_bytes: dict[TopicRef, int], user: str, broker: str) -> dict[str, int]:
+    def _named_bytes(self, topic_bytes: dict[TopicRef, int], caller: Caller) -> dict[str, int]:
         """``topic_bytes`` by topic name. A topic named by an id the proxy cannot name yet (a fetch session's
         topic whose name was forgotten) is charged once the cluster has named it, not dropped."""
         named: dict[str, int] = {}
@@ -192,14 +192,15 @@ class ConsumedBytes:
             elif isinstance(topic, bytes):
                 unnamed[topic] = size
         if unnamed:
-            task = asyncio.get_running_loop().create_task(self._charge_once_named(unnamed, user, broker))
+            task = asyncio.get_running_loop().create_task(self._charge_once_named(unnamed, caller))
             self._late_charges.add(task)
             task.add_done_callback(self._late_charges.discard)
         return named
 
-    async def _charge_once_named(self, unnamed: dict[bytes, int], user: str, broker: str) -> None:
+    async def _charge_once_named(self, unnamed: dict[bytes, int], caller: Caller) -> None:
         await self._topic_names.look_up(unnamed)
         named = {name: size for topic_id, size in unnamed.items()
                  if (name := self._topic_names.name(topic_id)) is not None}
-        self._quotas.fetch_topics.record_topics(user, named, now_ms(), broker)  # the next fetches feel it
-        self._usage.topic_bytes(user, named, fetched=True)
+        # the next fetches feel it
+        self._quotas.fetch_topics.record_topics(caller.user, named, caller.later().now_ms, caller.broker)
+        self._usage.topic_bytes(caller.user, named, fetched=True)

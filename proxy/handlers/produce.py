@@ -34,7 +34,7 @@ from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import Caller, Decided, Outcome, local_answer, replacement_request
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
-from proxy.state.quota_service import QuotaService, now_ms
+from proxy.state.quota_service import QuotaService
 from quotas.config import PidQuotaMode, QuotaType
 from quotas.decisions import UNLIMITED, Decision, PidDecision
 from quotas.producer_id_quota import ProducerBatch
@@ -176,11 +176,11 @@ class ProduceHandler:
         if unnamed:
             await self._topic_names.look_up(unnamed)
         *rest, caller = arguments
-        return decide(*rest, caller._replace(now_ms=now_ms()))
+        return decide(*rest, caller.later())
 
     def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None,
                 batches: list[ProducerBatch], request_bytes: int, caller: Caller) -> Outcome:
-        user, now_ms, broker = caller
+        user, now_ms, broker = caller.user, caller.now_ms, caller.broker
         client_id = header.client_id or ""
         acks = scan.acks if scan is not None else produce_acks(frame, header)
         if scan is not None and self._reserved_topics:
@@ -257,7 +257,7 @@ class ProduceStream(StreamedProduceScan):
 
     def completed(self) -> int | Awaitable[int]:
         """Charged at the time the request is complete, as Kafka charges a request once it has read it whole."""
-        return self._handler.completed_throttle(self, self._caller._replace(now_ms=now_ms()))
+        return self._handler.completed_throttle(self, self._caller.later())
 
 
 def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: ProduceScan,

@@ -35,7 +35,7 @@ from proxy.producer_ids.settings import AllocatorSettings
 from proxy.producer_ids.sources import Allocator, ProducerIdSource
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
-from proxy.state.quota_service import QuotaService, now_ms
+from proxy.state.quota_service import QuotaService
 from quotas.config import Window
 from quotas.token_bucket import TokenBucket, bucket_throttle_ms
 
@@ -107,7 +107,7 @@ class AllocateProducerIdsHandler(_AllocateProducerIds):
             log.error("AllocateProducerIds: cannot claim a block through the cluster: %s",
                       error or type(error).__name__)
             return _allocation_answer(header, UNKNOWN_SERVER_ERROR, None, throttle_ms)
-        self._allocations.allocated(caller._replace(now_ms=now_ms()), header.client_id or "", broker_id, block)
+        self._allocations.allocated(caller.later(), header.client_id or "", broker_id, block)
         return _allocation_answer(header, 0, block, throttle_ms)
 
 
@@ -126,7 +126,7 @@ class AllocateProducerIdsForwarder(_AllocateProducerIds):
             # the controller checked the broker id and epoch against its registrations before granting
             if response.error_code == 0 and response.producer_id_start >= 0 and response.producer_id_len > 0:
                 block = ProducerIdBlock(response.producer_id_start, response.producer_id_len)
-                self._allocations.allocated(caller._replace(now_ms=now_ms()), client_id, broker_id, block)
+                self._allocations.allocated(caller.later(), client_id, broker_id, block)
             return bytes(body)
 
         return Outcome(throttle_ms=throttle_ms, finish=count_granted)

@@ -31,7 +31,6 @@ from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
 from proxy.decision.outcome import frame as frame_of
-from proxy.state.quota_service import now_ms
 
 _REMEMBERED_ANSWER_BYTES = 1 << 20
 """All-topics answers left without the reserved topics, remembered by the bytes the cluster sent (clients ask
@@ -143,7 +142,7 @@ class ShareTopicsWithoutReserved:
 
     async def _once_named(self, frame: bytes, caller: Caller, unnamed: set[bytes]) -> Outcome:
         await self._topic_names.look_up(unnamed)
-        decided = self._decide(memoryview(frame), caller._replace(now_ms=now_ms()))
+        decided = self._decide(memoryview(frame), caller.later())
         return decided if isinstance(decided, Outcome) else await decided
 
     def _decide(self, frame: memoryview, caller: Caller) -> Decided:

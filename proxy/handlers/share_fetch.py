@@ -38,7 +38,7 @@ class ShareFetchHandler:
 
     def __call__(self, frame: memoryview, caller: Caller) -> Decided:
         header = read_request_header(frame)
-        user, _, broker = caller
+        user = caller.user
         client_id = header.client_id or ""
         window = self._quotas.fetch.fetch_window(user, client_id)
         per_topic = self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)
@@ -67,7 +67,7 @@ class ShareFetchHandler:
             if answer.error_code:
                 return ChargedResponse(0)
             size = fetch_response_size(response_start, response_bytes, True)
-            admitted, throttle_ms = self._consumed.charge(user, client_id, broker, size,
+            admitted, throttle_ms = self._consumed.charge(caller, client_id, size,
                                                           (lambda: _topic_bytes(answer)) if per_topic else None)
             if admitted:
                 return ChargedResponse(throttle_ms)

@@ -67,7 +67,7 @@ from proxy.decision.outcome import (
     replacement_request,
 )
 from proxy.reporting.usage_log import UsageLog
-from proxy.state.quota_service import QuotaService, now_ms
+from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.token_bucket import remaining_throttle_ms
 
@@ -116,11 +116,9 @@ class _Charges:
 
 class TopicMutationHandler:
     def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog,
-                 reserved_topics: frozenset[str] = frozenset(), clock: Callable[[], int] = now_ms) -> None:
+                 reserved_topics: frozenset[str] = frozenset()) -> None:
         """``reserved_topics``: the proxy's own, refused to every client as Kafka refuses a topic the principal may
-        not create, delete or extend (before any other check, uncharged). ``clock``: quota time, read when a
-        request is charged (once the cluster has named what it mutates) and when it is answered."""
-        self._clock = clock
+        not create, delete or extend (before any other check, uncharged)."""
         self._quotas = quotas
         self._cluster = cluster
         self._usage = usage
@@ -137,10 +135,10 @@ class TopicMutationHandler:
         if not limited and not any(entry.name in self._reserved_topics or entry.topic_id for entry in entries):
             return FORWARD
         # a copy of the frame: the connection's buffer moves on
-        return self._decide(bytes(frame), header, request, entries, caller.user, limited)
+        return self._decide(bytes(frame), header, request, entries, caller, limited)
 
-    async def _decide(self, frame: bytes, header: RequestHeader, request: Any, entries: list[TopicRef], user: str,
-                      limited: bool) -> Outcome:
+    async def _decide(self, frame: bytes, header: RequestHeader, request: Any, entries: list[TopicRef],
+                      caller: Caller, limited: bool) -> Outcome:
         api_key = Api(header.api_key)
         try:
             refused = await self._reserved_refusals(api_key, entries)
@@ -166,7 +164,7 @@ class TopicMutationHandler:
             charges.counts.pop(index, None)
             charges.refused[index] = refusal
             charges.display[index] = shown
-        return self._admit(memoryview(frame), header, request, entries, charges, user)
+        return self._admit(memoryview(frame), header, request, entries, charges, caller.later())
 
     async def _reserved_refusals(self, api_key: Api, entries: list[TopicRef]) -> dict[int, tuple[TopicRef, TopicError]]:
         """The entries naming a reserved topic (by name, or by id), with how the answer shows them: a topic
@@ -275,10 +273,11 @@ class TopicMutationHandler:
     # ---- admission and the answer -------------------------------------------------------------
 
     def _admit(self, frame: memoryview, header: RequestHeader, request: Any, entries: list[TopicRef],
-               charges: _Charges, user: str) -> Outcome:
+               charges: _Charges, caller: Caller) -> Outcome:
+        """Charged when the cluster has named what the request mutates: ``caller``'s time is then."""
         api_key, version = Api(header.api_key), header.api_version
         client_id = header.client_id or ""
-        now = self._clock()
+        user, now = caller.user, caller.now_ms
         charged = sorted(charges.counts)  # request order
         decision = self._quotas.mutations.admit_topics(user, client_id, [charges.counts[i] for i in charged],
                                                        version >= STRICT_SINCE_VERSION[api_key], now)
@@ -294,7 +293,7 @@ class TopicMutationHandler:
             return local_answer(header, merged_topic_response(api_key, version, shown, {}, charges.refused,
                                                               throttle_ms), throttle_ms)
         forwarded = [index for index in range(len(entries)) if index not in charges.refused]
-        settle = self._settlement(api_key, version, shown, forwarded, charges, user, client_id,
+        settle = self._settlement(api_key, version, shown, forwarded, charges, caller, client_id,
                                   bool(getattr(request, "validate_only", False)))
 
         def finish(upstream_body: memoryview) -> bytes:
@@ -316,12 +315,12 @@ class TopicMutationHandler:
         def throttle_left(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             # Kafka computes a mutation's throttle as it answers: the time the request spent at the cluster counts
             # as served (``AbstractControllerMutationQuota.throttleTime``)
-            return ChargedResponse(remaining_throttle_ms(throttle_ms, now, self._clock()))
+            return ChargedResponse(remaining_throttle_ms(throttle_ms, now, caller.later().now_ms))
 
         return Outcome(finish=finish, replacement=replacement, charge_response=throttle_left)
 
     def _settlement(self, api_key: Api, version: int, entries: Sequence[TopicRef], forwarded: list[int],
-                    charges: _Charges, user: str, client_id: str,
+                    charges: _Charges, caller: Caller, client_id: str,
                     validate_only: bool) -> Callable[[dict[int, Any]], None]:
         """Correct the charges once the cluster has answered (Kafka charges exactly what it carried out), and
         tell the cluster view what changed."""
@@ -349,8 +348,8 @@ class TopicMutationHandler:
                     self._cluster.learn_default_partitions(result.num_partitions)
                     correction += result.num_partitions - cost  # what num_partitions = -1 really made
             if correction:
-                self._quotas.mutations.correct(user, client_id, correction, self._clock())
-                self._usage.mutations(user, client_id, correction, 0, 0)
+                self._quotas.mutations.correct(caller.user, client_id, correction, caller.later().now_ms)
+                self._usage.mutations(caller.user, client_id, correction, 0, 0)
 
         return settle
 

@@ -215,7 +215,7 @@ class Proxy:
 
     def caller(self, user: str = "fuzz") -> Caller:
         """Quota time moves on a quarter second a request: buckets fill, and expire after an hour idle."""
-        return Caller(user, next(self._now_ms), "127.0.0.1:9092")
+        return Caller(user, next(self._now_ms), "127.0.0.1:9092", lambda: next(self._now_ms))
 
     def settled(self, decided: Decided | Awaitable[Outcome]) -> Outcome:
         if isinstance(decided, Outcome):

@@ -11,8 +11,15 @@ from tests.support import encode_request
 
 SENDER = Sender("alice", "b:9092")
 NOW_MS = 1_000
-CALLER = Caller("alice", NOW_MS, "b:9092")
-"""What the handlers are given: who sent the request, and the quota time the chain read once for it."""
+
+
+def clock() -> int:
+    return NOW_MS
+
+
+CALLER = Caller("alice", NOW_MS, "b:9092", clock)
+"""What the handlers are given: who sent the request, the quota time the chain read once for it, and the clock it
+was read from."""
 VERSIONS_ANSWER = Outcome(forward=False, local_response=b"versions")
 LOGIN_ANSWER = Outcome(forward=False, local_response=b"login")
 
@@ -62,7 +69,7 @@ HANDSHAKE = request(Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
 
 def chain(rate: RequestRate, handlers: dict[int, Any] | None = None, streaming: dict[int, Any] | None = None
           ) -> RequestChain:
-    return RequestChain(Versions(), handlers or {}, streaming or {}, rate, lambda: NOW_MS)
+    return RequestChain(Versions(), handlers or {}, streaming or {}, rate, clock)
 
 
 def test_api_versions_is_the_proxys_before_the_cluster_can_be_asked_and_the_clusters_after() -> None:
@@ -147,3 +154,16 @@ def test_quota_time_is_read_once_for_a_request_and_given_to_every_link() -> None
     links.decide(*METADATA, SENDER, None, upstream_open=True)
     links.decide(*METADATA, SENDER, None, upstream_open=True)
     assert seen == [5_000, 5_000, 5_100, 5_100]
+
+
+def test_a_decision_taken_later_reads_the_chains_clock_again() -> None:
+    readings = iter((7_000, 7_250))
+    later: list[int] = []
+
+    def waits_then_decides(frame: memoryview, caller: Caller) -> Decided:
+        later.append(caller.later().now_ms)  # as a handler does once the cluster has answered what it asked
+        return FORWARD
+
+    RequestChain(Versions(), {Api.METADATA: waits_then_decides}, {}, RequestRate(0), lambda: next(readings)).decide(
+        *METADATA, SENDER, None, upstream_open=True)
+    assert later == [7_250]

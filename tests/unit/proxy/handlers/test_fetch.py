@@ -20,6 +20,12 @@ from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
 
+
+def caller(user: str) -> Caller:
+    """The request's sender, with the quota clock the handler reads again when the response is charged."""
+    return Caller(user, now_ms(), clock=now_ms)
+
+
 MIB = 1 << 20
 
 
@@ -58,7 +64,7 @@ def logged(tmp_path: Path, usage: UsageLog) -> dict[str, int]:
 
 def test_a_metered_consumer_gets_kafkas_cap_and_pays_for_each_response(tmp_path: Path) -> None:
     fetch_handler, usage = handler(tmp_path)
-    outcome = fetch_handler(fetch("metered"), Caller("ANONYMOUS", 0))
+    outcome = fetch_handler(fetch("metered"), caller("ANONYMOUS"))
     assert outcome.forward and outcome.replacement is not None and outcome.charge_response is not None
     capped = memoryview(outcome.replacement)[4:]
     header = read_request_header(capped)
@@ -73,7 +79,7 @@ def test_a_fetch_over_the_quota_is_answered_empty_and_its_bytes_taken_back(tmp_p
     """Kafka's answer to a fetch it throttles: no partitions, the throttle, no error and no session opened
     (a full fetch); the bytes un-recorded, so a later small fetch finds the rate as before."""
     fetch_handler, usage = handler(tmp_path)
-    charge = fetch_handler(fetch("metered", session_epoch=0), Caller("ANONYMOUS", 0)).charge_response
+    charge = fetch_handler(fetch("metered", session_epoch=0), caller("ANONYMOUS")).charge_response
     assert charge is not None
     throttle_ms, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)  # 12 MiB in the 10 s window
     assert throttle_ms > 0 and answer is not None
@@ -88,7 +94,7 @@ def test_a_throttled_incremental_fetch_keeps_its_session(tmp_path: Path) -> None
     """An incremental fetch (epoch above 0) is answered in its session, as Kafka's ``IncrementalFetchContext``
     answers it: the consumer's next fetch goes on in it, and the cluster sends the records again."""
     fetch_handler, _ = handler(tmp_path)
-    charge = fetch_handler(fetch("metered", session_id=77, session_epoch=3), Caller("ANONYMOUS", 0)).charge_response
+    charge = fetch_handler(fetch("metered", session_id=77, session_epoch=3), caller("ANONYMOUS")).charge_response
     assert charge is not None
     throttle_ms, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)
     assert answer is not None and decode_response(Api.FETCH, 11, answer).session_id == 77
@@ -99,10 +105,10 @@ def test_a_throttled_incremental_fetch_keeps_its_session(tmp_path: Path) -> None
 
 def test_consumers_without_a_quota_pass_untouched_and_a_claimed_follower_is_charged(tmp_path: Path) -> None:
     fetch_handler, _ = handler(tmp_path)
-    assert fetch_handler(fetch("free"), Caller("ANONYMOUS", 0)) is FORWARD
-    claimed_follower = fetch_handler(fetch("metered", replica_id=3), Caller("ANONYMOUS", 0))
+    assert fetch_handler(fetch("free"), caller("ANONYMOUS")) is FORWARD
+    claimed_follower = fetch_handler(fetch("metered", replica_id=3), caller("ANONYMOUS"))
     assert claimed_follower.charge_response is not None and claimed_follower.replacement is not None
-    within = fetch_handler(fetch("metered", max_bytes=MIB), Caller("ANONYMOUS", 0))
+    within = fetch_handler(fetch("metered", max_bytes=MIB), caller("ANONYMOUS"))
     assert within.replacement is None and within.charge_response is not None
 
 
@@ -142,7 +148,7 @@ def topic_response(version: int, records: dict[str | uuid.UUID, int]) -> memoryv
 
 def test_a_topic_quota_reads_the_whole_response_and_empties_it_when_the_topic_is_over(tmp_path: Path) -> None:
     fetch_handler, quotas = topic_handler(tmp_path, {})
-    outcome = fetch_handler(topic_fetch(11, "orders", "clicks"), Caller("alice", 0))
+    outcome = fetch_handler(topic_fetch(11, "orders", "clicks"), caller("alice"))
     assert isinstance(outcome, Outcome) and outcome.whole_response and outcome.replacement is not None
     capped = memoryview(outcome.replacement)[4:]
     header = read_request_header(capped)
@@ -161,17 +167,17 @@ def test_a_topic_quota_reads_the_whole_response_and_empties_it_when_the_topic_is
     assert quotas.fetch.rate_of(QuotaKey("alice", ""), now_ms()) == pytest.approx(len(within) / 10, rel=0.05)
     # a full fetch of topics without a topic quota is neither read whole nor capped by a topic's window (alice's
     # own quota still charges it)
-    free = fetch_handler(topic_fetch(11, "clicks"), Caller("alice", 0))
+    free = fetch_handler(topic_fetch(11, "clicks"), caller("alice"))
     assert isinstance(free, Outcome) and not free.whole_response and free.charge_response is not None
-    assert fetch_handler(topic_fetch(11, "clicks"), Caller("bob", 0)) is FORWARD
+    assert fetch_handler(topic_fetch(11, "clicks"), caller("bob")) is FORWARD
     # an incremental one may get any topic of its session: it is read whole
-    incremental = fetch_handler(topic_fetch(11, "clicks", session_epoch=4), Caller("bob", 0))
+    incremental = fetch_handler(topic_fetch(11, "clicks", session_epoch=4), caller("bob"))
     assert isinstance(incremental, Outcome) and incremental.whole_response
 
 
 def test_topics_named_by_id_are_named_by_the_cluster_before_the_fetch_goes_on(tmp_path: Path) -> None:
     fetch_handler, _ = topic_handler(tmp_path, {ORDERS_ID: "orders"})
-    pending = fetch_handler(topic_fetch(13, ORDERS_ID), Caller("bob", 0))
+    pending = fetch_handler(topic_fetch(13, ORDERS_ID), caller("bob"))
     assert not isinstance(pending, Outcome)
     outcome = asyncio.run(pending)  # type: ignore[arg-type]
     assert outcome.replacement is not None and outcome.charge_response is not None
@@ -179,7 +185,7 @@ def test_topics_named_by_id_are_named_by_the_cluster_before_the_fetch_goes_on(tm
     throttle_ms, answer = outcome.charge_response(over, len(over))
     assert 900 < throttle_ms <= 1000 and answer is not None
     # known now: the next fetch is decided at once
-    assert isinstance(fetch_handler(topic_fetch(13, ORDERS_ID), Caller("bob", 0)), Outcome)
+    assert isinstance(fetch_handler(topic_fetch(13, ORDERS_ID), caller("bob")), Outcome)
 
 
 def test_an_observed_quota_charges_the_fetch_and_leaves_its_max_bytes_alone(tmp_path: Path) -> None:
@@ -188,7 +194,7 @@ def test_an_observed_quota_charges_the_fetch_and_leaves_its_max_bytes_alone(tmp_
                           '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1048576\n')
     fetch_handler = FetchHandler(QuotaService(quota_file, CollectorRegistry()), UsageLog(tmp_path / "usage"),
                                  TopicNames(unreachable))
-    outcome = fetch_handler(fetch("metered"), Caller("ANONYMOUS", 0))
+    outcome = fetch_handler(fetch("metered"), caller("ANONYMOUS"))
     assert isinstance(outcome, Outcome) and outcome.replacement is None and outcome.charge_response is not None
     response = encode_response_header(1, False) + bytes(12 * MIB)
     assert outcome.charge_response(memoryview(response), len(response)) == (0, None)  # over, and let through

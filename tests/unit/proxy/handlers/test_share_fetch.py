@@ -71,7 +71,7 @@ def answer(records: dict[uuid.UUID, int], error_code: int = 0) -> memoryview:
 
 
 def decided(handler: ShareFetchHandler, request: memoryview, user: str = "ANONYMOUS") -> Outcome:
-    outcome = handler(request, Caller(user, now_ms()))
+    outcome = handler(request, Caller(user, now_ms(), clock=now_ms))
     assert isinstance(outcome, Outcome)
     return outcome
 
@@ -91,7 +91,7 @@ def logged(tmp_path: Path, usage: UsageLog) -> list[dict[str, Any]]:
 
 def test_a_share_consumer_gets_kafkas_cap_and_pays_for_each_answer(tmp_path: Path) -> None:
     handler, quotas, usage = share_handler(tmp_path, '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1000000\n')
-    assert handler(share_fetch("free"), Caller("ANONYMOUS", now_ms())) is FORWARD
+    assert handler(share_fetch("free"), Caller("ANONYMOUS", now_ms(), clock=now_ms)) is FORWARD
     outcome = decided(handler, share_fetch("metered"))
     assert max_bytes_sent(outcome) == 10_000_000 and outcome.whole_response  # 1 MB/s x (11 - 1) x 1 s
     charge = outcome.charge_response

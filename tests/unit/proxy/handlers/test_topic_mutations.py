@@ -83,8 +83,7 @@ class Mutations:
         self.quotas = QuotaService(quota_file, CollectorRegistry())
         self.now_ms = now_ms()
         """Quota time as the handler reads it: it stands still unless a test moves it."""
-        self.handler = TopicMutationHandler(self.quotas, cluster, UsageLog(tmp_path / "usage"),  # type: ignore[arg-type]
-                                            clock=lambda: self.now_ms)
+        self.handler = TopicMutationHandler(self.quotas, cluster, UsageLog(tmp_path / "usage"))  # type: ignore[arg-type]
         self.rate = rate
 
     def tokens(self) -> float:
@@ -96,7 +95,7 @@ class Mutations:
 
     def decide(self, api_key: int, version: int, client_id: str = "limited", **fields: object) -> Outcome:
         frame = encode_request(api_key, version, client_id=client_id, **fields)
-        decided = self.handler(memoryview(frame)[4:], Caller("ANONYMOUS", self.now_ms))
+        decided = self.handler(memoryview(frame)[4:], Caller("ANONYMOUS", self.now_ms, clock=lambda: self.now_ms))
         if isinstance(decided, Awaitable):
             decided = asyncio.run(_wait(decided))
         assert isinstance(decided, Outcome)
