@@ -148,9 +148,11 @@ class ResponseSide(ConnectionState):
         if request.answer_body is not None:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
             self._to_client.writelines(frame_pieces(frame, header_length, request.answer_body))
+            # the rest is read and dropped before anything behind it is answered (begun before the mute's release
+            # may decide the requests held)
+            self._response_passage.begin(remaining, None, lambda: self._responses_sent(None))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
             self._mute.response_sent(request.throttle_ms)
-            self._response_passage.begin(remaining, None, lambda: self._responses_sent(None))
             return
         head = memoryview(taken)[:len(prefix)]
         if request.throttle_ms:
