@@ -1,15 +1,13 @@
 """The quota engines as the proxy runs them: one configuration, five managers, live reloads.
 
-The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas,
-which win over the file for the same entity and quota type; a removal through the API is kept as a
-tombstone, so it also hides the file's value. A proxy alone keeps them in
-``<state-dir>/client-quotas.json`` (so they survive restarts): a change is saved (on a worker thread: a
-stalled disk must not stall every connection) before it is applied, and one whose save fails is
-neither applied nor carried into a later save. A fleet keeps them in a topic of the cluster
-(``share_overrides``): a change is published there and applied as each member reads it back, and the
-file is a copy of what was read, in force at a start until the topic is read. The quota file is
-re-read when it changes; a bad file keeps the running configuration and logs why. Time for quota
-decisions is ``now_ms()``, read once per request by the caller.
+The quota in force is the quota file overlaid by the overrides set through AlterClientQuotas, which win over the file
+for the same entity and quota type; a removal through the API is kept as a tombstone, so it also hides the file's value.
+A proxy alone keeps them in ``<state-dir>/client-quotas.json`` (so they survive restarts): a change is saved (on a
+worker thread: a stalled disk must not stall every connection) before it is applied, and one whose save fails is neither
+applied nor carried into a later save. A fleet keeps them in a topic of the cluster (``share_overrides``): a change is
+published there and applied as each member reads it back, and the file is a copy of what was read, in force at a start
+until the topic is read. The quota file is re-read when it changes; a bad file keeps the running configuration and logs
+why. Quota time is ``now_ms()``: the request chain reads it once per request and hands it down (``Caller``).
 """
 
 from __future__ import annotations
