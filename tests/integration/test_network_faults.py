@@ -16,6 +16,7 @@ through Toxiproxy (``proxy.dev.toxiproxy``).
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -26,10 +27,11 @@ from typing import Any, NamedTuple
 import pytest
 from confluent_kafka import Producer
 
+from protocol.apis import Api
 from proxy.dev.apache_kafka import KafkaCluster
 from proxy.dev.toxiproxy import BROKER_SIDE, CLIENT_SIDE, FAULTS, Fault, Toxiproxy, route_brokers, route_listeners
 from tests.integration.test_produce_quotas import create_topic, metrics, usage_lines
-from tests.support import Cluster, ProxyProcess, read_to_end, wait_until
+from tests.support import Cluster, ProxyProcess, call, read_to_end, wait_until
 
 pytestmark = pytest.mark.integration
 RATE = 150_000
@@ -162,3 +164,41 @@ def test_records_survive_the_fault_each_way_and_the_quota_holds(network: Network
     assert len(numbers) * RECORD <= allowed
     if black_hole:  # the broker went silent for longer than request-timeout-seconds
         assert timeouts >= 1 and "the cluster sent nothing for a request in time" in proxy.log()
+
+
+SLOW_CLUSTER = Fault("slow cluster", (("latency", "upstream", {"latency": 400}),
+                                      ("latency", "downstream", {"latency": 400})))
+"""The broker's side 800 ms a round trip: longer than the mutation throttle below, whatever the machine's speed."""
+
+
+def test_a_mutation_whose_throttle_runs_out_at_the_cluster_holds_nothing_after_its_answer(network: Network,
+                                                                                          tmp_path: Path) -> None:
+    """CreateTopics v4 (permissive: throttled when it leaves the bucket below zero) for 23 partitions against
+    ``controller_mutation_rate`` 2 (a bucket of 22): admitted, throttled 500 ms. Kafka gives a mutation's throttle as
+    it answers, less the time the request spent at the cluster (``AbstractControllerMutationQuota.throttleTime``): the
+    cluster takes 800 ms here, so none is left, and the connection goes on at once (it once waited for a mute that
+    never came: until its idle timeout)."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[quota]]\nclient-id = "slow-mutations"\ncontroller_mutation_rate = 2\n')
+    proxy = ProxyProcess(network.upstream, tmp_path / "proxy.log", "--quota-file", str(quota_file),
+                         node_ids=network.cluster.node_ids).start()
+    topic = f"late-{uuid.uuid4().hex[:8]}"
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            call(sock, Api.API_VERSIONS, 0, client_id="slow-mutations")  # the proxy's link to the cluster is open
+            assert network.toxiproxy.lay(SLOW_CLUSTER, "broker-")
+            started = time.monotonic()
+            created = call(sock, Api.CREATE_TOPICS, 4, client_id="slow-mutations", timeout_ms=30_000,
+                           validate_only=False, topics=[{"name": topic, "num_partitions": 23, "replication_factor": 1,
+                                                         "assignments": [], "configs": []}])
+            waited_s = time.monotonic() - started
+            assert created.topics[0].error_code == 0  # type: ignore[attr-defined]
+            assert waited_s >= 0.8 and created.throttle_time_ms == 0, (waited_s, created)  # type: ignore[attr-defined]
+            network.toxiproxy.heal()
+            described = call(sock, Api.METADATA, 12, client_id="slow-mutations",
+                             topics=[{"topic_id": None, "name": topic}], allow_auto_topic_creation=False,
+                             include_topic_authorized_operations=False)
+            assert [t.name for t in described.topics] == [topic]  # type: ignore[attr-defined]
+    finally:
+        network.toxiproxy.heal()
+        proxy.stop()
