@@ -1,10 +1,12 @@
 """One client connection and its dedicated upstream connection: the transports' callbacks, the
-upstream connection's opening and loss, idle and shutdown.
+upstream connection's opening and loss, idle and shutdown, and what holds its requests.
 
 Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
-where they name brokers (addresses) or list api versions (capped). What happens to each is written
-in the sides this class is made of: ``requests`` and ``responses``; its mute is a ``ChannelMute`` (``mute``),
-its login a ``LoginGate`` (``login``).
+where they name brokers (addresses) or list api versions (capped). The connection is made of objects, each
+with one job: the request path (``requests``) and the response path (``responses``), the link to the cluster
+(``upstream_link``), the login gate (``login``), the mute (``mute``), the requests awaiting answers (``in_flight``),
+the outboxes (``outbox``) and the read gates (``flow``). It wires them together and answers what they ask of it
+(``RequestOwner``, ``ResponseOwner``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import logging
 from typing import cast
 
 from proxy.connection.close_reason import CloseReason
+from proxy.connection.context import ProxyContext, UpstreamResolver
 from proxy.connection.flow import PauseReason, ReadGate
+from proxy.connection.in_flight import InFlightRequests
 from proxy.connection.login import LoginGate
 from proxy.connection.mute import ChannelMute
 from proxy.connection.outbox import Outbox
-from proxy.connection.requests import RequestSide
-from proxy.connection.responses import ResponseSide
-from proxy.connection.state import READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
+from proxy.connection.reading import READ_AFTER_SPLICED_RECORDS_BYTES, read_bytes_for
+from proxy.connection.requests import RequestPath
+from proxy.connection.responses import ResponsePath
+from proxy.connection.upstream_link import UpstreamLink
+from proxy.decision.outcome import Sender
 from proxy.security.tls import peer_principal_name
 from proxy.settings.config import HostPort
 from quotas.config import ANONYMOUS
@@ -50,9 +56,91 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._client.upstream_lost(exc)
 
 
-class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
-    """The client's transport protocol, made of the sides in ``requests`` and ``responses`` over the state in
-    ``state``."""
+class ClientConnection(asyncio.BufferedProtocol):
+    """The client's transport protocol: one connection's objects wired together, and what holds its requests."""
+
+    def __init__(self, context: ProxyContext, resolve_upstream: UpstreamResolver, listener: str) -> None:
+        self._context = context
+        self._config = context.config
+        self._metrics = context.metrics
+        self._listener = listener
+        self._in_flight = InFlightRequests()
+        self._link = UpstreamLink(resolve_upstream, context.upstream_connects, context.client_upstream_access,
+                                  self._config.connect_timeout_s, self._config.max_frame_bytes)
+        """The connection's own connection to the cluster."""
+        self._transport: asyncio.Transport | None = None
+        self._peer = "?"
+        self._closed = False
+        self._draining = False
+        self._last_activity = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._user = ANONYMOUS
+        self._sender = Sender(ANONYMOUS, "")
+        """Who sends the requests and the broker they reach, renewed when either is known."""
+        self._buffer_high = self._config.write_buffer_high_bytes
+        """Either side stops being read while the other has this much unsent: ``write_buffer_high_bytes`` or
+        the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
+        self._read_bytes = read_bytes_for(self._buffer_high)
+        self._login: LoginGate | None = None
+        """The login, when the proxy takes logins, from the first request to the user it names."""
+        # made once the transport is there (``connection_made``)
+        self._loop: asyncio.AbstractEventLoop
+        self.gate: ReadGate
+        self._to_client: Outbox
+        """Everything the client is sent goes through it."""
+        self._mute: ChannelMute
+        """The throttle, the login step and a close asked for: when requests read wait undecided."""
+        self._responses: ResponsePath
+        self._requests: RequestPath
+
+    # ---- what the paths ask of their connection (``RequestOwner``, ``ResponseOwner``) ------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def read_bytes(self) -> int:
+        return self._read_bytes
+
+    def touched(self) -> None:
+        self._last_activity = self._loop.time()
+
+    def sender(self) -> Sender:
+        return self._sender
+
+    def holding(self) -> bool:
+        """Later requests wait: for a handler asking the cluster, for a throttled response and its mute, for
+        the client to read its answers, or for the cluster to answer some of the requests out."""
+        return (self._mute.holds or self._requests.settling
+                or self._link.opening or self._to_client.behind
+                or self._in_flight.local_answer_bytes >= self._buffer_high  # a client reading nothing must not
+                # make the proxy hold its own answers without bound
+                or len(self._in_flight) >= self._config.max_in_flight_requests)
+
+    def close_if_answered(self) -> None:
+        if self._mute.closing and not self._awaiting_responses():
+            self.close(CloseReason.ACKS0_PARTITION_ERROR)
+
+    def login_step_answered(self) -> None:
+        """Answers were sent: once every request read before the login completed has its answer, the login gate
+        lets the next be read (``LoginGate.step_answered``)."""
+        if self._login is not None and not self._awaiting_responses() and not self._closed:
+            self._login.step_answered()
+
+    def after_responses(self) -> None:
+        self.close_if_answered()
+        if self.gate.paused_for(PauseReason.HOLDING) and not self.holding():
+            self._requests.release_held()  # held for the requests in flight (reading paused, maybe nothing held yet)
+        if self._draining and not self._awaiting_responses() and not self._requests.settling:
+            self.close(CloseReason.SHUTDOWN, "drained")  # requests still held were never forwarded: the client retries
+
+    def _awaiting_responses(self) -> bool:
+        return bool(self._in_flight) or self._responses.passing
 
     # ---- reads ------------------------------------------------------------------------------------
 
@@ -63,26 +151,20 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         return self._context.read_buffer[:self._read_bytes]
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._batch_header_next:
+        if self._requests.batch_header_next:
             # records were spliced and the request's structure follows: read just past the next batch's
             # header, so that the records after it are spliced too rather than read
             return self._context.read_buffer[:READ_AFTER_SPLICED_RECORDS_BYTES]
         return self.read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.read_out(nbytes))
+        self._requests.data_received(self.read_out(nbytes))
 
     def upstream_read_buffer(self) -> memoryview:
-        """The rest of a response frame being read whole, or the loop's read buffer."""
-        space = self._responses.frame_space()
-        self._upstream_reads_into_frame = space is not None
-        return self.read_buffer() if space is None else space
+        return self._responses.read_buffer()
 
     def upstream_buffer_updated(self, nbytes: int) -> None:
-        if self._upstream_reads_into_frame:
-            self.upstream_frame_read(nbytes)
-        else:
-            self.upstream_data_received(self.read_out(nbytes))
+        self._responses.buffer_updated(nbytes)
 
     def read_out(self, nbytes: int) -> bytes:
         """What the last read (of either side) put in the read buffer, before the next read reuses it."""
@@ -97,8 +179,13 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.gate = ReadGate(transport)
         self._loop = loop = asyncio.get_running_loop()
-        self._mute = ChannelMute(loop, self._pause_if_holding, self._mute_released, self._count_muted)
+        self._mute = ChannelMute(loop, lambda: self._requests.pause_if_holding(), self._mute_released,
+                                 self._count_muted)
         self._to_client = Outbox(transport, self._buffer_high, self._client_fell_behind, self._client_caught_up)
+        self._responses = ResponsePath(self, self._context, loop, transport, self._to_client, self._link,
+                                       self._in_flight, self._mute, self._peer)
+        self._requests = RequestPath(self, self._context, loop, transport, self.gate, self._to_client, self._link,
+                                     self._in_flight, self._mute, self._responses, self._peer)
         self._context.connection_opened(self)  # sets the buffer share
         ssl_object = transport.get_extra_info("ssl_object")
         name = None
@@ -109,7 +196,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
                          self._peer, self._listener, subject)
                 self.close(CloseReason.NO_PRINCIPAL)
                 return
-            self._user = name or ANONYMOUS  # SASL, when on, names the principal once the client logs in
+            self._name_user(name or ANONYMOUS)  # SASL, when on, names the principal once the client logs in
         self._last_activity = loop.time()
         self._idle_timer = loop.call_later(self._config.idle_timeout_s, self._check_idle)
         loop.call_soon(self.gate.reassert)
@@ -118,20 +205,24 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
             return  # a certificate named the user, and no login will
         if login is not None:
             settings = self._config.login
-            self._requests.max_frame_bytes = min(self._config.max_frame_bytes, settings.max_receive_bytes)
-            self._login = LoginGate(login, self._mute, self.gate, loop, settings.timeout_s,
-                                    f"from {self._peer} on {self._listener}", self._logged_in, self.close,
-                                    self._release_held)
+            self._requests.limit_frames(min(self._config.max_frame_bytes, settings.max_receive_bytes))
+            self._login = self._requests.login = LoginGate(
+                login, self._mute, self.gate, loop, settings.timeout_s, f"from {self._peer} on {self._listener}",
+                self._logged_in, self.close, lambda: self._requests.release_held())
         if login is None or login.needs_upstream_before_login:
             self._start_upstream()
         # when the proxy terminates SASL, the upstream connection opens once the client has logged in: a
         # client that cannot log in (or a flood of connections) never costs the cluster a connection
 
+    def _name_user(self, user: str) -> None:
+        self._user = user
+        self._sender = Sender(user, self._link.broker)
+
     def _logged_in(self, user: str) -> bool:
         """The login named ``user``, the principal of every later request: the upstream connection opens (when
         the proxy terminates the login). False: the connection is over its user's connection creation rate."""
-        self._user = user
-        self._requests.max_frame_bytes = self._config.max_frame_bytes
+        self._name_user(user)
+        self._requests.limit_frames(self._config.max_frame_bytes)
         if not self._admitted(user):
             return False
         if not self._link.started:
@@ -153,7 +244,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
     def _mute_released(self) -> None:
         """Nothing of the mute holds the requests read any longer: decide them (something else may hold them)."""
         self.gate.resume(PauseReason.HOLDING)
-        self._release_held()
+        self._requests.release_held()
 
     def _count_muted(self, change: int) -> None:
         self._metrics.muted_connections += change
@@ -164,7 +255,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._link.open(UpstreamProtocol(self), self._new_cluster_outbox, self._upstream_opened, self._upstream_failed)
 
     def eof_received(self) -> bool | None:
-        if self._requests.buffered_bytes or self._before_upstream or self._request_passage.remaining:
+        if self._requests.mid_frame:
             self._context.metrics.closed_for_bad_input += 1
             self.close(CloseReason.TRUNCATED_FRAME, "client closed in the middle of a frame")
         return None
@@ -195,7 +286,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self.gate.resume(PauseReason.CLIENT_BACKLOG)
         if self._link.gate is not None:
             self._link.gate.resume(PauseReason.PEER_BACKPRESSURE)
-        self._release_held()
+        self._requests.release_held()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.close(CloseReason.CLIENT_LEFT, "" if exc is None else f"connection lost: {exc}")
@@ -209,11 +300,10 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
 
     def _upstream_opened(self, target: HostPort) -> None:
         log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
+        self._sender = Sender(self._user, self._link.broker)
         self.gate.resume(PauseReason.CONNECTING)
-        self._release_held()
-        if self._before_upstream and not self._closed:
-            early, self._before_upstream = bytes(self._before_upstream), bytearray()
-            self.data_received(early)
+        self._requests.release_held()
+        self._requests.link_opened()
 
     def _upstream_failed(self, why: str) -> None:
         self._context.metrics.upstream_connect_failures += 1
@@ -231,7 +321,7 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._draining = True
         if not self._closed:
             self.gate.pause(PauseReason.DRAINING)
-            if not self._awaiting_responses() and self._settling is None:
+            if not self._awaiting_responses() and not self._requests.settling:
                 self.close(CloseReason.SHUTDOWN)
 
     def _check_idle(self) -> None:
@@ -249,17 +339,13 @@ class ClientConnection(RequestSide, ResponseSide, asyncio.BufferedProtocol):
         self._closed = True
         (log.warning if (reason.warns if warn is None else warn) else log.debug)(
             "closing connection from %s on %s: %s", self._peer, self._listener, reason.describe(detail))
-        for timer in (self._idle_timer, self._request_timer):
-            if timer is not None:
-                timer.cancel()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         if self._login is not None:
             self._login.stop()
         self._mute.stop()
-        if self._settling is not None and not self._settling.done():
-            self._settling.cancel()
-        for splice in (self._splice, self._response_splice):
-            if splice is not None:
-                splice.stop()
+        self._requests.stop()
+        self._responses.stop()
         if self._transport is not None:
             self._to_client.close()
             self._transport.close()

@@ -1,82 +1,160 @@
-"""The response side of a client connection: pairing each response with its request (Kafka answers
+"""The response path of a client connection: pairing each response with its request (Kafka answers
 in order), the proxy's own answers sent in turn, throttles raised into responses, broker addresses
 and api versions rewritten, large Fetch responses cut through after their throttle field.
+
+It owns the framing of the cluster's bytes and the response frame in passage; the requests awaiting answers, the
+mute and the outboxes are the connection's, handed to it. What it asks of its connection is ``ResponseOwner``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from typing import Protocol
 
 from protocol.addresses import carries_addresses
 from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
-from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds
+from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds, FrameSplitter
 from protocol.header import response_header_length
 from protocol.throttle import carries_throttle, may_stream_response, raise_throttle
 from proxy.connection.close_reason import CloseReason
+from proxy.connection.context import ProxyContext
 from proxy.connection.flow import PauseReason
-from proxy.connection.in_flight import InFlight
+from proxy.connection.in_flight import InFlight, InFlightRequests
+from proxy.connection.mute import ChannelMute
+from proxy.connection.outbox import Outbox
+from proxy.connection.passage import FramePassage
+from proxy.connection.reading import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES
 from proxy.connection.splice import FrameSplice, can_splice
-from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, SPLICE_AFTER_BYTES, ConnectionState
+from proxy.connection.upstream_link import UpstreamLink
 
 log = logging.getLogger(__name__)
 
+MIN_RESPONSE_FRAME_BYTES = 4  # correlation id
 
-class ResponseSide(ConnectionState):
+
+class ResponseOwner(Protocol):
+    """What the response path asks of the connection it belongs to."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def read_bytes(self) -> int:
+        """The most one read of the connection takes (its buffer share's)."""
+
+    def close(self, reason: CloseReason, detail: str = "", warn: bool | None = None) -> None: ...
+
+    def touched(self) -> None:
+        """Bytes moved: the connection is not idle."""
+
+    def read_buffer(self) -> memoryview:
+        """Where the next read lands (the loop's read buffer, no more of it than ``read_bytes``)."""
+
+    def read_out(self, nbytes: int) -> bytes:
+        """What the last read put in the read buffer, before the next read reuses it."""
+
+    def login_step_answered(self) -> None:
+        """Answers were written (a login step may be over)."""
+
+    def after_responses(self) -> None:
+        """Responses were handled: a close, a drain or the requests held may follow."""
+
+
+class ResponsePath:
     """Bytes from the cluster: framed, paired with their requests, rewritten where needed, sent in turn
     with the proxy's own answers."""
 
-    def upstream_data_received(self, data: bytes) -> None:
-        if self._closed:
+    def __init__(self, owner: ResponseOwner, context: ProxyContext, loop: asyncio.AbstractEventLoop,
+                 client: asyncio.Transport, to_client: Outbox, link: UpstreamLink, in_flight: InFlightRequests,
+                 mute: ChannelMute, peer: str) -> None:
+        self._owner = owner
+        self._context = context
+        self._config = context.config
+        self._metrics = context.metrics
+        self._loop = loop
+        self._client = client
+        self._to_client = to_client
+        self._link = link
+        self._in_flight = in_flight
+        self._mute = mute
+        self._peer = peer
+        self._frames = FrameSplitter(self._config.max_frame_bytes, MIN_RESPONSE_FRAME_BYTES)
+        self._passage = FramePassage()
+        """The rest of a large Fetch response, going to the client as it arrives (or dropped)."""
+        self._splice: FrameSplice | None = None
+        """Moves the rest of large Fetch responses socket to socket (made for the first)."""
+        self._reads_into_frame = False
+        """The cluster's connection's last read buffer was the rest of a response frame read whole."""
+        self._close_after_write = False
+
+    @property
+    def passing(self) -> bool:
+        """A response frame is in passage: its rest is still to come from the cluster."""
+        return self._passage.remaining > 0
+
+    def read_buffer(self) -> memoryview:
+        """Where the cluster's next read lands: the rest of a response frame being read whole, or the loop's read
+        buffer."""
+        space = self._frames.frame_space()
+        self._reads_into_frame = space is not None
+        return self._owner.read_buffer() if space is None else space
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._reads_into_frame:
+            self.frame_read(nbytes)
+        else:
+            self.data_received(self._owner.read_out(nbytes))
+
+    def stop(self) -> None:
+        if self._splice is not None:
+            self._splice.stop()
+
+    def data_received(self, data: bytes) -> None:
+        if self._owner.closed:
             return
         self._heard_from_upstream(len(data))
         try:
-            if self._response_passage.remaining:
-                data = self._response_passage.take(data)  # the rest of the response being cut through
-            if data and not self._closed:
-                chunk, ends = self._responses.feed(data)
+            if self._passage.remaining:
+                data = self._passage.take(data)  # the rest of the response being cut through
+            if data and not self._owner.closed:
+                chunk, ends = self._frames.feed(data)
                 if ends:
                     self._route_responses(chunk, ends)
                 self._maybe_cut_through_response()
         except Exception as error:
             self._fail_on_responses(error)
             return
-        self._after_responses()
+        self._owner.after_responses()
 
-    def upstream_frame_read(self, nbytes: int) -> None:
+    def frame_read(self, nbytes: int) -> None:
         """``nbytes`` more of the response frame read whole (``FrameSplitter.read_whole``) were read into it."""
-        if self._closed:
+        if self._owner.closed:
             return
         self._heard_from_upstream(nbytes)
         try:
-            whole = self._responses.frame_filled(nbytes)
+            whole = self._frames.frame_filled(nbytes)
             if whole is None:
                 return
             self._route_responses(*whole)
         except Exception as error:
             self._fail_on_responses(error)
             return
-        self._after_responses()
+        self._owner.after_responses()
 
     def _heard_from_upstream(self, nbytes: int) -> None:
-        self._last_activity = self._loop.time()
+        self._owner.touched()
         self._link.heard()
         self._metrics.bytes_out += nbytes
 
     def _fail_on_responses(self, error: Exception) -> None:
         if isinstance(error, ProtocolError):
-            self.close(CloseReason.BAD_RESPONSE, str(error))
+            self._owner.close(CloseReason.BAD_RESPONSE, str(error))
         else:
             log.exception("unexpected error handling responses for %s", self._peer, exc_info=error)
-            self.close(CloseReason.INTERNAL_ERROR, "handling responses")
-
-    def _after_responses(self) -> None:
-        self._close_if_answered()
-        if self.gate.paused_for(PauseReason.HOLDING) and not self._holding():
-            self._release_held()  # held for the requests in flight (reading paused, maybe nothing held yet)
-        if self._draining and not self._awaiting_responses() and self._settling is None:
-            self.close(CloseReason.SHUTDOWN, "drained")  # requests still held were never forwarded: the client retries
+            self._owner.close(CloseReason.INTERNAL_ERROR, "handling responses")
 
     def _route_responses(self, chunk: bytes | bytearray, ends: FrameEnds) -> None:
         view = memoryview(chunk)
@@ -120,37 +198,37 @@ class ResponseSide(ConnectionState):
     def _responses_sent(self, mute_ms: int | None) -> None:
         """Whole responses were written: the proxy's own answers queued behind them follow, then the
         close or the mute they asked for (after the response is written, as a Kafka broker does)."""
-        self._send_local_responses_in_turn()
+        self.send_local_answers_in_turn()
         if self._close_after_write:
-            self.close(CloseReason.CLOSE_AFTER_RESPONSE)
+            self._owner.close(CloseReason.CLOSE_AFTER_RESPONSE)
         elif mute_ms is not None:
             self._mute.response_sent(mute_ms)
-        self._login_step_answered()
+        self._owner.login_step_answered()
 
     def _maybe_cut_through_response(self) -> None:
         """Start forwarding a large Fetch response as it arrives, once its start is here: it is
         charged by its size prefix, and its throttle field comes first in its body."""
         request = self._in_flight.oldest
-        if self._responses.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._closed or request is None:
+        if self._frames.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._owner.closed or request is None:
             return
         if (not may_stream_response(request.api_key) or request.local_response is not None or request.finish is not None
                 or request.whole_response or self._names_brokers(request.api_key, request.api_version)):
-            self._responses.read_whole()  # its rest is read straight into a buffer of its size
+            self._frames.read_whole()  # its rest is read straight into a buffer of its size
             return
-        partial = self._responses.partial_frame(CUT_THROUGH_AFTER_BYTES)
+        partial = self._frames.partial_frame(CUT_THROUGH_AFTER_BYTES)
         if partial is None:
             return  # read whole already
         prefix, frame_bytes = partial
         frame = memoryview(prefix)[SIZE_PREFIX_BYTES:]
         request = self._answered_request(frame, frame_bytes - SIZE_PREFIX_BYTES, 0)
-        taken = self._responses.take_partial_frame()
+        taken = self._frames.take_partial_frame()
         remaining = frame_bytes - len(taken)
         if request.answer_body is not None:
             header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
             self._to_client.writelines(frame_pieces(frame, header_length, request.answer_body))
             # the rest is read and dropped before anything behind it is answered (begun before the mute's release
             # may decide the requests held)
-            self._response_passage.begin(remaining, None, lambda: self._responses_sent(None))
+            self._passage.begin(remaining, None, lambda: self._responses_sent(None))
             # the client has its answer: its mute starts now, not once the dropped rest has arrived
             self._mute.response_sent(request.throttle_ms)
             return
@@ -162,49 +240,49 @@ class ResponseSide(ConnectionState):
                 head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
         self._to_client.writelines((head, memoryview(taken)[len(prefix):]))
         mute_ms = request.throttle_ms if request.holds_later_requests else None
-        self._response_passage.begin(remaining, self._to_client.write, lambda: self._responses_sent(mute_ms))
+        self._passage.begin(remaining, self._to_client.write, lambda: self._responses_sent(mute_ms))
         if remaining >= SPLICE_AFTER_BYTES:
             self._splice_rest_of_response()
 
     def _splice_rest_of_response(self) -> None:
         """The rest of the Fetch response goes to the client inside the kernel, unread: the cluster's
         connection is read no further until its last byte has gone."""
-        transport, upstream, gate = self._transport, self._link.transport, self._link.gate
+        transport, upstream, gate = self._client, self._link.transport, self._link.gate
         assert transport is not None and upstream is not None and gate is not None
         if not (self._config.splice and can_splice(upstream, transport)):
             return
-        if self._response_splice is None:
-            self._response_splice = FrameSplice(self._loop, ("cluster", "client"), self._spliced_response_read,
-                                                self._spliced_response, self._response_splice_failed)
+        if self._splice is None:
+            self._splice = FrameSplice(self._loop, ("cluster", "client"), self._spliced_response_read,
+                                                self._spliced_response, self._splice_failed)
         self._to_client.hand_over()  # the spliced bytes follow what the client was sent before them
         try:
-            self._response_splice.start(upstream, transport, self._response_passage.remaining, self._read_bytes)
+            self._splice.start(upstream, transport, self._passage.remaining, self._owner.read_bytes)
         except OSError as error:  # the rest is cut through as it is read
             log.warning("cannot splice a response to %s (%s): reading it instead", self._peer, error)
             return
         gate.pause(PauseReason.SPLICING)
 
     def _spliced_response_read(self, nbytes: int) -> None:
-        self._last_activity = self._loop.time()
+        self._owner.touched()
         self._link.heard()
         self._metrics.bytes_out += nbytes
         self._metrics.bytes_spliced_out += nbytes
-        self._response_passage.went_by(nbytes)
+        self._passage.went_by(nbytes)
 
     def _spliced_response(self) -> None:
         assert self._link.gate is not None
         self._link.gate.resume(PauseReason.SPLICING)
-        self._response_passage.finish()
-        if not self._closed:
-            self._after_responses()
+        self._passage.finish()
+        if not self._owner.closed:
+            self._owner.after_responses()
 
-    def _response_splice_failed(self, reason: str, by_cluster: bool) -> None:
+    def _splice_failed(self, reason: str, by_cluster: bool) -> None:
         """The cluster gone in the middle of a response is worth a warning; a client that leaves is not."""
-        self.close(CloseReason.UPSTREAM_LOST if by_cluster else CloseReason.CLIENT_LEFT, reason, warn=by_cluster)
+        self._owner.close(CloseReason.UPSTREAM_LOST if by_cluster else CloseReason.CLIENT_LEFT, reason, warn=by_cluster)
 
     def _local_responses_due(self) -> list[bytes]:
         """The proxy's own answers at the head of the queue: no earlier request is still out."""
-        if self._response_passage.remaining:
+        if self._passage.remaining:
             return []  # they follow the response being cut through
         due: list[bytes] = []
         now = time.perf_counter()
@@ -217,15 +295,15 @@ class ResponseSide(ConnectionState):
             self._close_after_write |= request.close_after_response
         return due
 
-    def _send_local_responses_in_turn(self) -> None:
+    def send_local_answers_in_turn(self) -> None:
         due = self._local_responses_due()
         if due:
             self._to_client.writelines(due)
             if self._close_after_write:
-                self.close(CloseReason.CLOSE_AFTER_RESPONSE)
+                self._owner.close(CloseReason.CLOSE_AFTER_RESPONSE)
                 return
-            self._login_step_answered()
-            self._after_responses()
+            self._owner.login_step_answered()
+            self._owner.after_responses()
 
     def _names_brokers(self, api_key: int, api_version: int) -> bool:
         """The response names brokers the client must reach through the proxy."""

@@ -14,7 +14,7 @@ from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UPSTREAM_ERRORS, fetch_brokers
 from proxy.connection.client import ClientConnection
 from proxy.connection.context import Connection, UpstreamResolver
-from proxy.connection.state import READ_BYTES
+from proxy.connection.reading import READ_BYTES
 from proxy.handlers.chain import RequestChain
 from proxy.reporting.metrics import serve_metrics, worker_labelled
 from proxy.runtime.memory import FreedMemory

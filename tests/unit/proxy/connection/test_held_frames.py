@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from array import array
 
-from proxy.connection.state import READ_BYTES, HeldFrames, read_bytes_for
+from proxy.connection.reading import READ_BYTES, read_bytes_for
+from proxy.connection.requests import HeldFrames
 
 
 def test_frames_are_held_as_chunks_from_the_first_still_held_in_order() -> None:
