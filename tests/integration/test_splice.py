@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.codecs import decode_response
 from protocol.header import response_header_length
-from proxy.connection.state import CUT_THROUGH_AFTER_BYTES, READ_AFTER_SPLICED_RECORDS_BYTES, READ_BYTES
+from proxy.connection.reading import CUT_THROUGH_AFTER_BYTES, READ_AFTER_SPLICED_RECORDS_BYTES, READ_BYTES
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.integration.test_produce_quotas import metrics
 from tests.support import (
