@@ -32,7 +32,7 @@ class InFlight(NamedTuple):
     answer_body: bytes | None = None
     """Set by ``charge_response`` when the client gets this body instead of the upstream one."""
     whole_response: bool = False
-    """See ``Outcome.whole_response``."""
+    """The answer is read whole, never cut through (``OnResponse.read_whole``)."""
 
     @property
     def holds_later_requests(self) -> bool:

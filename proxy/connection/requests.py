@@ -36,10 +36,11 @@ from proxy.connection.responses import ResponsePath
 from proxy.connection.splice import FrameSplice, can_splice
 from proxy.connection.upstream_link import UpstreamLink
 from proxy.decision.interception import RequestStream
-from proxy.decision.outcome import Decided, Outcome, Sender
+from proxy.decision.outcome import Close, Decided, Forward, OnResponse, Outcome, Respond, Sender
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+NO_HOOK = OnResponse()
 
 
 class HeldFrames:
@@ -232,7 +233,7 @@ class RequestPath:
             if not self._carry_out(decided, frame):
                 if forward_from < start:
                     upstream.write(view[forward_from:start])
-                if decided.forward and decided.replacement is not None:
+                if isinstance(decided, Forward) and decided.replacement is not None:
                     upstream.write(decided.replacement)
                 forward_from = end
             start = end
@@ -282,21 +283,30 @@ class RequestPath:
                                              None if login is None else login.login, self._link.transport is not None)
 
     def _carry_out(self, outcome: Outcome, frame: memoryview) -> bool:
-        """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are."""
-        if outcome.expects_response:
-            api_key, api_version, correlation_id = peek_request(frame)
-            request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, outcome.local_response,
-                               outcome.finish, outcome.close_after_response, time.perf_counter(),
-                               outcome.charge_response, whole_response=outcome.whole_response)
-            self._await_response(request)
-            if request.holds_later_requests:
-                self._mute.throttled(outcome.throttle_ms, expects_response=True)
-        else:
+        """Queue the response ``outcome`` expects; True when the client's bytes go upstream as they are (a
+        replacement, when forwarded, is written by the caller after what came before it)."""
+        if isinstance(outcome, Close):
+            self._mute.close_when_answered()
+            return False
+        if isinstance(outcome, Forward) and not outcome.expects_response:
             if outcome.close_after_response:
                 self._mute.close_when_answered()
             if outcome.throttle_ms:
                 self._mute.throttled(outcome.throttle_ms, expects_response=False)
-        return outcome.forward and outcome.replacement is None
+            return outcome.replacement is None
+        api_key, api_version, correlation_id = peek_request(frame)
+        if isinstance(outcome, Respond):
+            request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, outcome.response,
+                               close_after_response=outcome.close_after_response, read_at=time.perf_counter())
+        else:
+            hook = outcome.on_response or NO_HOOK
+            request = InFlight(correlation_id, api_key, api_version, outcome.throttle_ms, None, hook.finish,
+                               outcome.close_after_response, time.perf_counter(), hook.charge,
+                               whole_response=hook.read_whole)
+        self._await_response(request)
+        if request.holds_later_requests:
+            self._mute.throttled(request.throttle_ms, expects_response=True)
+        return isinstance(outcome, Forward) and outcome.replacement is None
 
     def _await_decision(self, decided: Awaitable[Outcome], frame: bytes) -> None:
         """Wait for a handler that asks the cluster (or the ledger) first; later requests wait behind it."""
@@ -330,7 +340,7 @@ class RequestPath:
         upstream = cast(Outbox, self._link.outbox)  # only None before a login, when nothing is forwarded
         if self._carry_out(outcome, memoryview(frame)[SIZE_PREFIX_BYTES:]):
             upstream.write(frame)
-        elif outcome.forward and outcome.replacement is not None:
+        elif isinstance(outcome, Forward) and outcome.replacement is not None:
             upstream.write(outcome.replacement)
         self._responses.send_local_answers_in_turn()
         self._owner.close_if_answered()

@@ -1,7 +1,8 @@
 """What a per-API handler decides about one request; the connection carries it out.
 
 A handler sees the request and the caller (``Caller``) and returns an ``Outcome`` (or an awaitable
-of one, when it must ask the cluster first). It never touches sockets: the connection forwards,
+of one, when it must ask the cluster first): ``Forward`` it (with a throttle, a replacement, what becomes of its
+answer), ``Respond`` to it, or ``Close`` the connection. It never touches sockets: the connection forwards,
 answers in request order, raises the throttle into the response, mutes, or closes.
 """
 
@@ -66,28 +67,56 @@ class Caller(NamedTuple):
         return PRINCIPAL_PREFIX + self.user
 
 
-class Outcome(NamedTuple):
-    forward: bool = True
-    expects_response: bool = True
+class OnResponse(NamedTuple):
+    """What becomes of the cluster's answer to a forwarded request, beyond the throttle raised into it."""
+
+    finish: ResponseFinisher | None = None
+    """Turns the cluster's answer into the client's (refusals merged in, topics left out, a count taken)."""
+    charge: ResponseCharge | None = None
+    """What the answer costs is known only when it arrives (a Fetch), or a throttle is known only then (a topic
+    mutation's shrinks while the cluster carries it out): its throttle is raised into it (or it is replaced), and
+    the connection muted after it, as for a throttle decided on the request; the larger of the two is given."""
+    read_whole: bool = False
+    """``charge`` or ``finish`` reads the whole answer: it is never cut through."""
+
+
+class Forward(NamedTuple):
+    """The request goes to the cluster: the client's bytes, or ``replacement``."""
+
     throttle_ms: int = 0
     """Raised into the response (max with upstream's); the client is muted after it is sent."""
-    local_response: bytes | None = None
-    """A whole frame (size prefix included) sent in turn instead of an upstream response."""
     replacement: bytes | None = None
     """A whole request frame (size prefix included) forwarded instead of the client's."""
-    finish: ResponseFinisher | None = None
+    expects_response: bool = True
+    """False for a Produce request with acks=0: the cluster answers nothing."""
+    on_response: OnResponse | None = None
     close_after_response: bool = False
     """Close the connection once the response is sent; without a response (acks=0), once the earlier
     requests are answered, reading nothing after this one (Kafka closes such a connection)."""
-    charge_response: ResponseCharge | None = None
-    """What the response costs is known only when it arrives (a Fetch), or a throttle is known only then (a topic
-    mutation's shrinks while the cluster carries it out): its throttle is raised into it (or it is replaced), and
-    the connection muted after it, as for a throttle decided on the request; the larger of the two is given."""
-    whole_response: bool = False
-    """``charge_response`` reads the whole response: it is never cut through."""
 
 
-FORWARD = Outcome()
+class Respond(NamedTuple):
+    """The proxy answers the request itself, in its turn; nothing goes to the cluster."""
+
+    response: bytes
+    """A whole frame (size prefix included)."""
+    throttle_ms: int = 0
+    """In the response already; the client is muted after it is sent."""
+    close_after_response: bool = False
+
+
+class Close(NamedTuple):
+    """Nothing goes to the cluster and nothing is answered: the connection closes once the earlier requests are
+    answered, reading nothing after this one (Kafka closes the connection of a request without acknowledgement
+    that it refuses)."""
+
+
+Outcome = Forward | Respond | Close
+"""What is done with one request: a request over several quotas carries the largest of their throttles
+(``throttled_at_least``)."""
+
+FORWARD = Forward()
+CLOSE = Close()
 
 Decided = Outcome | Awaitable[Outcome]
 
@@ -108,12 +137,20 @@ async def _throttled_once_decided(decided: Awaitable[Outcome], throttle_ms: int,
 
 
 def _throttled_at_least(outcome: Outcome, throttle_ms: int, api_key: int, api_version: int) -> Outcome:
-    if throttle_ms <= outcome.throttle_ms:
-        return outcome
-    local = outcome.local_response
-    if local is not None:
-        local = raise_throttle_in_frame(api_key, api_version, local, throttle_ms)
-    return outcome._replace(throttle_ms=throttle_ms, local_response=local)
+    if isinstance(outcome, Close) or throttle_ms <= outcome.throttle_ms:
+        return outcome  # a connection that closes is not muted
+    if isinstance(outcome, Respond):
+        return outcome._replace(throttle_ms=throttle_ms,
+                                response=raise_throttle_in_frame(api_key, api_version, outcome.response, throttle_ms))
+    return outcome._replace(throttle_ms=throttle_ms)
+
+
+def finished_whole(outcome: Forward, replacement: bytes, finish: ResponseFinisher) -> Forward:
+    """``outcome`` forwarding ``replacement`` (unless it forwards one of its own already) and its answer read whole
+    and turned into the client's by ``finish`` (a charge it has reads the whole answer too)."""
+    hook = outcome.on_response or OnResponse()
+    return outcome._replace(replacement=outcome.replacement or replacement,
+                            on_response=hook._replace(finish=finish, read_whole=True))
 
 
 def frame(header_and_body: bytes) -> bytes:
@@ -121,11 +158,10 @@ def frame(header_and_body: bytes) -> bytes:
 
 
 def local_answer(header: RequestHeader, body: bytes, throttle_ms: int = 0,
-                 close_after_response: bool = False) -> Outcome:
+                 close_after_response: bool = False) -> Respond:
     """Answer ``header``'s request with ``body`` without forwarding it."""
     response_header = response_header_for(header.api_key, header.flexible, header.correlation_id)
-    return Outcome(forward=False, throttle_ms=throttle_ms, local_response=frame(response_header + body),
-                   close_after_response=close_after_response)
+    return Respond(frame(response_header + body), throttle_ms, close_after_response)
 
 
 def replacement_request(frame_without_prefix: memoryview, header: RequestHeader, body: bytes) -> bytes:

@@ -22,7 +22,7 @@ from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION
 from protocol.header import RequestHeader, read_request_header
-from proxy.decision.outcome import Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.decision.outcome import Caller, Decided, Forward, OnResponse, Outcome, local_answer, replacement_request
 from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, validate_quota
 
@@ -137,7 +137,7 @@ class ClientQuotaHandlers:
                 return local_answer(header, _alter_response(version, request.entries, results, unsupported, 0))
             body = encode_request(Api.ALTER_CLIENT_QUOTAS, version,
                                   {"entries": forwarded_entries, "validate_only": request.validate_only})
-            return Outcome(replacement=replacement_request(frame, header, body), finish=merge)
+            return Forward(replacement=replacement_request(frame, header, body), on_response=OnResponse(finish=merge))
 
         return forward_if_served()
 
@@ -193,7 +193,7 @@ class ClientQuotaHandlers:
             if any(c.entity_type == TOPIC for c in request.components) or (
                     Api.DESCRIBE_CLIENT_QUOTAS not in await self._cluster_api_keys()):
                 return local_answer(header, _describe_response(version, ours, 0, 0, None))
-            return Outcome(finish=merge)
+            return Forward(on_response=OnResponse(finish=merge))
 
         return forward_if_served()
 

@@ -39,7 +39,18 @@ from protocol.fetch import (
 from protocol.header import RequestHeader, read_request_header, response_header_length
 from protocol.reserved_topics import fetch_answer_with_refusals, fetch_refused, fetch_session_not_found
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Outcome, frame, local_answer
+from proxy.decision.outcome import (
+    FORWARD,
+    Caller,
+    ChargedResponse,
+    Decided,
+    Forward,
+    OnResponse,
+    Outcome,
+    finished_whole,
+    frame,
+    local_answer,
+)
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
@@ -97,14 +108,13 @@ class FetchHandler:
         kept = bytes(request[:header.length]) + refused.forwarded_body
         outcome = self._decide(memoryview(kept), header, caller, None if limited_topics is None else [
             topic for topic in topics if not self._reserved(topic)])
-        return outcome._replace(replacement=outcome.replacement or frame(kept), whole_response=True,
-                                finish=lambda body: fetch_answer_with_refusals(version, body, refused))
+        return finished_whole(outcome, frame(kept), lambda body: fetch_answer_with_refusals(version, body, refused))
 
     def _reserved(self, topic: TopicRef) -> bool:
         return (topic if isinstance(topic, str) else self._topic_names.name(topic)) in self._reserved_topics
 
     def _decide(self, request: memoryview, header: RequestHeader, caller: Caller,
-                topics: list[TopicRef] | None) -> Outcome:
+                topics: list[TopicRef] | None) -> Forward:
         """``topics``: the request's, when a topic quota exists (its response is charged per topic too, unless it
         is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
         client_id = header.client_id or ""
@@ -128,7 +138,7 @@ class FetchHandler:
         def charge(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             size = fetch_response_size(response_start, response_bytes, flexible)
             body = response_start[response_header_length(response_start, flexible):]
-            # per topic only when read whole (``whole_response``)
+            # per topic only when read whole (``OnResponse.read_whole``)
             admitted, throttle_ms = self._consumed.charge(
                 caller, client_id, size, None if topics is None else lambda: fetch_response_topic_bytes(body, version))
             if admitted:
@@ -139,8 +149,8 @@ class FetchHandler:
             return ChargedResponse(throttle_ms, throttled_fetch_response_body(
                 version, max(throttle_ms, upstream.throttle_ms), upstream.session_id if incremental else 0))
 
-        return Outcome(replacement=None if capped is None else frame(capped), charge_response=charge,
-                       whole_response=topics is not None)
+        return Forward(replacement=None if capped is None else frame(capped),
+                       on_response=OnResponse(charge=charge, read_whole=topics is not None))
 
 
 class ConsumedBytes:

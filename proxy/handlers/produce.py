@@ -31,7 +31,16 @@ from protocol.responses import (
     produce_request_without_invalid_partitions,
 )
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.decision.outcome import (
+    CLOSE,
+    Caller,
+    Decided,
+    Forward,
+    OnResponse,
+    Outcome,
+    local_answer,
+    replacement_request,
+)
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService
@@ -41,7 +50,6 @@ from quotas.producer_id_quota import ProducerBatch
 
 _T = TypeVar("_T")
 
-CLOSE_ON_ACKS_0_ERROR = Outcome(forward=False, expects_response=False, close_after_response=True)
 """Kafka closes an acks=0 connection whose Produce has a partition error: the producer, which gets
 no answer, notices the disconnection and refreshes its metadata instead of losing records silently."""
 
@@ -190,7 +198,7 @@ class ProduceHandler:
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
             self._usage.observed(user, client_id, charged.observed_ms)
-            return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
+            return Forward(throttle_ms, expects_response=acks != 0)
         decision = self._check_producer_ids(batches, user, client_id, now_ms)
         topics = self._charge_topics(scan, caller) if decision.admitted else UNLIMITED
         throttle_ms = max(throttle_ms, decision.throttle_ms, topics.throttle_ms)
@@ -199,12 +207,12 @@ class ProduceHandler:
                              decision.observed_refused)
         if not decision.admitted:
             if acks == 0:
-                return CLOSE_ON_ACKS_0_ERROR
+                return CLOSE
             body = produce_error_response(scan, header.api_version, THROTTLING_QUOTA_EXCEEDED, throttle_ms)
             return local_answer(header, body, throttle_ms)
         if scan.has_invalid_partitions:
             return _without_invalid_partitions(frame, header, scan, throttle_ms)
-        return Outcome(expects_response=acks != 0, throttle_ms=throttle_ms)
+        return Forward(throttle_ms, expects_response=acks != 0)
 
     def _reserved_topics_refused(self, scan: ProduceScan) -> ProduceScan:
         """The scan with every partition of a reserved topic refused as Kafka refuses a topic the principal may
@@ -267,9 +275,9 @@ def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: 
     valid = any(not p.error_code for topic in scan.topics for p in topic.partitions)
     if scan.acks == 0:
         if not valid:
-            return CLOSE_ON_ACKS_0_ERROR
+            return CLOSE
         forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
-        return Outcome(replacement=forwarded, expects_response=False, close_after_response=True)
+        return Forward(replacement=forwarded, expects_response=False, close_after_response=True)
     if not valid:
         return local_answer(header, merged_produce_response(scan, version, None, throttle_ms), throttle_ms)
 
@@ -277,7 +285,7 @@ def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: 
         return merged_produce_response(scan, version, decode_response(Api.PRODUCE, version, upstream_body), 0)
 
     forwarded = replacement_request(frame, header, produce_request_without_invalid_partitions(frame, header, scan))
-    return Outcome(replacement=forwarded, finish=finish, throttle_ms=throttle_ms)
+    return Forward(throttle_ms, forwarded, on_response=OnResponse(finish=finish))
 
 
 def _producer_batches(scan: ProduceScan) -> list[ProducerBatch]:

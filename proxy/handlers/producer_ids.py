@@ -28,7 +28,7 @@ from protocol.errors import (
 )
 from protocol.header import RequestHeader, read_request_header
 from proxy.cluster.upstream import UPSTREAM_ERRORS
-from proxy.decision.outcome import Caller, Decided, Outcome, local_answer
+from proxy.decision.outcome import Caller, Decided, Forward, OnResponse, Outcome, local_answer
 from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import BlocksTopicChanged
 from proxy.producer_ids.settings import AllocatorSettings
@@ -129,7 +129,7 @@ class AllocateProducerIdsForwarder(_AllocateProducerIds):
                 self._allocations.allocated(caller.later(), client_id, broker_id, block)
             return bytes(body)
 
-        return Outcome(throttle_ms=throttle_ms, finish=count_granted)
+        return Forward(throttle_ms, on_response=OnResponse(finish=count_granted))
 
 
 def _allocation_answer(header: RequestHeader, error_code: int, block: ProducerIdBlock | None,
@@ -161,10 +161,10 @@ class InitProducerIdHandler:
         if throttle_ms:
             self._usage.producer_ids(caller.user, header.client_id or "", 0, throttle_ms)
         if self._source is None:
-            return Outcome(throttle_ms=throttle_ms)
+            return Forward(throttle_ms)
         request = decode_request(Api.INIT_PRODUCER_ID, header.api_version, frame[header.length:])
         if request.transactional_id is not None:
-            return Outcome(throttle_ms=throttle_ms)  # transactions belong to the cluster's coordinator
+            return Forward(throttle_ms)  # transactions belong to the cluster's coordinator
         pid = self._source.next_id()
         if pid is None:
             return self._answer(header, COORDINATOR_LOAD_IN_PROGRESS, -1, -1, throttle_ms)

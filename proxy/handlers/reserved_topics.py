@@ -29,7 +29,17 @@ from protocol.reserved_topics import (
 from protocol.share_group_offsets import share_offsets_answer, share_offsets_refused
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, local_answer, replacement_request
+from proxy.decision.outcome import (
+    FORWARD,
+    Caller,
+    Decided,
+    Forward,
+    OnResponse,
+    Outcome,
+    finished_whole,
+    local_answer,
+    replacement_request,
+)
 from proxy.decision.outcome import frame as frame_of
 
 _REMEMBERED_ANSWER_BYTES = 1 << 20
@@ -58,7 +68,7 @@ class MetadataWithoutReservedTopics:
 
         replacement = None if asked.forwarded_body is None else replacement_request(frame, header,
                                                                                      asked.forwarded_body)
-        return Outcome(replacement=replacement, finish=finish)
+        return Forward(replacement=replacement, on_response=OnResponse(finish=finish))
 
 
 
@@ -79,8 +89,8 @@ class DescribedTopicsWithoutReserved:
             return local_answer(header, described_topics_refused(version, asked))
         replacement = None if asked.forwarded_body is None else replacement_request(frame, header,
                                                                                      asked.forwarded_body)
-        return Outcome(replacement=replacement, finish=lambda body: metadata_answer(
-            body, version, asked, self._reserved, Api.DESCRIBE_TOPIC_PARTITIONS))
+        return Forward(replacement=replacement, on_response=OnResponse(finish=lambda body: metadata_answer(
+            body, version, asked, self._reserved, Api.DESCRIBE_TOPIC_PARTITIONS)))
 
 
 class TopicsWithoutReserved:
@@ -101,8 +111,8 @@ class TopicsWithoutReserved:
             return FORWARD
         if refused.forwarded_body is None:
             return local_answer(header, answer_with_refusals(api_key, version, None, refused))
-        return Outcome(replacement=replacement_request(frame, header, refused.forwarded_body),
-                       finish=lambda body: answer_with_refusals(api_key, version, body, refused))
+        return Forward(replacement=replacement_request(frame, header, refused.forwarded_body), on_response=OnResponse(
+            finish=lambda body: answer_with_refusals(api_key, version, body, refused)))
 
 
 class ShareGroupOffsetsWithoutReserved:
@@ -118,8 +128,8 @@ class ShareGroupOffsetsWithoutReserved:
         refused = share_offsets_refused(api_key, version, frame[header.length:], self._reserved)
         if refused is None:
             return FORWARD
-        return Outcome(replacement=replacement_request(frame, header, refused.forwarded_body),
-                       finish=lambda body: share_offsets_answer(api_key, version, body, refused))
+        return Forward(replacement=replacement_request(frame, header, refused.forwarded_body), on_response=OnResponse(
+            finish=lambda body: share_offsets_answer(api_key, version, body, refused)))
 
 
 class ShareTopicsWithoutReserved:
@@ -156,6 +166,6 @@ class ShareTopicsWithoutReserved:
             return local_answer(header, share_answer_with_refusals(api_key, version, None, refused))
         kept = bytes(frame[:header.length]) + refused.forwarded_body
         decided = FORWARD if self._inner is None else self._inner(memoryview(kept), caller)
-        assert isinstance(decided, Outcome), "the consume quota decides at once"
-        return decided._replace(replacement=decided.replacement or frame_of(kept), whole_response=True,
-                                finish=lambda body: share_answer_with_refusals(api_key, version, body, refused))
+        assert isinstance(decided, Forward), "the consume quota forwards, and decides at once"
+        return finished_whole(decided, frame_of(kept),
+                              lambda body: share_answer_with_refusals(api_key, version, body, refused))

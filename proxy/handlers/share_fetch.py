@@ -21,7 +21,7 @@ from protocol.codecs import decode_request, decode_response, encode_request, enc
 from protocol.fetch import TopicRef, fetch_response_size
 from protocol.header import read_request_header, response_header_length
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Outcome, replacement_request
+from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Forward, OnResponse, replacement_request
 from proxy.handlers.fetch import ConsumedBytes
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
@@ -63,7 +63,7 @@ class ShareFetchHandler:
 
         def charge(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             body = response_start[response_header_length(response_start, True):]
-            answer = decode_response(Api.SHARE_FETCH, version, body)  # read whole (``whole_response``)
+            answer = decode_response(Api.SHARE_FETCH, version, body)  # read whole (``OnResponse.read_whole``)
             if answer.error_code:
                 return ChargedResponse(0)
             size = fetch_response_size(response_start, response_bytes, True)
@@ -74,7 +74,7 @@ class ShareFetchHandler:
             return ChargedResponse(throttle_ms, throttled_share_fetch_answer(
                 version, max(throttle_ms, answer.throttle_time_ms), answer, acknowledged))
 
-        return Outcome(replacement=replacement, charge_response=charge, whole_response=True)
+        return Forward(replacement=replacement, on_response=OnResponse(charge=charge, read_whole=True))
 
 
 def _topic_bytes(answer: Any) -> dict[TopicRef, int]:

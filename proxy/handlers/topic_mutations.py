@@ -62,6 +62,8 @@ from proxy.decision.outcome import (
     Caller,
     ChargedResponse,
     Decided,
+    Forward,
+    OnResponse,
     Outcome,
     local_answer,
     replacement_request,
@@ -310,14 +312,14 @@ class TopicMutationHandler:
             body = encode_request(api_key, version, request_keeping(api_key, version, request, forwarded))
             replacement = replacement_request(frame, header, body)
         if not throttle_ms:
-            return Outcome(finish=finish, replacement=replacement)
+            return Forward(replacement=replacement, on_response=OnResponse(finish=finish))
 
         def throttle_left(response_start: memoryview, response_bytes: int) -> ChargedResponse:
             # Kafka computes a mutation's throttle as it answers: the time the request spent at the cluster counts
             # as served (``AbstractControllerMutationQuota.throttleTime``)
             return ChargedResponse(remaining_throttle_ms(throttle_ms, now, caller.later().now_ms))
 
-        return Outcome(finish=finish, replacement=replacement, charge_response=throttle_left)
+        return Forward(replacement=replacement, on_response=OnResponse(finish=finish, charge=throttle_left))
 
     def _settlement(self, api_key: Api, version: int, entries: Sequence[TopicRef], forwarded: list[int],
                     charges: _Charges, caller: Caller, client_id: str,

@@ -18,7 +18,7 @@ from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
 from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
 from protocol.header import RequestHeader, read_request_header
-from proxy.decision.outcome import FORWARD, Decided, Outcome, local_answer
+from proxy.decision.outcome import FORWARD, Decided, Forward, OnResponse, Outcome, local_answer
 from proxy.security.sasl import OAUTHBEARER, LoginEvents, LoginSettings, log_failed_login
 from proxy.security.sasl_messages import (
     TOKEN_AUTH_EXTENSION,
@@ -114,7 +114,7 @@ class SaslInspector:
             self._answered(answer)
             return bytes(body)
 
-        return Outcome(finish=watch)
+        return Forward(on_response=OnResponse(finish=watch))
 
     async def _with_token_owner(self, header: RequestHeader) -> Outcome:
         """The last step of a delegation-token login goes on once the token's owner is known."""

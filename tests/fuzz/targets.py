@@ -54,7 +54,7 @@ from protocol.responses import (
 from protocol.throttle import carries_throttle, raise_throttle
 from proxy.cluster.info import TopicPartitions
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import Caller, ChargedResponse, Decided, Outcome
+from proxy.decision.outcome import Caller, ChargedResponse, Close, Decided, Forward, Outcome, Respond
 from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.producer_ids import InitProducerIdHandler
@@ -245,16 +245,19 @@ def proxy() -> Proxy:
 def answered(outcome: Outcome, upstream: bytes, api_key: int, version: int) -> None:
     """What the client gets for ``outcome``: the proxy's answer decodes; a rewritten request decodes; the cluster's
     answer (``upstream``) is finished as the connection would, a malformed one a ProtocolError."""
-    if outcome.local_response is not None:
-        frame = memoryview(outcome.local_response)[4:]
+    if isinstance(outcome, Respond):
+        frame = memoryview(outcome.response)[4:]
         flexible = is_flexible_request(api_key, version) and api_key != Api.API_VERSIONS
         decode_response(api_key, version, frame[len(encode_response_header(0, flexible)):])
+    if not isinstance(outcome, Forward):
+        return
     if outcome.replacement is not None:
         frame = memoryview(outcome.replacement)[4:]
         header = read_request_header(frame)
         decode_request(api_key, version, frame[header.length:])
-    if outcome.finish is not None:
-        finished = protocol_errors(lambda: outcome.finish(memoryview(upstream)))  # type: ignore[misc]
+    finish = None if outcome.on_response is None else outcome.on_response.finish
+    if finish is not None:
+        finished = protocol_errors(lambda: finish(memoryview(upstream)))
         if finished is not None:
             decode_response(api_key, version, finished)
 
@@ -417,8 +420,9 @@ def fetch_target(data: bytes) -> None:
     protocol_errors(lambda: fetch_response_size(start, len(start), flexible))
     here = proxy()
     outcome = protocol_errors(lambda: here.settled(here.fetch(memoryview(frame), here.caller())))
-    if outcome is not None and outcome.charge_response is not None:
-        charge = outcome.charge_response
+    hook = outcome.on_response if isinstance(outcome, Forward) else None
+    if hook is not None and hook.charge is not None:
+        charge = hook.charge
 
         async def charged_in_the_loop() -> ChargedResponse | None:  # as the connection charges: in the loop
             return protocol_errors(lambda: charge(memoryview(start), len(start)))
@@ -493,7 +497,7 @@ def sasl_login_target(data: bytes) -> None:
         version = version_of(api_key, reader.byte())
         frame = request_header(api_key, version) + reader.part()
         outcome = protocol_errors(lambda: here.settled(login.handle(memoryview(frame))))  # noqa: B023
-        if outcome is None or outcome.close_after_response or login.done:
+        if outcome is None or isinstance(outcome, Close) or outcome.close_after_response or login.done:
             return
         answered(outcome, b"", api_key, version)
 

@@ -20,7 +20,7 @@ from proxy.connection.mute import ChannelMute, MuteState
 from proxy.connection.outbox import Outbox
 from proxy.connection.requests import RequestPath
 from proxy.connection.responses import ResponsePath
-from proxy.decision.outcome import FORWARD, Decided, Outcome, Sender
+from proxy.decision.outcome import FORWARD, Decided, Outcome, Respond, Sender
 
 METADATA_V3 = 3
 CLIENT_ID = b"app"
@@ -211,7 +211,7 @@ def test_a_frame_of_an_api_kafka_does_not_have_closes_the_connection(loop: async
 def test_the_proxys_own_answer_waits_for_the_clusters_answers_before_it(loop: asyncio.AbstractEventLoop) -> None:
     connection = Connection(loop)
     own_answer = response_frame(2)
-    connection.decisions.special[2] = Outcome(forward=False, local_response=own_answer)
+    connection.decisions.special[2] = Respond(own_answer)
     connection.requests.data_received(request_frame(1) + request_frame(2) + request_frame(3))
     assert bytes(connection.cluster.sent) == request_frame(1) + request_frame(3)
     assert not connection.client.sent  # request 1 is still out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.apis import Api
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, Sender
+from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, Outcome, Respond, Sender
 from proxy.handlers.chain import RequestChain
 from tests.support import encode_request
 
@@ -20,8 +20,8 @@ def clock() -> int:
 CALLER = Caller("alice", NOW_MS, "b:9092", clock)
 """What the handlers are given: who sent the request, the quota time the chain read once for it, and the clock it
 was read from."""
-VERSIONS_ANSWER = Outcome(forward=False, local_response=b"versions")
-LOGIN_ANSWER = Outcome(forward=False, local_response=b"login")
+VERSIONS_ANSWER = Respond(b"versions")
+LOGIN_ANSWER = Respond(b"login")
 
 
 class Versions:
@@ -97,7 +97,7 @@ def test_an_inspected_login_answers_only_its_own_requests_and_the_rest_are_charg
 
 
 def test_the_largest_throttle_of_the_handler_and_the_request_rate_is_given() -> None:
-    throttled = Outcome(throttle_ms=100)
+    throttled = Forward(throttle_ms=100)
 
     def handler(frame: memoryview, caller: Caller) -> Decided:
         assert caller == CALLER

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.errors import INVALID_REQUEST
-from proxy.decision.outcome import Caller, Decided, Outcome
+from proxy.decision.outcome import Caller, Decided, Outcome, Respond
 from proxy.handlers.client_quotas import (
     MATCH_ANY,
     MATCH_DEFAULT,
@@ -113,8 +113,8 @@ def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}], "ops": [op]}])
     outcome = decided(handlers.alter(memoryview(frame)[4:], Caller(user, 0)))
-    assert outcome.local_response is not None
-    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.local_response)[9:])
+    assert isinstance(outcome, Respond)
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
     return [entry.error_code for entry in answer.entries]
 
 
@@ -154,16 +154,16 @@ def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_fo
         {"entity": [{"entity_type": "user", "entity_name": "bob"}],
          "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
     refused = handlers.alter(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
-    assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
-    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
+    assert isinstance(refused, Respond)
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(refused.response)[9:])
     assert [entry.error_code for entry in answer.entries] == [31, 31]
     assert quotas.config.entries[QuotaEntity("alice")] == {BYTES: 1000}
 
     frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
                            components=[{"entity_type": "user", "match_type": MATCH_ANY, "match": None}])
     refused = handlers.describe(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
-    assert isinstance(refused, Outcome) and not refused.forward and refused.local_response is not None
-    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(refused.local_response)[9:])
+    assert isinstance(refused, Respond)
+    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(refused.response)[9:])
     assert answer.error_code == 31 and not answer.entries
 
 
@@ -197,15 +197,15 @@ def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_c
         {"entity": [{"entity_type": "topic", "entity_name": "orders"}],
          "ops": [{"key": "request_rate", "value": 5.0, "remove": False}]}])
     outcome = decided(handlers.alter(memoryview(frame)[4:], Caller("ops", 0)))
-    assert outcome.local_response is not None  # nothing of it forwarded
-    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.local_response)[9:])
+    assert isinstance(outcome, Respond)  # nothing of it forwarded
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
     assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST]
     assert "request_rate does not apply to topic=orders" in answer.entries[1].error_message
     assert service(tmp_path).config.resolve_topic(BYTES, "bob", "orders") is not None  # saved
     frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
                            components=[{"entity_type": "topic", "match_type": MATCH_ANY, "match": None}])
     described = decided(handlers.describe(memoryview(frame)[4:], Caller("ops", 0)))
-    assert described.local_response is not None and described.finish is None
-    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.local_response)[9:])
+    assert isinstance(described, Respond)
+    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
     assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
             for entry in answer.entries] == [([("topic", "orders")], [("producer_byte_rate", 1e6)])]

@@ -10,7 +10,18 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_response
 from protocol.header import peek_request, response_header_for
-from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Outcome, frame, throttled_at_least
+from proxy.decision.outcome import (
+    CLOSE,
+    FORWARD,
+    Caller,
+    ChargedResponse,
+    Forward,
+    OnResponse,
+    Outcome,
+    Respond,
+    frame,
+    throttled_at_least,
+)
 from proxy.handlers.request_rate import RequestRateHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
@@ -55,28 +66,28 @@ def test_nothing_is_charged_in_front_of_the_controllers(tmp_path: Path) -> None:
 
 def test_the_largest_throttle_of_a_request_is_the_one_given() -> None:
     assert throttled_at_least(FORWARD, 0, Api.METADATA, 12) is FORWARD
-    assert throttled_at_least(Outcome(throttle_ms=500), 300, Api.PRODUCE, 9) == Outcome(throttle_ms=500)
+    assert throttled_at_least(Forward(throttle_ms=500), 300, Api.PRODUCE, 9) == Forward(throttle_ms=500)
+    assert throttled_at_least(CLOSE, 300, Api.PRODUCE, 9) is CLOSE  # a connection that closes is not muted
     def mutation_throttle_left(response_start: memoryview, response_bytes: int) -> ChargedResponse:
         return ChargedResponse(300)  # a mutation quota's, known as the cluster answers
 
-    shrinking = Outcome(charge_response=mutation_throttle_left)
+    shrinking = Forward(on_response=OnResponse(charge=mutation_throttle_left))
     # the larger of the two is taken once the answer comes (``InFlightRequests.answered_by``)
-    assert throttled_at_least(shrinking, 800, Api.CREATE_TOPICS, 7) == Outcome(
-        throttle_ms=800, charge_response=mutation_throttle_left)
+    assert throttled_at_least(shrinking, 800, Api.CREATE_TOPICS, 7) == Forward(
+        throttle_ms=800, on_response=OnResponse(charge=mutation_throttle_left))
 
 
 def test_a_local_answer_carries_the_larger_throttle_in_its_body() -> None:
     body = bytes(response_class(Api.CREATE_TOPICS)[7](throttle_time_ms=100, topics=[]).encode())
     local = frame(response_header_for(Api.CREATE_TOPICS, True, 9) + body)
-    outcome = throttled_at_least(Outcome(forward=False, throttle_ms=100, local_response=local), 2500,
-                                 Api.CREATE_TOPICS, 7)
-    assert isinstance(outcome, Outcome) and outcome.throttle_ms == 2500 and outcome.local_response is not None
-    assert decode_response(Api.CREATE_TOPICS, 7, outcome.local_response[4 + 5:]).throttle_time_ms == 2500
+    outcome = throttled_at_least(Respond(local, throttle_ms=100), 2500, Api.CREATE_TOPICS, 7)
+    assert isinstance(outcome, Respond) and outcome.throttle_ms == 2500
+    assert decode_response(Api.CREATE_TOPICS, 7, outcome.response[4 + 5:]).throttle_time_ms == 2500
 
 
 def test_a_decision_still_pending_is_throttled_once_it_is_made() -> None:
     async def decided_later() -> Outcome:
-        return Outcome(throttle_ms=10)
+        return Forward(throttle_ms=10)
 
     pending = throttled_at_least(decided_later(), 700, Api.PRODUCE, 9)
     assert not isinstance(pending, Outcome)

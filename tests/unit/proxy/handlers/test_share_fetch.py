@@ -17,12 +17,13 @@ from protocol.apis import Api
 from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import encode_response_header, read_request_header
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import FORWARD, Caller, Outcome
+from proxy.decision.outcome import FORWARD, Caller, Forward
 from proxy.handlers.share_fetch import ShareFetchHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
+from tests.unit.proxy.outcomes import charge_of, forwarded, on_response
 
 ORDERS_ID = uuid.UUID(int=7)
 CLICKS_ID = uuid.UUID(int=8)
@@ -70,13 +71,11 @@ def answer(records: dict[uuid.UUID, int], error_code: int = 0) -> memoryview:
     return memoryview(encode_response_header(1, True) + body)
 
 
-def decided(handler: ShareFetchHandler, request: memoryview, user: str = "ANONYMOUS") -> Outcome:
-    outcome = handler(request, Caller(user, now_ms(), clock=now_ms))
-    assert isinstance(outcome, Outcome)
-    return outcome
+def decided(handler: ShareFetchHandler, request: memoryview, user: str = "ANONYMOUS") -> Forward:
+    return forwarded(handler(request, Caller(user, now_ms(), clock=now_ms)))
 
 
-def max_bytes_sent(outcome: Outcome) -> int:
+def max_bytes_sent(outcome: Forward) -> int:
     assert outcome.replacement is not None
     capped = memoryview(outcome.replacement)[4:]
     return int(decode_request(Api.SHARE_FETCH, 2, capped[read_request_header(capped).length:]).max_bytes)
@@ -93,9 +92,8 @@ def test_a_share_consumer_gets_kafkas_cap_and_pays_for_each_answer(tmp_path: Pat
     handler, quotas, usage = share_handler(tmp_path, '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1000000\n')
     assert handler(share_fetch("free"), Caller("ANONYMOUS", now_ms(), clock=now_ms)) is FORWARD
     outcome = decided(handler, share_fetch("metered"))
-    assert max_bytes_sent(outcome) == 10_000_000 and outcome.whole_response  # 1 MB/s x (11 - 1) x 1 s
-    charge = outcome.charge_response
-    assert charge is not None
+    assert max_bytes_sent(outcome) == 10_000_000 and on_response(outcome).read_whole  # 1 MB/s x (11 - 1) x 1 s
+    charge = charge_of(outcome)
     within = answer({ORDERS_ID: 6_000_000})
     assert charge(within, len(within)) == (0, None)
     assert quotas.fetch.rate_of(QuotaKey("", "metered"), now_ms()) == pytest.approx(len(within) / 10, rel=0.05)
@@ -108,8 +106,7 @@ def test_a_share_consumer_gets_kafkas_cap_and_pays_for_each_answer(tmp_path: Pat
 
 def test_an_answer_over_the_quota_keeps_only_its_acknowledgements_and_gives_its_bytes_back(tmp_path: Path) -> None:
     handler, quotas, usage = share_handler(tmp_path, '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1000000\n')
-    charge = decided(handler, share_fetch("metered")).charge_response
-    assert charge is not None
+    charge = charge_of(decided(handler, share_fetch("metered")))
     over = answer({ORDERS_ID: 11_000_000, CLICKS_ID: 1000})
     throttle_ms, emptied = charge(over, len(over))
     assert 900 < throttle_ms <= 1010 and emptied is not None  # (11 MB / 10 s - 1 MB/s) / 1 MB/s x 10 s
@@ -127,8 +124,7 @@ def test_a_topic_quota_caps_the_window_and_empties_an_answer_over_it(tmp_path: P
     handler, _, usage = share_handler(tmp_path, '[[quota]]\ntopic = "orders"\nconsumer_byte_rate = 500000\n')
     outcome = decided(handler, share_fetch("app"), user="alice")
     assert max_bytes_sent(outcome) == 5_000_000  # the smallest window of the topics named
-    charge = outcome.charge_response
-    assert charge is not None
+    charge = charge_of(outcome)
     within = answer({ORDERS_ID: 4_000_000, CLICKS_ID: 9_000_000})
     assert charge(within, len(within)) == (0, None)
     over = answer({ORDERS_ID: 2_000_000})
@@ -143,8 +139,7 @@ def test_in_observe_mode_the_throttle_is_counted_and_the_records_go_through(tmp_
                                                 '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1000000\n')
     outcome = decided(handler, share_fetch("metered"))
     assert outcome.replacement is None  # nothing capped
-    charge = outcome.charge_response
-    assert charge is not None
+    charge = charge_of(outcome)
     over = answer({ORDERS_ID: 12_000_000})
     assert charge(over, len(over)) == (0, None)  # the whole answer, no throttle
     [line] = [line for line in logged(tmp_path, usage) if "fetch_bytes" in line]

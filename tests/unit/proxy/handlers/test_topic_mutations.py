@@ -15,12 +15,13 @@ from protocol.apis import Api
 from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import read_request_header, response_header_length
 from proxy.cluster.info import TopicPartitions
-from proxy.decision.outcome import Caller, Outcome
+from proxy.decision.outcome import FORWARD, Caller, Outcome, Respond
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
+from tests.unit.proxy.outcomes import answered, charge_of, finish_of, forwarded
 
 THROTTLED = 89
 INVALID_REQUEST = 42
@@ -118,21 +119,21 @@ def create_topics(mutations: Mutations, *topics: dict[str, Any], version: int = 
 
 
 def forwarded_body(outcome: Outcome) -> Any:
-    assert outcome.replacement is not None
-    frame = memoryview(outcome.replacement)[4:]
+    replacement = forwarded(outcome).replacement
+    assert replacement is not None
+    frame = memoryview(replacement)[4:]
     header = read_request_header(frame)
     return decode_request(header.api_key, header.api_version, frame[header.length:])
 
 
 def local_body(outcome: Outcome, api_key: int, version: int) -> Any:
-    assert outcome.local_response is not None
-    frame = outcome.local_response[4:]
+    frame = answered(outcome).response[4:]
     return decode_response(api_key, version, frame[response_header_length(frame, flexible=True):])
 
 
 def finished(outcome: Outcome, api_key: int, version: int, **upstream: object) -> Any:
-    assert outcome.finish is not None
-    return decode_response(api_key, version, outcome.finish(memoryview(encode_response(api_key, version, upstream))))
+    answer = finish_of(outcome)(memoryview(encode_response(api_key, version, upstream)))
+    return decode_response(api_key, version, answer)
 
 
 def created(name: str, error_code: int = 0, partitions: int = 1) -> dict[str, Any]:
@@ -150,11 +151,11 @@ def test_create_partitions_charges_new_minus_existing_and_cuts_refused_topics(tm
     assert cluster.asked == [["a", "b", "c"]]
     assert [t.name for t in forwarded_body(outcome).topics] == ["a", "b"]
     # the throttle is Kafka's as it answers: what the request spent at the cluster is served already
-    assert outcome.throttle_ms == 0 and outcome.charge_response is not None
+    assert outcome.throttle_ms == 0
     mutations.now_ms += 400
-    assert outcome.charge_response(memoryview(b""), 0).throttle_ms == 1100
+    assert charge_of(outcome)(memoryview(b""), 0).throttle_ms == 1100
     mutations.now_ms += 2000
-    assert outcome.charge_response(memoryview(b""), 0).throttle_ms == 0
+    assert charge_of(outcome)(memoryview(b""), 0).throttle_ms == 0
     merged = finished(outcome, Api.CREATE_PARTITIONS, 3, throttle_time_ms=0, results=[
         {"name": "b", "error_code": 0, "error_message": None}, {"name": "a", "error_code": 0, "error_message": None}])
     assert [(r.name, r.error_code) for r in merged.results] == [("a", 0), ("b", 0), ("c", THROTTLED)]
@@ -187,16 +188,16 @@ def test_the_partitions_the_cluster_really_created_for_minus_one_are_charged(tmp
     finished(outcome, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("x", partitions=12)])
     assert mutations.tokens() == pytest.approx(-1, abs=0.1)  # the cluster made 12: 11 more charged
     second = create_topics(mutations, new_topic("y", -1, -1))
-    assert not second.forward and 900 <= second.throttle_ms <= 1000
+    assert isinstance(second, Respond) and 900 <= second.throttle_ms <= 1000
 
 
 def test_manual_assignments_count_as_partitions_and_all_refused_is_answered_locally(tmp_path: Path) -> None:
     mutations = Mutations(tmp_path, StubCluster({}), rate=1)
     first = create_topics(mutations, new_topic("big", -1, -1, assignments=30))
     # strict (Kafka's StrictControllerMutationQuota): admitted whatever its size, no throttle until a refusal
-    assert first.forward and first.replacement is None and first.throttle_ms == 0  # 11 - 30 = -19
+    assert forwarded(first).replacement is None and first.throttle_ms == 0  # 11 - 30 = -19
     second = create_topics(mutations, new_topic("small"))
-    assert not second.forward
+    assert isinstance(second, Respond)
     answer = local_body(second, Api.CREATE_TOPICS, 7)
     assert [(t.name, t.error_code) for t in answer.topics] == [("small", THROTTLED)]
     assert 18_900 <= answer.throttle_time_ms <= 19_000
@@ -207,7 +208,7 @@ def test_unlimited_clients_are_neither_decoded_nor_charged(tmp_path: Path) -> No
     mutations = Mutations(tmp_path, cluster)
     outcome = mutations.decide(Api.DELETE_TOPICS, 6, client_id="free", timeout_ms=1000,
                                topics=[{"name": "a", "topic_id": None}])
-    assert outcome == Outcome()
+    assert outcome == FORWARD
     assert cluster.asked == []
 
 
@@ -271,7 +272,7 @@ def test_existing_and_unknown_topics_are_forwarded_uncharged_even_in_debt(tmp_pa
                                      topics=[{"name": "gone", "topic_id": None}]),
                     mutations.decide(Api.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False,
                                      topics=[{"name": "gone", "count": 4, "assignments": None}])):
-        assert outcome.forward and outcome.replacement is None and outcome.throttle_ms == 0
+        assert forwarded(outcome).replacement is None and outcome.throttle_ms == 0
     assert mutations.tokens() == pytest.approx(before, abs=0.1)
 
 

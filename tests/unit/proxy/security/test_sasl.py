@@ -14,7 +14,7 @@ import pytest
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.errors import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ProtocolError
-from proxy.decision.outcome import Outcome
+from proxy.decision.outcome import Outcome, Respond
 from proxy.security import users
 from proxy.security.oauthbearer import OAuthBearerSettings, TokenValidator, UnsecuredJwtValidator
 from proxy.security.sasl import LoginSettings, SaslServer, verify_plain
@@ -30,6 +30,7 @@ from proxy.security.users import (
     scram_credential,
 )
 from tests.support import encode_request
+from tests.unit.proxy.outcomes import answered
 
 STORE = UserStore({
     "alice": {"SCRAM-SHA-512": scram_credential("SCRAM-SHA-512", "secret", 4096)},
@@ -55,11 +56,10 @@ def new_server(settings: LoginSettings = NO_DELAY, store: UserStore | None = STO
     return SaslServer(store, tokens, settings, POOL, "10.0.0.9:4242", CountedLogins())
 
 
-def ask(server: SaslServer, api_key: int, version: int, **fields: object) -> tuple[Outcome, object]:
+def ask(server: SaslServer, api_key: int, version: int, **fields: object) -> tuple[Respond, object]:
     decided = server.handle(memoryview(encode_request(api_key, version, **fields))[4:])
-    outcome = decided if isinstance(decided, Outcome) else asyncio.run(settle(decided))
-    assert outcome.local_response is not None
-    frame = outcome.local_response[4:]
+    outcome = answered(decided if isinstance(decided, Outcome) else asyncio.run(settle(decided)))
+    frame = outcome.response[4:]
     header_length = 5 if version >= 2 and api_key == Api.SASL_AUTHENTICATE else 4
     return outcome, decode_response(api_key, version, frame[header_length:])
 

@@ -8,12 +8,13 @@ import pytest
 from protocol.apis import Api
 from protocol.codecs import decode_response, encode_response
 from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
-from proxy.decision.outcome import Outcome
+from proxy.decision.outcome import Forward, Outcome, Respond
 from proxy.security.oauthbearer import OAuthBearerSettings
 from proxy.security.sasl import LoginSettings
 from proxy.security.sasl_inspect import SaslInspector, TokenOwnerUnknown
 from proxy.security.sasl_messages import ScramClient, plain_token
 from tests.support import encode_request
+from tests.unit.proxy.outcomes import finish_of
 from tests.unit.proxy.security.test_sasl import CountedLogins, unsecured_jwt
 
 
@@ -36,21 +37,20 @@ def inspector(claim: str = "sub", tokens: KnownTokens | None = None) -> SaslInsp
     return SaslInspector(settings, "10.0.0.9:4242", CountedLogins(), tokens or KnownTokens())
 
 
-def forwarded(inspect: SaslInspector, api_key: int, version: int, **fields: object) -> Outcome:
+def forwarded(inspect: SaslInspector, api_key: int, version: int, **fields: object) -> Forward:
     outcome = inspect.handle(memoryview(encode_request(api_key, version, **fields))[4:])
-    assert isinstance(outcome, Outcome) and outcome.forward and outcome.local_response is None
+    assert isinstance(outcome, Forward)
     return outcome
 
 
-def cluster_answers(outcome: Outcome, error_code: int, auth_bytes: bytes = b"") -> None:
+def cluster_answers(outcome: Forward, error_code: int, auth_bytes: bytes = b"") -> None:
     """The cluster's SaslAuthenticate v2 answer, passed through the inspector unchanged."""
     body = encode_response(Api.SASL_AUTHENTICATE, 2, {"error_code": error_code, "error_message": None,
                                                       "auth_bytes": auth_bytes, "session_lifetime_ms": 0})
-    assert outcome.finish is not None
-    assert outcome.finish(memoryview(body)) == body
+    assert finish_of(outcome)(memoryview(body)) == body
 
 
-def authenticate(inspect: SaslInspector, mechanism: str, *tokens: bytes) -> list[Outcome]:
+def authenticate(inspect: SaslInspector, mechanism: str, *tokens: bytes) -> list[Forward]:
     forwarded(inspect, Api.SASL_HANDSHAKE, 1, mechanism=mechanism)
     return [forwarded(inspect, Api.SASL_AUTHENTICATE, 2, auth_bytes=token) for token in tokens]
 
@@ -94,9 +94,8 @@ def test_oauthbearer_principal_claim_and_an_error_sent_as_a_challenge() -> None:
 
 def test_a_mechanism_whose_tokens_name_nobody_is_refused_here() -> None:
     outcome = inspector().handle(memoryview(encode_request(Api.SASL_HANDSHAKE, 1, mechanism="GSSAPI"))[4:])
-    assert isinstance(outcome, Outcome) and not outcome.forward and outcome.close_after_response
-    assert outcome.local_response is not None
-    answer = decode_response(Api.SASL_HANDSHAKE, 1, memoryview(outcome.local_response)[8:])
+    assert isinstance(outcome, Respond) and outcome.close_after_response
+    answer = decode_response(Api.SASL_HANDSHAKE, 1, memoryview(outcome.response)[8:])
     assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
 
 
@@ -104,9 +103,8 @@ def refused_here(outcome: object) -> str:
     """The error message of a login the inspector refused itself (nothing forwarded, the connection to close)."""
     if not isinstance(outcome, Outcome):
         outcome = asyncio.run(outcome)  # type: ignore[arg-type]
-    assert isinstance(outcome, Outcome) and not outcome.forward and outcome.close_after_response
-    assert outcome.local_response is not None
-    answer = decode_response(Api.SASL_AUTHENTICATE, 2, memoryview(outcome.local_response)[9:])
+    assert isinstance(outcome, Respond) and outcome.close_after_response
+    answer = decode_response(Api.SASL_AUTHENTICATE, 2, memoryview(outcome.response)[9:])
     assert answer.error_code == SASL_AUTHENTICATION_FAILED
     return str(answer.error_message)
 
@@ -123,7 +121,7 @@ def test_a_delegation_token_login_is_charged_to_the_tokens_owner(extension: str)
     cluster_answers(first, 0, b"r=...,s=...,i=4096")
     pending = inspect.handle(memoryview(encode_request(Api.SASL_AUTHENTICATE, 2, auth_bytes=b"c=biws,r=...,p=..."))[4:])
     final = asyncio.run(pending) if not isinstance(pending, Outcome) else pending  # type: ignore[arg-type]
-    assert tokens.asked == ["token-1"] and isinstance(final, Outcome) and final.forward
+    assert tokens.asked == ["token-1"] and isinstance(final, Forward)
     assert not inspect.done
     cluster_answers(final, 0, b"v=...")
     assert inspect.user == "alice"
