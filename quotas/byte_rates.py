@@ -106,24 +106,20 @@ class ClientQuotaManager(ThrottleCounters):
         shadow = state.shadow
         if shadow is None:
             shadow = state.shadow = RateShadow()
-        served_ms = first_served_ms = shadow.arrival(now_ms)
-        for refetch in range(MAX_OBSERVED_REFETCHES + 1):
-            shadow.rate.record(size_bytes, served_ms, window)
-            rate, window_ms = shadow.rate.measure_with_window(served_ms, window)
+        rate_then = shadow.rate
+
+        def served_at(served_ms: int, last_round: bool) -> tuple[int, bool]:
+            rate_then.record(size_bytes, served_ms, window)
+            rate, window_ms = rate_then.measure_with_window(served_ms, window)
             throttle_ms = rate_throttle_ms(rate, limit, window_ms) if rate > limit else 0
-            if not throttle_ms:
-                break
-            if taken_back_when_throttled and refetch < MAX_OBSERVED_REFETCHES:
+            fetched_again = bool(throttle_ms) and taken_back_when_throttled and not last_round
+            if fetched_again:
                 # enforced, the fetch would have been answered empty and its records fetched again after the
                 # throttle, when samples that have expired meanwhile may leave the rate over the quota still
-                shadow.rate.record(-size_bytes, served_ms, window)
-                served_ms += throttle_ms
-                continue
-            served_ms += throttle_ms
-            break
-        throttle_ms = served_ms - first_served_ms
-        shadow.throttled(throttle_ms)
-        return state.observed(throttle_ms)
+                rate_then.record(-size_bytes, served_ms, window)
+            return throttle_ms, fetched_again
+
+        return state.observed(shadow.served(now_ms, served_at, MAX_OBSERVED_REFETCHES))
 
     def take_back(self, decision: Decision, size_bytes: int, now_ms: int) -> None:
         """Undo what ``decision`` recorded (``unrecordQuotaSensor``): a Fetch another quota throttles is answered

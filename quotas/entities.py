@@ -72,6 +72,30 @@ class ShadowTime:
     def throttled(self, throttle_ms: int) -> None:
         self.lag_ms += throttle_ms
 
+    def served(self, now_ms: int, attempt: ShadowAttempt, retries: int | None = 0) -> int:
+        """Enforcement's decision on a request arriving now, taken on this timeline: ``attempt`` serves it at a
+        time on the shadow's own rate or bucket and says its throttle and whether the client would send it
+        again once the throttle ended (a fetch answered empty, topics refused); sent again at most ``retries``
+        times (None: until it is served). The request's throttles, added up, are the delay enforcement would have
+        caused, and the lag of every later request."""
+        served_ms = first_served_ms = self.arrival(now_ms)
+        round_ = 0
+        while True:
+            last_round = retries is not None and round_ >= retries
+            throttle_ms, sent_again = attempt(served_ms, last_round)
+            served_ms += throttle_ms
+            if not sent_again or last_round:
+                break
+            round_ += 1
+        delay_ms = served_ms - first_served_ms
+        self.throttled(delay_ms)
+        return delay_ms
+
+
+ShadowAttempt = Callable[[int, bool], tuple[int, bool]]
+"""Serves a request at a time on the shadow timeline (the second argument True: the client would not send it again
+whatever happens); its throttle, and whether it would be sent again once the throttle ended."""
+
 
 class RateShadow(ShadowTime):
     __slots__ = ("rate",)

@@ -70,22 +70,25 @@ class ControllerMutationQuotaManager(BucketManager):
         state.rate.record(total, now_ms, window)
         self._shared(quota.key, total, quota.limit)
         shadow = state.shadow_bucket(window, now_ms)
-        served_ms = first_served_ms = shadow.arrival(now_ms)
         pending = list(mutations)
         refused_first = -1
-        while pending:
+
+        def served_at(served_ms: int, last_round: bool) -> tuple[int, bool]:
+            nonlocal pending, refused_first
+            if not pending:
+                return 0, False  # nothing to charge
             strategy = (StrictQuota if strict else PermissiveQuota)(shadow.bucket, quota.limit, window)
             refused = [count for count in pending if not strategy.record(count, served_ms)]
             throttle_ms = strategy.throttle_ms(served_ms)
             if refused_first < 0:
                 refused_first = len(refused)
-            served_ms += throttle_ms
             if refused and not throttle_ms:  # a bucket a rounding below zero: the retry gets in
                 shadow.bucket.record(sum(refused), quota.limit, window, served_ms)
-                break
+                return 0, False
             pending = refused
-        throttle_ms = served_ms - first_served_ms
-        shadow.throttled(throttle_ms)
+            return throttle_ms, bool(refused)
+
+        throttle_ms = shadow.served(now_ms, served_at, retries=None)
         state.observed(throttle_ms, refused_first > 0)
         return MutationDecision(True, 0, quota.key, (True,) * len(mutations), throttle_ms, refused_first)
 

@@ -184,22 +184,27 @@ class ProducerIdQuotaManager(BucketManager):
         self.admitted_pids += len(unseen)
         self._shared_producer_ids(quota, tuple(unseen))
         shadow = state.shadow_bucket(window, now_ms)
-        served_ms = shadow.arrival(now_ms)
         bucket = shadow.bucket
         refused = False
-        if self.config.settings.producer_id_mode is PidQuotaMode.REJECT:
-            missing = (len(unseen) - 1) - bucket.measure(quota.limit, window, served_ms)
-            refused = missing > 0
-            throttle_ms = java_round(missing / quota.limit * 1000) if refused else 0
-            bucket.record(len(unseen), quota.limit, window, served_ms + throttle_ms)
-        else:
+        reject_mode = self.config.settings.producer_id_mode is PidQuotaMode.REJECT
+
+        def served_at(served_ms: int, last_round: bool) -> tuple[int, bool]:
+            nonlocal refused
+            if reject_mode:  # refused, the request is sent again after the throttle and gets in then
+                missing = (len(unseen) - 1) - bucket.measure(quota.limit, window, served_ms)
+                refused = missing > 0
+                throttle_ms = java_round(missing / quota.limit * 1000) if refused else 0
+                bucket.record(len(unseen), quota.limit, window, served_ms + throttle_ms)
+                return throttle_ms, False
             over_quota = False
             for _ in unseen:
                 over_quota = over_quota or bucket.measure(quota.limit, window, served_ms) < 0
                 bucket.record(1, quota.limit, window, served_ms)
-            throttle_ms = bucket_throttle_ms(bucket.measure(quota.limit, window, served_ms), quota.limit) \
-                if over_quota else 0
-        shadow.throttled(throttle_ms)
+            if not over_quota:
+                return 0, False
+            return bucket_throttle_ms(bucket.measure(quota.limit, window, served_ms), quota.limit), False
+
+        throttle_ms = shadow.served(now_ms, served_at)
         state.observed(throttle_ms, refused)
         return PidDecision(True, 0, quota.key, tuple(unseen), (), throttle_ms, refused)
 

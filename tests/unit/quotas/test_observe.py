@@ -26,6 +26,7 @@ from quotas.config import (
     parse_quota_document,
 )
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
+from quotas.entities import ShadowTime
 from quotas.fleet import SharedUsage
 from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager
@@ -232,3 +233,26 @@ def test_metrics_show_usage_ratio_and_what_observed_quotas_would_have_done() -> 
     assert ('kafka_quota_proxy_observed_throttled_requests_total{client_id="",'
             'quota_type="controller_mutation_rate"') in text
     assert 'user="bob"' not in "\n".join(line for line in text.splitlines() if "observed" in line)  # enforced
+
+
+def test_the_shadow_timeline_adds_up_a_requests_throttles_and_delays_every_later_request() -> None:
+    timeline = ShadowTime()
+    served_at: list[tuple[int, bool]] = []
+
+    def throttled_twice(served_ms: int, last_round: bool) -> tuple[int, bool]:
+        served_at.append((served_ms, last_round))
+        return (300, True) if len(served_at) < 3 else (0, False)
+
+    assert timeline.served(1000, throttled_twice, retries=None) == 600  # sent again twice, after each throttle
+    assert served_at == [(1000, False), (1300, False), (1600, False)]
+    assert timeline.arrival(2000) == 2600
+
+    served_at.clear()
+
+    def always_throttled(served_ms: int, last_round: bool) -> tuple[int, bool]:
+        served_at.append((served_ms, last_round))
+        return 100, True
+
+    assert timeline.served(2000, always_throttled, retries=2) == 300  # sent twice more, then given up
+    assert served_at == [(2600, False), (2700, False), (2800, True)]
+    assert timeline.lag_ms == 900
