@@ -1,10 +1,10 @@
 """The one interface between the connection engine and what decides on its requests.
 
 The engine reads a request, hands it to ``RequestDecisions`` with who sent it (``Sender``) and carries out the
-``Outcome`` it gets (``Forward``, ``Respond`` or ``Close``, with a throttle); it knows no API, no quota and no quota time (the
-chain reads its clock once for a request and hands it down in ``Caller``, whose ``later`` reads it again for a decision
-taken after the request waited). A request still arriving may be decided on its start (``start``), its rest then read as
-it goes by (``RequestStream``).
+``Outcome`` it gets (``Forward``, ``Respond`` or ``Close``, with a throttle); it knows no API, no quota and no quota
+time (the chain reads its clock once for a request and hands it down in ``Caller``, whose ``later`` reads it again for
+a decision taken after the request waited). A request still arriving may be decided on its start (``start``), its rest
+then read as it goes by (``RequestStream``).
 """
 
 from __future__ import annotations
