@@ -74,15 +74,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._draining = False
         self._last_activity = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._user = ANONYMOUS
         self._sender = Sender(ANONYMOUS, "")
-        """Who sends the requests and the broker they reach, renewed when either is known."""
+        """Who sends the requests (the principal) and the broker they reach, renewed when either is known."""
         self._buffer_high = self._config.write_buffer_high_bytes
         """Either side stops being read while the other has this much unsent: ``write_buffer_high_bytes`` or
         the connection's share of ``max_buffered_bytes``, whichever is smaller (``set_buffer_share``)."""
         self._read_bytes = read_bytes_for(self._buffer_high)
-        self._login: LoginGate | None = None
-        """The login, when the proxy takes logins, from the first request to the user it names."""
         # made once the transport is there (``connection_made``)
         self._loop: asyncio.AbstractEventLoop
         self.gate: ReadGate
@@ -129,8 +126,9 @@ class ClientConnection(asyncio.BufferedProtocol):
     def login_step_answered(self) -> None:
         """Answers were sent: once every request read before the login completed has its answer, the login gate
         lets the next be read (``LoginGate.step_answered``)."""
-        if self._login is not None and not self._awaiting_responses() and not self._closed:
-            self._login.step_answered()
+        login = self._requests.login
+        if login is not None and not self._awaiting_responses() and not self._closed:
+            login.step_answered()
 
     def after_responses(self) -> None:
         self.close_if_answered()
@@ -206,7 +204,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if login is not None:
             settings = self._config.login
             self._requests.limit_frames(min(self._config.max_frame_bytes, settings.max_receive_bytes))
-            self._login = self._requests.login = LoginGate(
+            self._requests.login = LoginGate(
                 login, self._mute, self.gate, loop, settings.timeout_s, f"from {self._peer} on {self._listener}",
                 self._logged_in, self.close, lambda: self._requests.release_held())
         if login is None or login.needs_upstream_before_login:
@@ -215,7 +213,6 @@ class ClientConnection(asyncio.BufferedProtocol):
         # client that cannot log in (or a flood of connections) never costs the cluster a connection
 
     def _name_user(self, user: str) -> None:
-        self._user = user
         self._sender = Sender(user, self._link.broker)
 
     def _logged_in(self, user: str) -> bool:
@@ -256,7 +253,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         if self._requests.mid_frame:
-            self._context.metrics.closed_for_bad_input += 1
+            self._metrics.closed_for_bad_input += 1
             self.close(CloseReason.TRUNCATED_FRAME, "client closed in the middle of a frame")
         return None
 
@@ -300,13 +297,13 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def _upstream_opened(self, target: HostPort) -> None:
         log.debug("client %s on %s connected upstream to %s", self._peer, self._listener, target)
-        self._sender = Sender(self._user, self._link.broker)
+        self._sender = self._sender._replace(broker=self._link.broker)
         self.gate.resume(PauseReason.CONNECTING)
         self._requests.release_held()
         self._requests.link_opened()
 
     def _upstream_failed(self, why: str) -> None:
-        self._context.metrics.upstream_connect_failures += 1
+        self._metrics.upstream_connect_failures += 1
         self.close(CloseReason.UPSTREAM_UNREACHABLE, f"{self._listener}: {why}")
 
     def upstream_lost(self, exc: Exception | None) -> None:
@@ -341,8 +338,6 @@ class ClientConnection(asyncio.BufferedProtocol):
             "closing connection from %s on %s: %s", self._peer, self._listener, reason.describe(detail))
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        if self._login is not None:
-            self._login.stop()
         self._mute.stop()
         self._requests.stop()
         self._responses.stop()

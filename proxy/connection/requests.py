@@ -119,7 +119,8 @@ class RequestPath:
         self._responses = responses
         self._peer = peer
         self.login: LoginGate | None = None
-        """The login, when the proxy takes logins (set by the connection as it starts it)."""
+        """The login, when the proxy takes logins, from the first request to the user it names (set by the connection
+        as it starts it; stopped with the path)."""
         self._frames = FrameSplitter(self._config.max_frame_bytes, REQUEST_PREFIX_BYTES)
         self._held = HeldFrames()
         """Requests that wait behind a request whose handler asks the cluster first, a throttle, a backlog
@@ -169,6 +170,8 @@ class RequestPath:
             self.data_received(early)
 
     def stop(self) -> None:
+        if self.login is not None:
+            self.login.stop()
         if self._timer is not None:
             self._timer.cancel()
         if self._settling is not None and not self._settling.done():
@@ -208,7 +211,7 @@ class RequestPath:
 
     def _fail_on_requests(self, error: Exception) -> None:
         if isinstance(error, ProtocolError):
-            self._context.metrics.closed_for_bad_input += 1
+            self._metrics.closed_for_bad_input += 1
             self._owner.close(CloseReason.BAD_REQUEST, str(error))
         else:
             log.exception("unexpected error handling requests from %s", self._peer, exc_info=error)
@@ -435,7 +438,7 @@ class RequestPath:
         """A client gone in the middle of a frame closes as a truncated frame does; the cluster gone, as
         an upstream connection lost."""
         if by_client:
-            self._context.metrics.closed_for_bad_input += 1
+            self._metrics.closed_for_bad_input += 1
             self._owner.close(CloseReason.TRUNCATED_FRAME, reason)
         else:
             self._owner.close(CloseReason.UPSTREAM_LOST, reason, warn=True)
