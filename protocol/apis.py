@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
 import kafka.protocol.admin
@@ -103,8 +103,10 @@ WITHOUT_SCHEMA: dict[int, SchemalessApi] = {
 """From Kafka 4.3's ``clients/src/main/resources/common/message/*.json``."""
 
 
+@lru_cache(maxsize=1024)
 def is_flexible_request(api_key: int, api_version: int) -> bool:
-    """Header v2 on the request, v1 on the response (the tagged fields KIP-482 added)."""
+    """Header v2 on the request, v1 on the response (the tagged fields KIP-482 added). Asked of every request and
+    response: remembered, for as many api versions as clients use (bounded: a version is the client's to choose)."""
     if (api_key, "request") not in _registry():
         if api_key not in WITHOUT_SCHEMA:
             raise ProtocolError("no schema for this api", api_key=api_key, api_version=api_version)

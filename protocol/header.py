@@ -9,7 +9,9 @@ from protocol.apis import Api, is_flexible_request
 from protocol.errors import ProtocolError
 
 _REQUEST_PREFIX = Struct(">hhi")
-_INT16 = Struct(">h")
+_API_KEY_AND_VERSION = Struct(">hh")
+_REQUEST_START = Struct(">hhih")
+"""The prefix and the client id's length."""
 _INT32 = Struct(">i")
 REQUEST_PREFIX_BYTES = _REQUEST_PREFIX.size
 
@@ -64,30 +66,31 @@ def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
 
 def parse_request_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
     """Parse a request header (v1, or v2 when ``flexible``); ``frame`` excludes the size prefix."""
-    if len(frame) < REQUEST_PREFIX_BYTES + 2:
+    if len(frame) < _REQUEST_START.size:
         raise ProtocolError("request header truncated", offset=len(frame))
-    api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
-    pos = REQUEST_PREFIX_BYTES
     # client_id stays a classic int16-length string even in header v2
-    (client_id_length,) = _INT16.unpack_from(frame, pos)
-    pos += 2
+    api_key, api_version, correlation_id, client_id_length = _REQUEST_START.unpack_from(frame, 0)
+    pos = _REQUEST_START.size
     client_id = None
     if client_id_length >= 0:
         end = pos + client_id_length
         if end > len(frame):
             raise ProtocolError("client_id runs past the end", api_key=api_key, api_version=api_version,
                                 offset=pos)
-        client_id = bytes(frame[pos:end]).decode("utf-8", errors="replace")
+        client_id = str(frame[pos:end], "utf-8", "replace")
         pos = end
     elif client_id_length != -1:
         raise ProtocolError(f"negative client_id length {client_id_length}", api_key=api_key,
                             api_version=api_version, offset=pos - 2)
     if flexible:
-        try:
-            pos = skip_tagged_fields(frame, pos)
-        except ProtocolError as error:
-            raise ProtocolError(error.reason, api_key=api_key, api_version=api_version,
-                                offset=error.offset) from None
+        if pos < len(frame) and frame[pos] == 0:
+            pos += 1  # no tagged field: every client's header
+        else:
+            try:
+                pos = skip_tagged_fields(frame, pos)
+            except ProtocolError as error:
+                raise ProtocolError(error.reason, api_key=api_key, api_version=api_version,
+                                    offset=error.offset) from None
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
 
 
@@ -99,8 +102,7 @@ def peek_client_id(frame: bytes | memoryview) -> str:
 
 def read_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Parse the header of a request whose api key and version have a known schema."""
-    api_key, api_version, _ = peek_request(frame)
-    return parse_request_header(frame, is_flexible_request(api_key, api_version))
+    return parse_request_header(frame, is_flexible_request(*_API_KEY_AND_VERSION.unpack_from(frame, 0)))
 
 
 def response_header_length(frame: bytes | memoryview, flexible: bool) -> int:

@@ -9,13 +9,19 @@ then read as it goes by (``RequestStream``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, runtime_checkable
 
+from protocol.header import RequestHeader
 from proxy.decision.outcome import Caller, Decided, Outcome, Sender
 
-RequestHandler = Callable[[memoryview, Caller], Decided]
-"""Decides on one whole request (size prefix excluded) of the api key it is registered for."""
+
+class RequestHandler(Protocol):
+    """Decides on the requests of the api keys it is registered for."""
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        """One whole request (``frame``: size prefix excluded, header included; its body starts at
+        ``header.length``)."""
 
 
 class Login(Protocol):
@@ -45,6 +51,17 @@ class RequestStream(Protocol):
 
     def completed(self) -> int | Awaitable[int]:
         """The request is complete: its throttle (charged now, or once what it names is known)."""
+
+
+@runtime_checkable
+class StreamingRequestHandler(RequestHandler, Protocol):
+    """A handler that can also decide on a request from its start, while the rest still arrives (a Produce request
+    megabytes long): the connection forwards the rest as it comes."""
+
+    def on_request_start(self, header: RequestHeader, frame_start: memoryview, request_bytes: int, caller: Caller
+                         ) -> tuple[Decided, RequestStream | None] | None:
+        """A decision on the request from its start (``request_bytes``: the whole request's size), and the stream to
+        hand its bytes to if the rest must be read; None: it is judged once whole (``on_request``)."""
 
 
 class RequestDecisions(Protocol):

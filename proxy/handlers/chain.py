@@ -12,7 +12,7 @@ order, as a Kafka broker takes a request (``SocketServer``, then ``KafkaApis``):
 
 A request over several quotas carries the largest throttle (``throttled_at_least``), as Kafka answers with the largest
 of its quotas' throttles. A handler that can decide on a request's start, while the rest of it still arrives (a
-Produce request megabytes long), registers for that too (``streaming``): the connection forwards the rest as it comes
+Produce request megabytes long), is a ``StreamingRequestHandler``: the connection forwards the rest as it comes
 and hands its bytes to the ``RequestStream`` the handler gave, whose throttle comes once the request is complete.
 """
 
@@ -23,7 +23,8 @@ from typing import Protocol
 
 from protocol.api_versions import NEWEST_API_VERSIONS
 from protocol.apis import Api
-from proxy.decision.interception import Login, RequestHandler, RequestStream
+from protocol.header import RequestHeader, read_request_header
+from proxy.decision.interception import Login, RequestHandler, RequestStream, StreamingRequestHandler
 from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, Sender, throttled_at_least
 
 _LOGIN_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
@@ -32,29 +33,28 @@ _JUDGED_WHOLE = frozenset({*_LOGIN_APIS, Api.API_VERSIONS})
 and an ApiVersions may be the proxy's."""
 
 
-class StreamingHandler(Protocol):
-    def start(self, frame_start: memoryview, request_bytes: int, caller: Caller
-              ) -> tuple[Decided, RequestStream | None] | None:
-        """A decision on the request from its start (size prefix excluded; ``request_bytes`` is the whole request's
-        size), and the stream to hand its bytes to if the rest must be read; None: it is judged once whole."""
-
-
 class ApiVersionsAnswer(Protocol):
     def answer(self, frame: memoryview) -> Decided: ...
+
+
+RequestRateCharge = Callable[[memoryview, int, RequestHeader | None, Caller], int]
+"""Charges one request to its entity's ``request_rate`` (given the frame, its api key, and its header when the chain
+has read it already); its throttle."""
 
 
 class RequestChain:
     """``RequestDecisions`` for the engine: the chain above."""
 
     def __init__(self, api_versions: ApiVersionsAnswer, handlers: Mapping[int, RequestHandler],
-                 streaming: Mapping[int, StreamingHandler], request_rate: Callable[[memoryview, int, Caller], int],
-                 clock: Callable[[], int]) -> None:
-        """``request_rate``: charges one request to its entity's ``request_rate``; its throttle. ``clock``: quota
-        time, read once for each request and handed down (``Caller``)."""
+                 request_rate: RequestRateCharge, clock: Callable[[], int]) -> None:
+        """``handlers``: by api key; those that can decide on a request's start too (``StreamingRequestHandler``)
+        are handed large requests as they arrive. ``clock``: quota time, read once for each request and handed down
+        (``Caller``)."""
         self._clock = clock
         self._api_versions = api_versions
         self._handlers = handlers
-        self._streaming = streaming
+        self._streaming = {api_key: handler for api_key, handler in handlers.items()
+                           if isinstance(handler, StreamingRequestHandler)}
         self._request_rate = request_rate
 
     def decide(self, frame: memoryview, api_key: int, api_version: int, sender: Sender, login: Login | None,
@@ -70,9 +70,14 @@ class RequestChain:
         # not ask for a login must not open a way around the quotas
         caller = Caller(sender.user, self._clock(), sender.broker, self._clock)
         handler = self._handlers.get(api_key)
-        decided = FORWARD if handler is None else handler(frame, caller)
+        if handler is None:
+            decided: Decided = FORWARD
+            header = None
+        else:
+            header = read_request_header(frame)  # once, for the handler and the request rate
+            decided = handler.on_request(header, frame, caller)
         # charged once the handler has judged the request: one it cannot judge yet costs nothing
-        return throttled_at_least(decided, self._request_rate(frame, api_key, caller), api_key, api_version)
+        return throttled_at_least(decided, self._request_rate(frame, api_key, header, caller), api_key, api_version)
 
     def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
               sender: Sender) -> tuple[Outcome, RequestStream | None] | None:
@@ -86,12 +91,15 @@ class RequestChain:
             if api_key in self._handlers:
                 return None  # its handler judges whole requests
             decided: Decided = FORWARD
+            header = None
             stream = None
         else:
-            started = handler.start(frame_start, request_bytes, caller)
+            header = read_request_header(frame_start)
+            started = handler.on_request_start(header, frame_start, request_bytes, caller)
             if started is None:
                 return None
             decided, stream = started
-        decided = throttled_at_least(decided, self._request_rate(frame_start, api_key, caller), api_key, api_version)
+        decided = throttled_at_least(decided, self._request_rate(frame_start, api_key, header, caller), api_key,
+                                     api_version)
         assert isinstance(decided, Outcome), "a request's start is decided at once"
         return decided, stream

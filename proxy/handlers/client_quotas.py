@@ -21,7 +21,7 @@ from typing import Any
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION
-from protocol.header import RequestHeader, read_request_header
+from protocol.header import RequestHeader
 from proxy.decision.outcome import Caller, Decided, Forward, OnResponse, Outcome, local_answer, replacement_request
 from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, validate_quota
@@ -78,13 +78,17 @@ class ClientQuotaHandlers:
         self._cluster_api_keys = cluster_api_keys
         self._admin_principals = admin_principals
 
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        if header.api_key == Api.ALTER_CLIENT_QUOTAS:
+            return self._alter(header, frame, caller)
+        return self._describe(header, frame, caller)
+
     def _refused(self, caller: Caller) -> bool:
         return caller.principal not in self._admin_principals
 
     # ---- AlterClientQuotas ----------------------------------------------------------------------
 
-    def alter(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def _alter(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         request = decode_request(Api.ALTER_CLIENT_QUOTAS, version, frame[header.length:])
         if self._refused(caller):
@@ -163,8 +167,7 @@ class ClientQuotaHandlers:
 
     # ---- DescribeClientQuotas -------------------------------------------------------------------
 
-    def describe(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def _describe(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         request = decode_request(Api.DESCRIBE_CLIENT_QUOTAS, header.api_version, frame[header.length:])
         version = header.api_version
         if self._refused(caller):

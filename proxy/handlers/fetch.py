@@ -36,7 +36,7 @@ from protocol.fetch import (
     fetch_session_epoch,
     throttled_fetch_response_body,
 )
-from protocol.header import RequestHeader, read_request_header, response_header_length
+from protocol.header import RequestHeader, response_header_length
 from protocol.reserved_topics import fetch_answer_with_refusals, fetch_refused, fetch_session_not_found
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import (
@@ -68,8 +68,7 @@ class FetchHandler:
         self._reserved_names = [name.encode() for name in reserved_topics]
         self._consumed = ConsumedBytes(quotas, usage, topic_names)
 
-    def __call__(self, request: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(request)
+    def on_request(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
         guarded = self._may_name_reserved_topics(request, header)
         if not (guarded or self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)):
             return self._decide(request, header, caller, None)

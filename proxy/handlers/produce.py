@@ -15,9 +15,8 @@ from typing import Any, TypeVar
 from protocol.apis import Api
 from protocol.codecs import decode_response
 from protocol.errors import THROTTLING_QUOTA_EXCEEDED, TOPIC_AUTHORIZATION_FAILED, ProtocolError
-from protocol.header import RequestHeader, parse_request_header, peek_request
+from protocol.header import RequestHeader
 from protocol.produce import (
-    FIRST_FLEXIBLE_PRODUCE_VERSION,
     NO_PRODUCER_ID,
     ProduceScan,
     StreamedProduceScan,
@@ -112,7 +111,7 @@ class ProduceHandler:
             ledger.seen({batch.producer_id for batch in batches}, user, client_id)
         return decision
 
-    def _needs_whole_frame(self, user: str, frame_start: memoryview) -> bool:
+    def _needs_whole_frame(self, user: str, header: RequestHeader, frame_start: memoryview) -> bool:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
         and check its producer IDs once it is complete (``ProduceStream``), as topic quotas charge it.
 
@@ -120,7 +119,7 @@ class ProduceHandler:
         next topic's name comes after the first one's records, too late to keep the request from the cluster."""
         if self._checks_producer_ids(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT:
             return True
-        return bool(self._reserved_topics) and not self._one_topic_not_reserved(frame_start, _header(frame_start))
+        return bool(self._reserved_topics) and not self._one_topic_not_reserved(frame_start, header)
 
     def _one_topic_not_reserved(self, frame_start: memoryview, header: RequestHeader) -> bool:
         """The request names one topic, which the proxy knows is not one of its own (read from its start)."""
@@ -133,24 +132,24 @@ class ProduceHandler:
         name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
         return name is not None and name not in self._reserved_topics
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         """A whole request (size prefix excluded)."""
-        return self._handle(frame, len(frame), caller, whole=True)
+        return self._handle(header, frame, len(frame), caller, whole=True)
 
-    def start(self, frame_start: memoryview, request_bytes: int, caller: Caller
-              ) -> tuple[Decided, ProduceStream | None] | None:
+    def on_request_start(self, header: RequestHeader, frame_start: memoryview, request_bytes: int, caller: Caller
+                         ) -> tuple[Decided, ProduceStream | None] | None:
         """A request forwarded as it arrives, decided on its start; its batches read as they go by when a quota
         needs them (``ProduceStream``). None: it is judged once whole."""
-        if self._needs_whole_frame(caller.user, frame_start):
+        if self._needs_whole_frame(caller.user, header, frame_start):
             return None
         # a producer-ID quota in throttle mode checks the batches, and a topic quota charges them, once the request
         # is complete: their headers are read as they go by, the records between them need not be (made before
         # anything is charged: a version it cannot read raises, and the request is judged whole)
-        stream = (ProduceStream(self, _header(frame_start), request_bytes, caller)
-                  if self._scans_batches(caller.user) else None)
-        return self._handle(frame_start, request_bytes, caller, whole=False), stream
+        stream = (ProduceStream(self, header, request_bytes, caller) if self._scans_batches(caller.user) else None)
+        return self._handle(header, frame_start, request_bytes, caller, whole=False), stream
 
-    def _handle(self, frame: memoryview, request_bytes: int, caller: Caller, whole: bool) -> Decided:
+    def _handle(self, header: RequestHeader, frame: memoryview, request_bytes: int, caller: Caller, whole: bool
+                ) -> Decided:
         """``frame`` excludes the size prefix; it is only the start of the request when ``whole``
         is False (cut through: producer IDs are checked later). ``request_bytes`` is the whole
         request's size (Kafka's ``sizeInBytes``), charged to the byte-rate quota.
@@ -159,7 +158,6 @@ class ProduceHandler:
         (or whose start is too short to judge yet) costs no quota. A request carrying a PID the
         ledger's cache does not know is decided once the worker thread has read it from disk.
         """
-        header = _header(frame)
         scans_batches = self._scans_batches(caller.user)
         # the common request, for one topic not the proxy's own, needs no scan for the reserved topics' sake
         scanned = whole and (scans_batches or (bool(self._reserved_topics)
@@ -293,7 +291,3 @@ def _producer_batches(scan: ProduceScan) -> list[ProducerBatch]:
             for topic in scan.topics for p in topic.partitions
             if p.batch is not None and p.batch.producer_id != NO_PRODUCER_ID]
 
-
-def _header(frame: memoryview) -> RequestHeader:
-    version = peek_request(frame).api_version
-    return parse_request_header(frame, version >= FIRST_FLEXIBLE_PRODUCE_VERSION)

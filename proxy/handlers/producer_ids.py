@@ -26,7 +26,7 @@ from protocol.errors import (
     STALE_BROKER_EPOCH,
     UNKNOWN_SERVER_ERROR,
 )
-from protocol.header import RequestHeader, read_request_header
+from protocol.header import RequestHeader
 from proxy.cluster.upstream import UPSTREAM_ERRORS
 from proxy.decision.outcome import Caller, Decided, Forward, OnResponse, Outcome, local_answer
 from proxy.producer_ids.allocations import BlockAllocations
@@ -71,8 +71,7 @@ class _AllocateProducerIds(ABC):
         self._rate = AllocationRate(settings)
         self._allocations = allocations
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         request = decode_request(Api.ALLOCATE_PRODUCER_IDS, header.api_version, frame[header.length:])
         if caller.principal not in self._principals:
             return _allocation_answer(header, CLUSTER_AUTHORIZATION_FAILED, None, 0)
@@ -155,9 +154,8 @@ class InitProducerIdHandler:
         self._ledger = ledger
         self._usage = usage
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Outcome:
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Outcome:
         throttle_ms = self._quotas.producer_ids.pending_throttle_ms(caller.user, caller.now_ms)
-        header = read_request_header(frame)
         if throttle_ms:
             self._usage.producer_ids(caller.user, header.client_id or "", 0, throttle_ms)
         if self._source is None:

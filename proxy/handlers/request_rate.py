@@ -9,7 +9,7 @@ time and stays the cluster's: it is forwarded, never replaced.
 
 from __future__ import annotations
 
-from protocol.header import peek_client_id
+from protocol.header import RequestHeader, peek_client_id
 from proxy.decision.outcome import Caller
 from proxy.handlers.charges import CHARGES, Charge
 from proxy.reporting.usage_log import UsageLog
@@ -27,15 +27,16 @@ class RequestRateHandler:
         self._usage = usage
         self._charges = charges
 
-    def throttle_ms(self, frame: memoryview, api_key: int, caller: Caller) -> int:
-        """Charge one request (size prefix excluded; ``api_key`` read from it already) to its entity's request
-        rate; its throttle."""
+    def throttle_ms(self, frame: memoryview, api_key: int, header: RequestHeader | None, caller: Caller) -> int:
+        """Charge one request (size prefix excluded; ``api_key`` read from it already; ``header`` when it was read
+        too) to its entity's request rate; its throttle."""
         manager = self._quotas.requests
         if not (self._charges and manager.config.configures(QuotaType.REQUEST_RATE)):
             return 0  # the common case: not even the client id is read
         if api_key in _UNCHARGED_APIS:
             return 0
-        client_id = peek_client_id(frame)
+        # without a schema for its api, a request's client id is still read: it comes before the tagged fields
+        client_id = peek_client_id(frame) if header is None else header.client_id or ""
         decision = manager.record(caller.user, client_id, 1, caller.now_ms, caller.broker)
         self._usage.observed(caller.user, client_id, decision.observed_ms)
         return decision.throttle_ms

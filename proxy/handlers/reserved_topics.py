@@ -11,10 +11,8 @@ them (here).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from protocol.apis import Api
-from protocol.header import read_request_header
+from protocol.header import RequestHeader
 from protocol.reserved_topics import (
     answer_with_refusals,
     described_topics_asked,
@@ -29,6 +27,7 @@ from protocol.reserved_topics import (
 from protocol.share_group_offsets import share_offsets_answer, share_offsets_refused
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.topic_names import TopicNames
+from proxy.decision.interception import RequestHandler
 from proxy.decision.outcome import (
     FORWARD,
     Caller,
@@ -52,8 +51,7 @@ class MetadataWithoutReservedTopics:
         self._reserved = reserved_topics
         self._all_topics_answers = RewriteMemo(_REMEMBERED_ANSWER_BYTES)
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         asked = metadata_asked(frame[header.length:], version, self._reserved)
         if not (asked.all_topics or asked.refused_names or asked.by_id):
@@ -79,8 +77,7 @@ class DescribedTopicsWithoutReserved:
     def __init__(self, reserved_topics: frozenset[str]) -> None:
         self._reserved = reserved_topics
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         asked = described_topics_asked(frame[header.length:], version, self._reserved)
         if not (asked.all_topics or asked.refused_names):
@@ -100,11 +97,10 @@ class TopicsWithoutReserved:
         self._reserved = reserved_topics
         self._encoded = [name.encode() for name in reserved_topics]
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         request = bytes(frame)  # these requests are small: searched before any decode
         if not any(name in request for name in self._encoded):
             return FORWARD
-        header = read_request_header(frame)
         api_key, version = header.api_key, header.api_version
         refused = topics_refused(api_key, version, frame[header.length:], self._reserved)
         if refused is None:
@@ -122,8 +118,7 @@ class ShareGroupOffsetsWithoutReserved:
     def __init__(self, reserved_topics: frozenset[str]) -> None:
         self._reserved = reserved_topics
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
         refused = share_offsets_refused(api_key, version, frame[header.length:], self._reserved)
         if refused is None:
@@ -137,35 +132,34 @@ class ShareTopicsWithoutReserved:
     consume quota's handler, for ShareFetch) and forwarded."""
 
     def __init__(self, reserved_topics: frozenset[str], topic_names: TopicNames,
-                 inner: Callable[[memoryview, Caller], Decided] | None = None) -> None:
+                 inner: RequestHandler | None = None) -> None:
         self._reserved = reserved_topics
         self._topic_names = topic_names
         self._inner = inner
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         unnamed = self._topic_names.unknown(share_topic_ids(header.api_key, header.api_version,
                                                             frame[header.length:]))
         if unnamed:
-            return self._once_named(bytes(frame), caller, unnamed)  # a copy: the connection's buffer moves on
-        return self._decide(frame, caller)
+            return self._once_named(header, bytes(frame), caller, unnamed)  # a copy: the connection's buffer moves on
+        return self._decide(header, frame, caller)
 
-    async def _once_named(self, frame: bytes, caller: Caller, unnamed: set[bytes]) -> Outcome:
+    async def _once_named(self, header: RequestHeader, frame: bytes, caller: Caller, unnamed: set[bytes]) -> Outcome:
         await self._topic_names.look_up(unnamed)
-        decided = self._decide(memoryview(frame), caller.later())
+        decided = self._decide(header, memoryview(frame), caller.later())
         return decided if isinstance(decided, Outcome) else await decided
 
-    def _decide(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def _decide(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
         refused = share_refused(api_key, version, frame[header.length:],
                                 lambda topic_id: self._topic_names.name(topic_id) in self._reserved)
         if refused is None:
-            return FORWARD if self._inner is None else self._inner(frame, caller)
+            return FORWARD if self._inner is None else self._inner.on_request(header, frame, caller)
         if refused.forwarded_body is None:
             return local_answer(header, share_answer_with_refusals(api_key, version, None, refused))
         kept = bytes(frame[:header.length]) + refused.forwarded_body
-        decided = FORWARD if self._inner is None else self._inner(memoryview(kept), caller)
+        # the header is kept as it was: only the body is rewritten
+        decided = FORWARD if self._inner is None else self._inner.on_request(header, memoryview(kept), caller)
         assert isinstance(decided, Forward), "the consume quota forwards, and decides at once"
         return finished_whole(decided, frame_of(kept),
                               lambda body: share_answer_with_refusals(api_key, version, body, refused))

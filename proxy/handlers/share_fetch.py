@@ -19,7 +19,7 @@ from typing import Any
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.fetch import TopicRef, fetch_response_size
-from protocol.header import read_request_header, response_header_length
+from protocol.header import RequestHeader, response_header_length
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, ChargedResponse, Decided, Forward, OnResponse, replacement_request
 from proxy.handlers.fetch import ConsumedBytes
@@ -36,8 +36,7 @@ class ShareFetchHandler:
         self._quotas = quotas
         self._consumed = ConsumedBytes(quotas, usage, topic_names)
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         user = caller.user
         client_id = header.client_id or ""
         window = self._quotas.fetch.fetch_window(user, client_id)

@@ -45,7 +45,7 @@ from protocol.errors import (
     REQUEST_TIMED_OUT,
     TOPIC_AUTHORIZATION_FAILED,
 )
-from protocol.header import RequestHeader, read_request_header
+from protocol.header import RequestHeader
 from protocol.topic_admin import (
     THROTTLED,
     TopicError,
@@ -126,8 +126,7 @@ class TopicMutationHandler:
         self._usage = usage
         self._reserved_topics = reserved_topics
 
-    def __call__(self, frame: memoryview, caller: Caller) -> Decided:
-        header = read_request_header(frame)
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         client_id = header.client_id or ""
         limited = self._quotas.config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
         if not (limited or self._reserved_topics):

@@ -149,13 +149,11 @@ class Services:
             Api.CREATE_PARTITIONS: mutations,
             Api.INIT_PRODUCER_ID: InitProducerIdHandler(self.quotas, self.pid_source, self.ledger, self.usage),
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
-            Api.ALTER_CLIENT_QUOTAS: client_quotas.alter,
-            Api.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe,
+            Api.ALTER_CLIENT_QUOTAS: client_quotas,
+            Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
             **self._reserved_topic_handlers(ShareFetchHandler(self.quotas, self.usage, self.topic_names)),
         }
-        self.requests = RequestChain(self.api_versions, handlers,
-                                     {} if self.in_front_of_controllers else {Api.PRODUCE: produce},
-                                     request_rate.throttle_ms, now_ms)
+        self.requests = RequestChain(self.api_versions, handlers, request_rate.throttle_ms, now_ms)
         self._maintenance: list[asyncio.Task[None]] = []
 
     def _reserved_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:

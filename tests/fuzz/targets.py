@@ -72,6 +72,7 @@ from proxy.security.sasl_messages import (
 )
 from proxy.security.users import PLAIN, UserStore, plain_credential, scram_credential
 from proxy.state.quota_service import QuotaService
+from tests.unit.proxy.outcomes import handled
 
 # ---- reading an input ---------------------------------------------------------------------------------------
 
@@ -356,7 +357,7 @@ def topic_mutations_target(data: bytes) -> None:
     upstream = reader.part()
     frame = request_header(api_key, version) + reader.rest()
     here = proxy()
-    outcome = protocol_errors(lambda: here.settled(here.mutations(memoryview(frame), here.caller())))
+    outcome = protocol_errors(lambda: here.settled(handled(here.mutations, memoryview(frame), here.caller())))
     if outcome is not None:
         answered(outcome, upstream, api_key, version)
     here.end_second()
@@ -368,7 +369,7 @@ def init_producer_id_target(data: bytes) -> None:
     version = version_of(Api.INIT_PRODUCER_ID, reader.byte())
     frame = request_header(Api.INIT_PRODUCER_ID, version) + reader.rest()
     here = proxy()
-    outcome = protocol_errors(lambda: here.init_producer_id(memoryview(frame), here.caller()))
+    outcome = protocol_errors(lambda: handled(here.init_producer_id, memoryview(frame), here.caller()))
     if outcome is not None:
         answered(outcome, b"", Api.INIT_PRODUCER_ID, version)
     here.end_second()
@@ -387,8 +388,7 @@ def client_quotas_target(data: bytes) -> None:
     upstream = reader.part()
     frame = request_header(api_key, version) + reader.rest()
     here = proxy()
-    handler = here.client_quotas.alter if api_key == Api.ALTER_CLIENT_QUOTAS else here.client_quotas.describe
-    outcome = protocol_errors(lambda: here.settled(handler(memoryview(frame), here.caller(user))))
+    outcome = protocol_errors(lambda: here.settled(handled(here.client_quotas, memoryview(frame), here.caller(user))))
     if outcome is not None:
         answered(outcome, upstream, api_key, version)
 
@@ -419,7 +419,7 @@ def fetch_target(data: bytes) -> None:
     start = encode_response_header(7, flexible) + response
     protocol_errors(lambda: fetch_response_size(start, len(start), flexible))
     here = proxy()
-    outcome = protocol_errors(lambda: here.settled(here.fetch(memoryview(frame), here.caller())))
+    outcome = protocol_errors(lambda: here.settled(handled(here.fetch, memoryview(frame), here.caller())))
     hook = outcome.on_response if isinstance(outcome, Forward) else None
     if hook is not None and hook.charge is not None:
         charge = hook.charge

@@ -1,8 +1,17 @@
-"""What the handler tests read in a decision: what was forwarded, what becomes of the answer, what was answered."""
+"""How the handler tests hand a handler a request, and what they read in its decision: what was forwarded, what
+becomes of the answer, what was answered."""
 
 from __future__ import annotations
 
-from proxy.decision.outcome import Decided, Forward, OnResponse, Respond, ResponseCharge, ResponseFinisher
+from protocol.header import read_request_header
+from proxy.decision.interception import RequestHandler
+from proxy.decision.outcome import Caller, Decided, Forward, OnResponse, Respond, ResponseCharge, ResponseFinisher
+
+
+def handled(handler: RequestHandler, frame: memoryview, caller: Caller) -> Decided:
+    """``handler``'s decision on a whole request (size prefix excluded), given as the chain gives it: its header
+    read first."""
+    return handler.on_request(read_request_header(frame), frame, caller)
 
 
 def forwarded(decided: Decided) -> Forward:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from protocol.apis import Api
+from protocol.header import RequestHeader, read_request_header
 from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, Outcome, Respond, Sender
 from proxy.handlers.chain import RequestChain
 from tests.support import encode_request
@@ -42,17 +44,29 @@ class RequestRate:
     def __init__(self, throttle_ms: int) -> None:
         self.throttle = throttle_ms
         self.charged: list[int] = []
+        self.headers: list[RequestHeader | None] = []
 
-    def __call__(self, frame: memoryview, api_key: int, caller: Caller) -> int:
+    def __call__(self, frame: memoryview, api_key: int, header: RequestHeader | None, caller: Caller) -> int:
         self.charged.append(api_key)
+        self.headers.append(header)
         return self.throttle
 
 
-class Streaming:
+class Handler:
+    def __init__(self, decide: Callable[[RequestHeader, memoryview, Caller], Decided]) -> None:
+        self.decide = decide
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        return self.decide(header, frame, caller)
+
+
+class Streaming(Handler):
     def __init__(self, started: Any) -> None:
+        super().__init__(lambda header, frame, caller: FORWARD)
         self.started = started
 
-    def start(self, frame_start: memoryview, request_bytes: int, caller: Caller) -> Any:
+    def on_request_start(self, header: RequestHeader, frame_start: memoryview, request_bytes: int, caller: Caller
+                         ) -> Any:
         return self.started
 
 
@@ -69,7 +83,7 @@ HANDSHAKE = request(Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
 
 def chain(rate: RequestRate, handlers: dict[int, Any] | None = None, streaming: dict[int, Any] | None = None
           ) -> RequestChain:
-    return RequestChain(Versions(), handlers or {}, streaming or {}, rate, clock)
+    return RequestChain(Versions(), {**(handlers or {}), **(streaming or {})}, rate, clock)
 
 
 def test_api_versions_is_the_proxys_before_the_cluster_can_be_asked_and_the_clusters_after() -> None:
@@ -99,10 +113,11 @@ def test_an_inspected_login_answers_only_its_own_requests_and_the_rest_are_charg
 def test_the_largest_throttle_of_the_handler_and_the_request_rate_is_given() -> None:
     throttled = Forward(throttle_ms=100)
 
-    def handler(frame: memoryview, caller: Caller) -> Decided:
+    def decide(header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         assert caller == CALLER
         return throttled
 
+    handler = Handler(decide)
     decided = chain(RequestRate(300), {Api.METADATA: handler}).decide(*METADATA, SENDER, None, upstream_open=True)
     assert isinstance(decided, Outcome) and decided.throttle_ms == 300
     decided = chain(RequestRate(50), {Api.METADATA: handler}).decide(*METADATA, SENDER, None, upstream_open=True)
@@ -112,7 +127,7 @@ def test_the_largest_throttle_of_the_handler_and_the_request_rate_is_given() -> 
 def test_a_request_whose_handler_judges_it_whole_is_not_started() -> None:
     frame, api_key, version = METADATA
     rate = RequestRate(0)
-    whole_only = chain(rate, {Api.METADATA: lambda frame, caller: FORWARD})
+    whole_only = chain(rate, {Api.METADATA: Handler(lambda header, frame, caller: FORWARD)})
     assert whole_only.start(frame, api_key, version, 10, SENDER) is None
     assert rate.charged == [], "a request not started is charged once whole"
 
@@ -142,15 +157,15 @@ def test_quota_time_is_read_once_for_a_request_and_given_to_every_link() -> None
     readings = iter(range(5_000, 6_000, 100))
     seen: list[int] = []
 
-    def handler(frame: memoryview, caller: Caller) -> Decided:
+    def decide(header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         seen.append(caller.now_ms)
         return FORWARD
 
-    def rate(frame: memoryview, api_key: int, caller: Caller) -> int:
+    def rate(frame: memoryview, api_key: int, header: RequestHeader | None, caller: Caller) -> int:
         seen.append(caller.now_ms)
         return 0
 
-    links = RequestChain(Versions(), {Api.METADATA: handler}, {}, rate, lambda: next(readings))
+    links = RequestChain(Versions(), {Api.METADATA: Handler(decide)}, rate, lambda: next(readings))
     links.decide(*METADATA, SENDER, None, upstream_open=True)
     links.decide(*METADATA, SENDER, None, upstream_open=True)
     assert seen == [5_000, 5_000, 5_100, 5_100]
@@ -160,10 +175,25 @@ def test_a_decision_taken_later_reads_the_chains_clock_again() -> None:
     readings = iter((7_000, 7_250))
     later: list[int] = []
 
-    def waits_then_decides(frame: memoryview, caller: Caller) -> Decided:
+    def waits_then_decides(header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         later.append(caller.later().now_ms)  # as a handler does once the cluster has answered what it asked
         return FORWARD
 
-    RequestChain(Versions(), {Api.METADATA: waits_then_decides}, {}, RequestRate(0), lambda: next(readings)).decide(
-        *METADATA, SENDER, None, upstream_open=True)
+    RequestChain(Versions(), {Api.METADATA: Handler(waits_then_decides)}, RequestRate(0), lambda: next(readings)
+                 ).decide(*METADATA, SENDER, None, upstream_open=True)
     assert later == [7_250]
+
+
+def test_a_request_header_is_read_once_and_given_to_its_handler_and_the_request_rate() -> None:
+    given: list[RequestHeader] = []
+
+    def decide(header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        given.append(header)
+        return FORWARD
+
+    rate = RequestRate(0)
+    chain(rate, {Api.METADATA: Handler(decide)}).decide(*METADATA, SENDER, None, upstream_open=True)
+    assert given == [read_request_header(METADATA[0])]
+    assert rate.headers == given
+    chain(rate).decide(*METADATA, SENDER, None, upstream_open=True)
+    assert rate.headers[1:] == [None], "without a handler nothing reads the header but the request rate, if it charges"

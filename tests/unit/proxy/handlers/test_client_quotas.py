@@ -23,6 +23,7 @@ from proxy.handlers.client_quotas import (
 from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
 from tests.support import encode_request
+from tests.unit.proxy.outcomes import handled
 
 BYTES = QuotaType.PRODUCER_BYTE_RATE
 PIDS = QuotaType.PRODUCER_IDS_RATE
@@ -112,7 +113,7 @@ def test_a_corrupt_overrides_file_is_refused_at_start(tmp_path: Path) -> None:
 def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[int]:
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}], "ops": [op]}])
-    outcome = decided(handlers.alter(memoryview(frame)[4:], Caller(user, 0)))
+    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller(user, 0)))
     assert isinstance(outcome, Respond)
     answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
     return [entry.error_code for entry in answer.entries]
@@ -141,7 +142,7 @@ def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_p
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=True, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}],
          "ops": [{"key": "producer_ids_rate", "value": 9.0, "remove": False}]}])
-    decided(handlers.alter(memoryview(frame)[4:], Caller("ops", 0)))
+    decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
     assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 5.0}
 
 
@@ -153,7 +154,7 @@ def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_fo
          "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]},
         {"entity": [{"entity_type": "user", "entity_name": "bob"}],
          "ops": [{"key": "request_percentage", "value": 1.0, "remove": False}]}])
-    refused = handlers.alter(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
+    refused = handled(handlers, memoryview(frame)[4:], Caller("ANONYMOUS", 0))
     assert isinstance(refused, Respond)
     answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(refused.response)[9:])
     assert [entry.error_code for entry in answer.entries] == [31, 31]
@@ -161,7 +162,7 @@ def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_fo
 
     frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
                            components=[{"entity_type": "user", "match_type": MATCH_ANY, "match": None}])
-    refused = handlers.describe(memoryview(frame)[4:], Caller("ANONYMOUS", 0))
+    refused = handled(handlers, memoryview(frame)[4:], Caller("ANONYMOUS", 0))
     assert isinstance(refused, Respond)
     answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(refused.response)[9:])
     assert answer.error_code == 31 and not answer.entries
@@ -196,7 +197,7 @@ def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_c
          "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
         {"entity": [{"entity_type": "topic", "entity_name": "orders"}],
          "ops": [{"key": "request_rate", "value": 5.0, "remove": False}]}])
-    outcome = decided(handlers.alter(memoryview(frame)[4:], Caller("ops", 0)))
+    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
     assert isinstance(outcome, Respond)  # nothing of it forwarded
     answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
     assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST]
@@ -204,7 +205,7 @@ def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_c
     assert service(tmp_path).config.resolve_topic(BYTES, "bob", "orders") is not None  # saved
     frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
                            components=[{"entity_type": "topic", "match_type": MATCH_ANY, "match": None}])
-    described = decided(handlers.describe(memoryview(frame)[4:], Caller("ops", 0)))
+    described = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
     assert isinstance(described, Respond)
     answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
     assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])

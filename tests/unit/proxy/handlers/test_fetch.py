@@ -19,7 +19,7 @@ from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
-from tests.unit.proxy.outcomes import charge_of, forwarded, on_response
+from tests.unit.proxy.outcomes import charge_of, forwarded, handled, on_response
 
 
 def caller(user: str) -> Caller:
@@ -65,7 +65,7 @@ def logged(tmp_path: Path, usage: UsageLog) -> dict[str, int]:
 
 def test_a_metered_consumer_gets_kafkas_cap_and_pays_for_each_response(tmp_path: Path) -> None:
     fetch_handler, usage = handler(tmp_path)
-    outcome = fetch_handler(fetch("metered"), caller("ANONYMOUS"))
+    outcome = handled(fetch_handler, fetch("metered"), caller("ANONYMOUS"))
     capped = memoryview(forwarded(outcome).replacement or b"")[4:]
     header = read_request_header(capped)
     request = decode_request(Api.FETCH, 11, capped[header.length:])
@@ -79,7 +79,7 @@ def test_a_fetch_over_the_quota_is_answered_empty_and_its_bytes_taken_back(tmp_p
     """Kafka's answer to a fetch it throttles: no partitions, the throttle, no error and no session opened
     (a full fetch); the bytes un-recorded, so a later small fetch finds the rate as before."""
     fetch_handler, usage = handler(tmp_path)
-    charge = charge_of(fetch_handler(fetch("metered", session_epoch=0), caller("ANONYMOUS")))
+    charge = charge_of(handled(fetch_handler, fetch("metered", session_epoch=0), caller("ANONYMOUS")))
     throttle_ms, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)  # 12 MiB in the 10 s window
     assert throttle_ms > 0 and answer is not None
     empty = decode_response(Api.FETCH, 11, answer)
@@ -93,7 +93,7 @@ def test_a_throttled_incremental_fetch_keeps_its_session(tmp_path: Path) -> None
     """An incremental fetch (epoch above 0) is answered in its session, as Kafka's ``IncrementalFetchContext``
     answers it: the consumer's next fetch goes on in it, and the cluster sends the records again."""
     fetch_handler, _ = handler(tmp_path)
-    charge = charge_of(fetch_handler(fetch("metered", session_id=77, session_epoch=3), caller("ANONYMOUS")))
+    charge = charge_of(handled(fetch_handler, fetch("metered", session_id=77, session_epoch=3), caller("ANONYMOUS")))
     throttle_ms, answer = charge(upstream_response(session_id=77), 4 + 12 * MIB)
     assert answer is not None and decode_response(Api.FETCH, 11, answer).session_id == 77
     # a throttle of the cluster's own, longer than the proxy's, is what the consumer is told
@@ -103,10 +103,10 @@ def test_a_throttled_incremental_fetch_keeps_its_session(tmp_path: Path) -> None
 
 def test_consumers_without_a_quota_pass_untouched_and_a_claimed_follower_is_charged(tmp_path: Path) -> None:
     fetch_handler, _ = handler(tmp_path)
-    assert fetch_handler(fetch("free"), caller("ANONYMOUS")) is FORWARD
-    claimed_follower = fetch_handler(fetch("metered", replica_id=3), caller("ANONYMOUS"))
+    assert handled(fetch_handler, fetch("free"), caller("ANONYMOUS")) is FORWARD
+    claimed_follower = handled(fetch_handler, fetch("metered", replica_id=3), caller("ANONYMOUS"))
     assert charge_of(claimed_follower) and forwarded(claimed_follower).replacement is not None
-    within = fetch_handler(fetch("metered", max_bytes=MIB), caller("ANONYMOUS"))
+    within = handled(fetch_handler, fetch("metered", max_bytes=MIB), caller("ANONYMOUS"))
     assert forwarded(within).replacement is None and charge_of(within)
 
 
@@ -146,7 +146,7 @@ def topic_response(version: int, records: dict[str | uuid.UUID, int]) -> memoryv
 
 def test_a_topic_quota_reads_the_whole_response_and_empties_it_when_the_topic_is_over(tmp_path: Path) -> None:
     fetch_handler, quotas = topic_handler(tmp_path, {})
-    outcome = fetch_handler(topic_fetch(11, "orders", "clicks"), caller("alice"))
+    outcome = handled(fetch_handler, topic_fetch(11, "orders", "clicks"), caller("alice"))
     assert on_response(outcome).read_whole
     capped = memoryview(forwarded(outcome).replacement or b"")[4:]
     header = read_request_header(capped)
@@ -164,17 +164,17 @@ def test_a_topic_quota_reads_the_whole_response_and_empties_it_when_the_topic_is
     assert quotas.fetch.rate_of(QuotaKey("alice", ""), now_ms()) == pytest.approx(len(within) / 10, rel=0.05)
     # a full fetch of topics without a topic quota is neither read whole nor capped by a topic's window (alice's
     # own quota still charges it)
-    free = fetch_handler(topic_fetch(11, "clicks"), caller("alice"))
+    free = handled(fetch_handler, topic_fetch(11, "clicks"), caller("alice"))
     assert not on_response(free).read_whole and charge_of(free)
-    assert fetch_handler(topic_fetch(11, "clicks"), caller("bob")) is FORWARD
+    assert handled(fetch_handler, topic_fetch(11, "clicks"), caller("bob")) is FORWARD
     # an incremental one may get any topic of its session: it is read whole
-    incremental = fetch_handler(topic_fetch(11, "clicks", session_epoch=4), caller("bob"))
+    incremental = handled(fetch_handler, topic_fetch(11, "clicks", session_epoch=4), caller("bob"))
     assert on_response(incremental).read_whole
 
 
 def test_topics_named_by_id_are_named_by_the_cluster_before_the_fetch_goes_on(tmp_path: Path) -> None:
     fetch_handler, _ = topic_handler(tmp_path, {ORDERS_ID: "orders"})
-    pending = fetch_handler(topic_fetch(13, ORDERS_ID), caller("bob"))
+    pending = handled(fetch_handler, topic_fetch(13, ORDERS_ID), caller("bob"))
     assert not isinstance(pending, Outcome)
     outcome = asyncio.run(pending)  # type: ignore[arg-type]
     assert forwarded(outcome).replacement is not None
@@ -182,7 +182,7 @@ def test_topics_named_by_id_are_named_by_the_cluster_before_the_fetch_goes_on(tm
     throttle_ms, answer = charge_of(outcome)(over, len(over))
     assert 900 < throttle_ms <= 1000 and answer is not None
     # known now: the next fetch is decided at once
-    assert isinstance(fetch_handler(topic_fetch(13, ORDERS_ID), caller("bob")), Outcome)
+    assert isinstance(handled(fetch_handler, topic_fetch(13, ORDERS_ID), caller("bob")), Outcome)
 
 
 def test_an_observed_quota_charges_the_fetch_and_leaves_its_max_bytes_alone(tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_an_observed_quota_charges_the_fetch_and_leaves_its_max_bytes_alone(tmp_
                           '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1048576\n')
     fetch_handler = FetchHandler(QuotaService(quota_file, CollectorRegistry()), UsageLog(tmp_path / "usage"),
                                  TopicNames(unreachable))
-    outcome = fetch_handler(fetch("metered"), caller("ANONYMOUS"))
+    outcome = handled(fetch_handler, fetch("metered"), caller("ANONYMOUS"))
     assert forwarded(outcome).replacement is None and charge_of(outcome)
     response = encode_response_header(1, False) + bytes(12 * MIB)
     assert charge_of(outcome)(memoryview(response), len(response)) == (0, None)  # over, and let through

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_response
-from protocol.header import peek_request, response_header_for
+from protocol.header import peek_request, read_request_header, response_header_for
 from proxy.decision.outcome import (
     CLOSE,
     FORWARD,
@@ -35,7 +35,8 @@ def handler(tmp_path: Path, quotas: str, charges: bool = True) -> RequestRateHan
 
 
 def charged(rates: RequestRateHandler, request: memoryview, caller: Caller) -> int:
-    return rates.throttle_ms(request, peek_request(request).api_key, caller)
+    """Charged as a request no handler has read the header of."""
+    return rates.throttle_ms(request, peek_request(request).api_key, None, caller)
 
 
 def metadata(client_id: str) -> memoryview:
@@ -119,3 +120,12 @@ def test_share_acknowledgements_and_the_share_group_heartbeat_count_for_the_requ
     share_group_heartbeat = schemaless_request(76, "share")  # ShareGroupHeartbeat, which kafka-python lacks
     throttles = [charged(rates, request, caller) for request in [acknowledge, share_group_heartbeat] * 6]
     assert throttles == [0] * 10 + [1000, 2000]  # as for any request: Kafka's request quota counts them all
+
+
+def test_the_client_id_is_taken_from_the_header_the_chain_read_when_it_read_one(tmp_path: Path) -> None:
+    rates = handler(tmp_path, '[[quota]]\nclient-id = "busy"\nrequest_rate = 1\n')
+    caller = Caller("ANONYMOUS", 1_000_000)
+    request = metadata("idle")
+    header = read_request_header(request)._replace(client_id="busy")
+    throttles = [rates.throttle_ms(request, Api.METADATA, header, caller) for _ in range(12)]
+    assert throttles[-2:] == [1000, 2000]

@@ -23,7 +23,7 @@ from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
-from tests.unit.proxy.outcomes import charge_of, forwarded, on_response
+from tests.unit.proxy.outcomes import charge_of, forwarded, handled, on_response
 
 ORDERS_ID = uuid.UUID(int=7)
 CLICKS_ID = uuid.UUID(int=8)
@@ -72,7 +72,7 @@ def answer(records: dict[uuid.UUID, int], error_code: int = 0) -> memoryview:
 
 
 def decided(handler: ShareFetchHandler, request: memoryview, user: str = "ANONYMOUS") -> Forward:
-    return forwarded(handler(request, Caller(user, now_ms(), clock=now_ms)))
+    return forwarded(handled(handler, request, Caller(user, now_ms(), clock=now_ms)))
 
 
 def max_bytes_sent(outcome: Forward) -> int:
@@ -90,7 +90,7 @@ def logged(tmp_path: Path, usage: UsageLog) -> list[dict[str, Any]]:
 
 def test_a_share_consumer_gets_kafkas_cap_and_pays_for_each_answer(tmp_path: Path) -> None:
     handler, quotas, usage = share_handler(tmp_path, '[[quota]]\nclient-id = "metered"\nconsumer_byte_rate = 1000000\n')
-    assert handler(share_fetch("free"), Caller("ANONYMOUS", now_ms(), clock=now_ms)) is FORWARD
+    assert handled(handler, share_fetch("free"), Caller("ANONYMOUS", now_ms(), clock=now_ms)) is FORWARD
     outcome = decided(handler, share_fetch("metered"))
     assert max_bytes_sent(outcome) == 10_000_000 and on_response(outcome).read_whole  # 1 MB/s x (11 - 1) x 1 s
     charge = charge_of(outcome)

@@ -21,7 +21,7 @@ from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
-from tests.unit.proxy.outcomes import answered, charge_of, finish_of, forwarded
+from tests.unit.proxy.outcomes import answered, charge_of, finish_of, forwarded, handled
 
 THROTTLED = 89
 INVALID_REQUEST = 42
@@ -96,7 +96,8 @@ class Mutations:
 
     def decide(self, api_key: int, version: int, client_id: str = "limited", **fields: object) -> Outcome:
         frame = encode_request(api_key, version, client_id=client_id, **fields)
-        decided = self.handler(memoryview(frame)[4:], Caller("ANONYMOUS", self.now_ms, clock=lambda: self.now_ms))
+        caller = Caller("ANONYMOUS", self.now_ms, clock=lambda: self.now_ms)
+        decided = handled(self.handler, memoryview(frame)[4:], caller)
         if isinstance(decided, Awaitable):
             decided = asyncio.run(_wait(decided))
         assert isinstance(decided, Outcome)
