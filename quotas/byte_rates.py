@@ -7,7 +7,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from quotas.config import QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota, Window
-from quotas.decisions import UNLIMITED, Decision
+from quotas.decisions import UNLIMITED, Decision, Requester
 from quotas.entities import IDLE_EXPIRY_MS, EntityState, EntityTable, RateShadow, ThrottleCounters, user_of
 from quotas.fleet import SharedUsage
 from quotas.rate import SampledRate, rate_throttle_ms
@@ -41,10 +41,9 @@ class ByteRateState(EntityState):
         """Created when the entity's quota is first observed."""
 
 
-class ClientQuotaManager(ThrottleCounters):
-    """``producer_byte_rate`` or ``consumer_byte_rate``: record the bytes (a Produce request's size, a
-    Fetch response's), throttle when the rate is above the quota. Kafka runs one of these per type.
-    ``request_rate`` is one too, each request recorded as 1."""
+class ByteRateManager(ThrottleCounters):
+    """Kafka's sampled rate per bucket, a throttle when it is over the quota: what the byte-rate managers of
+    clients (``ClientQuotaManager``) and of topics (``TopicQuotaManager``) share."""
 
     def __init__(self, config: QuotaConfig, quota_type: QuotaType = QuotaType.PRODUCER_BYTE_RATE,
                  idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
@@ -55,24 +54,6 @@ class ClientQuotaManager(ThrottleCounters):
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
-
-    def record(self, user: str, client_id: str, size_bytes: int, now_ms: int, broker: str = "") -> Decision:
-        """``broker``: the upstream broker the bytes go to or come from (its own budget in ``broker`` scope)."""
-        return self._record(user, client_id, size_bytes, now_ms, broker, taken_back_when_throttled=False)
-
-    def record_unless_throttled(self, user: str, client_id: str, size_bytes: int, now_ms: int,
-                                broker: str = "") -> Decision:
-        """A Fetch response: recorded, and when that throttles, taken back (``unrecordQuotaSensor``, at the same
-        time, so the rate is as before): Kafka answers such a fetch with no records, and the consumer reads
-        them again after the throttle. ``admitted`` is False then."""
-        return self._record(user, client_id, size_bytes, now_ms, broker, taken_back_when_throttled=True)
-
-    def _record(self, user: str, client_id: str, size_bytes: int, now_ms: int, broker: str,
-                taken_back_when_throttled: bool) -> Decision:
-        quota = self.config.resolve(self.quota_type, user, client_id)
-        if quota is None:
-            return UNLIMITED
-        return self._charge(quota, size_bytes, now_ms, broker, taken_back_when_throttled)
 
     def _charge(self, quota: ResolvedQuota, size_bytes: int, now_ms: int, broker: str,
                 taken_back_when_throttled: bool) -> Decision:
@@ -161,11 +142,6 @@ class ClientQuotaManager(ThrottleCounters):
                  if charged._replace(broker="") == key._replace(broker="")]
         return max(rates, default=None)
 
-    def fetch_window(self, user: str, client_id: str) -> FetchWindow | None:
-        """What (user, client_id)'s quota makes of a fetch, or None without one."""
-        quota = self.config.resolve(self.quota_type, user, client_id)
-        return None if quota is None else self._fetch_window([quota])
-
     def _fetch_window(self, quotas: Sequence[ResolvedQuota]) -> FetchWindow:
         """The most that can be recorded at once without a certain throttle under the smallest enforced quota:
         ``quota x (num - 1) x size`` (Kafka's ``getMaxValueInQuotaWindow``, which caps a Fetch's max_bytes)."""
@@ -174,35 +150,62 @@ class ClientQuotaManager(ThrottleCounters):
         return FetchWindow(min(enforced) * (window.num - 1) * window.size_s if enforced else None)
 
 
-class TopicQuotaManager(ClientQuotaManager):
+class ClientQuotaManager(ByteRateManager):
+    """``producer_byte_rate`` or ``consumer_byte_rate``: record the bytes (a Produce request's size, a
+    Fetch response's), throttle when the rate is above the quota. Kafka runs one of these per type.
+    ``request_rate`` is one too, each request recorded as 1."""
+
+    def record(self, requester: Requester, size_bytes: int, now_ms: int) -> Decision:
+        return self._record(requester, size_bytes, now_ms, taken_back_when_throttled=False)
+
+    def record_unless_throttled(self, requester: Requester, size_bytes: int, now_ms: int) -> Decision:
+        """A Fetch response: recorded, and when that throttles, taken back (``unrecordQuotaSensor``, at the same
+        time, so the rate is as before): Kafka answers such a fetch with no records, and the consumer reads
+        them again after the throttle. ``admitted`` is False then."""
+        return self._record(requester, size_bytes, now_ms, taken_back_when_throttled=True)
+
+    def _record(self, requester: Requester, size_bytes: int, now_ms: int, taken_back_when_throttled: bool
+                ) -> Decision:
+        quota = self.config.resolve(self.quota_type, requester.user, requester.client_id)
+        if quota is None:
+            return UNLIMITED
+        return self._charge(quota, size_bytes, now_ms, requester.broker, taken_back_when_throttled)
+
+    def fetch_window(self, user: str, client_id: str) -> FetchWindow | None:
+        """What (user, client_id)'s quota makes of a fetch, or None without one."""
+        quota = self.config.resolve(self.quota_type, user, client_id)
+        return None if quota is None else self._fetch_window([quota])
+
+
+class TopicQuotaManager(ByteRateManager):
     """``producer_byte_rate`` or ``consumer_byte_rate`` of topics: each topic of a request charged its own bytes
     (its partitions' record batches) under the topic quota applying to the user and topic
-    (``QuotaConfig.resolve_topic``), with the byte rates' math; the request's throttle is the largest of the
-    topics' (Kafka gives the largest of the throttles of the quotas a request hits)."""
+    (``QuotaConfig.resolve_topic``; the client id plays no part), with the byte rates' math; the request's throttle
+    is the largest of the topics' (Kafka gives the largest of the throttles of the quotas a request hits)."""
 
-    def record_topics(self, user: str, topic_bytes: Mapping[str, int], now_ms: int, broker: str = "") -> Decision:
+    def record(self, requester: Requester, topic_bytes: Mapping[str, int], now_ms: int) -> Decision:
         """A Produce request's bytes per topic."""
-        decisions = self._charge_topics(user, topic_bytes, now_ms, broker, taken_back_when_throttled=False)
+        decisions = self._charge_topics(requester, topic_bytes, now_ms, taken_back_when_throttled=False)
         return _largest(list(decisions.values()))
 
-    def record_topics_unless_throttled(self, user: str, topic_bytes: Mapping[str, int], now_ms: int,
-                                       broker: str = "") -> Decision:
+    def record_unless_throttled(self, requester: Requester, topic_bytes: Mapping[str, int], now_ms: int) -> Decision:
         """A Fetch response's bytes per topic: when any topic's quota throttles, the answer has no records, so
         every topic's bytes are taken back (``admitted`` False)."""
-        decisions = self._charge_topics(user, topic_bytes, now_ms, broker, taken_back_when_throttled=True)
+        decisions = self._charge_topics(requester, topic_bytes, now_ms, taken_back_when_throttled=True)
         largest = _largest(list(decisions.values()))
         if not largest.admitted:
             for topic, decision in decisions.items():
                 self.take_back(decision, topic_bytes[topic], now_ms)
         return largest
 
-    def _charge_topics(self, user: str, topic_bytes: Mapping[str, int], now_ms: int, broker: str,
+    def _charge_topics(self, requester: Requester, topic_bytes: Mapping[str, int], now_ms: int,
                        taken_back_when_throttled: bool) -> dict[str, Decision]:
         decisions = {}
         for topic, size_bytes in topic_bytes.items():
-            quota = self.config.resolve_topic(self.quota_type, user, topic)
+            quota = self.config.resolve_topic(self.quota_type, requester.user, topic)
             if quota is not None:
-                decisions[topic] = self._charge(quota, size_bytes, now_ms, broker, taken_back_when_throttled)
+                decisions[topic] = self._charge(quota, size_bytes, now_ms, requester.broker,
+                                                taken_back_when_throttled)
         return decisions
 
     def fetch_topics_window(self, user: str, topics: Iterable[str]) -> FetchWindow | None:

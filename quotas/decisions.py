@@ -1,11 +1,23 @@
-"""What a quota manager decides about one charge: admitted or not, the throttle, the entity charged, and what an
-observed quota would have done."""
+"""Every quota manager's one interface: ``record(requester, amount, now_ms)``, what one request (or connection) of
+``requester`` costs, at quota time ``now_ms``, in the manager's unit (bytes, requests, partition mutations, producer
+IDs, connections); it gives back a decision: admitted or not, the throttle, the bucket charged, and what an observed
+quota would have done. The managers resolve which quota applies to the requester (Kafka's precedence of user and
+client id, ``QuotaConfig``) on every charge."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from quotas.config import QuotaKey
+
+
+class Requester(NamedTuple):
+    """Who a charge is for, as a Kafka broker knows a request's session: its principal and client id; and the
+    upstream broker its bytes go to or come from (a budget of its own in ``broker`` scope)."""
+
+    user: str
+    client_id: str = ""
+    broker: str = ""
 
 
 class Decision(NamedTuple):

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
+from quotas.byte_rates import ByteRateManager, TopicQuotaManager
 from quotas.config import QuotaKey, QuotaType
 from quotas.connection_quotas import ConnectionQuotas
 from quotas.entities import EntityTable
@@ -50,7 +50,7 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
     return kept, [(state, value) for _, state, value in measured if id(state) not in kept_keys]
 
 
-Manager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager | UserConnectionRateManager
+Manager = ByteRateManager | ControllerMutationQuotaManager | ProducerIdQuotaManager | UserConnectionRateManager
 EntityOf = Callable[[QuotaKey], tuple[str, str]]
 
 
@@ -91,7 +91,7 @@ class QuotaMetrics(Collector):
             spec = QUOTA_TYPES[manager.quota_type]
             if spec.metric is None:
                 continue
-            if isinstance(manager, ClientQuotaManager):
+            if isinstance(manager, ByteRateManager):
                 yield from self._rate_metrics(spec.metric, spec.unit, manager, now_ms)
             elif not isinstance(manager, UserConnectionRateManager):
                 yield from self._bucket_metrics(spec.metric, spec.unit, manager, now_ms,
@@ -145,7 +145,7 @@ class QuotaMetrics(Collector):
             yield from topics.families()
 
     @staticmethod
-    def _rate_metrics(rate_name: str, what: str, manager: ClientQuotaManager, now_ms: int,
+    def _rate_metrics(rate_name: str, what: str, manager: ByteRateManager, now_ms: int,
                       name_prefix: str = "kafka_quota_proxy", entity_of: EntityOf = _principal,
                       labels: list[str] = _BYTE_RATE_LABELS) -> Iterator[Metric]:
         """``kafka_quota_proxy_{rate_name}`` and the throttle beside it: ``produce_byte_rate`` goes with

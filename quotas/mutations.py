@@ -4,12 +4,22 @@ creates or deletes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from quotas.config import QuotaConfig, QuotaType, ResolvedQuota
-from quotas.decisions import MutationDecision
+from quotas.decisions import MutationDecision, Requester
 from quotas.entities import IDLE_EXPIRY_MS, BucketManager, BucketState
 from quotas.fleet import SharedUsage
 from quotas.token_bucket import BucketQuota, PermissiveQuota, StrictQuota, UnboundedQuota
+
+
+class PartitionMutations(NamedTuple):
+    """What a CreateTopics, CreatePartitions or DeleteTopics request asks to mutate."""
+
+    counts: Sequence[float]
+    """The partitions each topic creates or deletes, in request order."""
+    strict: bool
+    """The request's version is strict (KIP-599: a topic is refused once the bucket is below zero)."""
 
 
 class ControllerMutationQuotaManager(BucketManager):
@@ -20,8 +30,7 @@ class ControllerMutationQuotaManager(BucketManager):
     def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
         super().__init__(config, idle_expiry_ms)
 
-    def admit_topics(self, user: str, client_id: str, mutations: Sequence[float], strict: bool,
-                     now_ms: int) -> MutationDecision:
+    def record(self, requester: Requester, mutations: PartitionMutations, now_ms: int) -> MutationDecision:
         """Charge each topic's partition mutations in request order, as Kafka's ``ReplicationControlManager``
         calls ``ControllerRequestContext.applyPartitionChangeQuota`` per topic, recording into the
         ``StrictControllerMutationQuota`` or ``PermissiveControllerMutationQuota`` that
@@ -31,11 +40,12 @@ class ControllerMutationQuotaManager(BucketManager):
         whatever its size. Permissive: every topic is admitted; the response is throttled when
         the bucket ends below zero.
         """
-        quota = self.config.resolve(self.quota_type, user, client_id)
+        quota = self.config.resolve(self.quota_type, requester.user, requester.client_id)
         window = self.config.settings.mutation_window
         state = None if quota is None else self._state(quota, now_ms)
+        counts, strict = mutations
         if quota is not None and state is not None and quota.observed:
-            return self._observe(quota, state, mutations, strict, now_ms)
+            return self._observe(quota, state, counts, strict, now_ms)
         strategy: BucketQuota
         if quota is None or state is None:
             strategy = UnboundedQuota()
@@ -43,11 +53,11 @@ class ControllerMutationQuotaManager(BucketManager):
             strategy = StrictQuota(state.bucket, quota.limit, window)
         else:
             strategy = PermissiveQuota(state.bucket, quota.limit, window)
-        admitted = tuple(strategy.record(count, now_ms) for count in mutations)
+        admitted = tuple(strategy.record(count, now_ms) for count in counts)
         throttle_ms = strategy.throttle_ms(now_ms)
         if quota is not None and state is not None:
             charged = 0.0
-            for count, topic_admitted in zip(mutations, admitted, strict=True):
+            for count, topic_admitted in zip(counts, admitted, strict=True):
                 if topic_admitted:
                     state.rate.record(count, now_ms, window)
                     charged += count
@@ -93,10 +103,10 @@ class ControllerMutationQuotaManager(BucketManager):
         return MutationDecision(True, 0, quota.key, (True,) * len(mutations), throttle_ms, refused_first)
 
 
-    def correct(self, user: str, client_id: str, permits: float, now_ms: int) -> None:
+    def correct(self, requester: Requester, permits: float, now_ms: int) -> None:
         """Charge (or, negative, give back) mutations learnt after the request was admitted: what a
         request really cost once the cluster said how many partitions ``num_partitions = -1`` meant."""
-        quota = self.config.resolve(self.quota_type, user, client_id)
+        quota = self.config.resolve(self.quota_type, requester.user, requester.client_id)
         if quota is None or not permits:
             return
         self._charge_shared(self._state(quota, now_ms), permits, now_ms)

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from quotas.bloom import Probe, TimeControlledBloomFilter
 from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota
-from quotas.decisions import NO_PID_QUOTA, PidDecision
+from quotas.decisions import NO_PID_QUOTA, PidDecision, Requester
 from quotas.entities import IDLE_EXPIRY_MS, BucketManager, BucketState
 from quotas.fleet import SharedProducerIds
 from quotas.rate import java_round
@@ -101,10 +101,12 @@ class ProducerIdQuotaManager(BucketManager):
         tokens = state.bucket.measure(quota.limit, self.config.settings.producer_id_window, now_ms)
         return 0 if tokens >= 0 else bucket_throttle_ms(tokens, quota.limit)
 
-    def check(self, user: str, batches: Sequence[ProducerBatch], now_ms: int,
-              seen_before: Callable[[int], bool] | None = None) -> PidDecision:
+    def record(self, requester: Requester, batches: Sequence[ProducerBatch], now_ms: int,
+               seen_before: Callable[[int], bool] | None = None) -> PidDecision:
         """``batches``: the request's idempotent batches. ``seen_before`` answers for PIDs the filters
-        do not know (e.g. from before a restart): a PID it knows is remembered again without charge."""
+        do not know (e.g. from before a restart): a PID it knows is remembered again without charge. A user's
+        quota alone (KIP-936): the client id plays no part."""
+        user = requester.user
         quota = self.config.resolve(self.quota_type, user, "")
         if quota is None:
             return NO_PID_QUOTA

@@ -115,12 +115,12 @@ def bounded_throttle_ms(rate: SampledRate, limit: float, now_ms: int, window: Wi
     return min(rate_throttle_ms(measured, limit, window_ms), window.size_ms)
 
 
-def connection_delay_ms(rate: SampledRate, limit: float, now_ms: int, window: Window) -> int:
-    """One connection recorded into a connection creation rate: its delay before it is closed unserved (at most one
-    window, ``bounded_throttle_ms``), or 0 to serve it. A connection over the rate is taken back out of the rate: it
-    must not count against the IP (or user) that opened it."""
-    rate.record(1, now_ms, window)
+def connection_delay_ms(rate: SampledRate, limit: float, now_ms: int, window: Window, connections: int = 1) -> int:
+    """A connection (or ``connections``) recorded into a connection creation rate: the delay before it is closed
+    unserved (at most one window, ``bounded_throttle_ms``), or 0 to serve it. A connection over the rate is taken back
+    out of the rate: it must not count against the IP (or user) that opened it."""
+    rate.record(connections, now_ms, window)
     delay_ms = bounded_throttle_ms(rate, limit, now_ms, window)
     if delay_ms:
-        rate.record(-1, now_ms, window)
+        rate.record(-connections, now_ms, window)
     return delay_ms

@@ -4,7 +4,7 @@ names)."""
 from __future__ import annotations
 
 from quotas.config import QuotaConfig, QuotaKey, QuotaType
-from quotas.decisions import UNLIMITED, Decision
+from quotas.decisions import UNLIMITED, Decision, Requester
 from quotas.entities import IDLE_EXPIRY_MS, EntityState, EntityTable, ThrottleCounters
 from quotas.rate import SampledRate, connection_delay_ms
 
@@ -36,21 +36,22 @@ class UserConnectionRateManager(ThrottleCounters):
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
 
-    def admit(self, user: str, now_ms: int) -> Decision:
-        """``admitted`` False: close the connection after ``throttle_ms``."""
-        quota = self.config.resolve(self.quota_type, user, "")
+    def record(self, requester: Requester, connections: int, now_ms: int) -> Decision:
+        """``connections`` opened (logged in) by ``requester``'s user, whose quota alone applies (KIP-612: the
+        client id plays no part). ``admitted`` False: close the connection after ``throttle_ms``."""
+        quota = self.config.resolve(self.quota_type, requester.user, "")
         if quota is None:
             return UNLIMITED
         window = self.config.settings.byte_rate_window  # Kafka's connection rates use quota.window.* too
         state = self.entities.get_or_create(quota.key, now_ms, UserConnectionState)
         state.limit = quota.limit
         if quota.observed:
-            state.rate.record(1, now_ms, window)
+            state.rate.record(connections, now_ms, window)
             if state.shadow_rate is None:
                 state.shadow_rate = SampledRate()
-            delay_ms = connection_delay_ms(state.shadow_rate, quota.limit, now_ms, window)
+            delay_ms = connection_delay_ms(state.shadow_rate, quota.limit, now_ms, window, connections)
             return Decision(True, 0, quota.key, state.observed(delay_ms, refused=bool(delay_ms)))
-        delay_ms = connection_delay_ms(state.rate, quota.limit, now_ms, window)
+        delay_ms = connection_delay_ms(state.rate, quota.limit, now_ms, window, connections)
         if not delay_ms:
             return Decision(True, 0, quota.key)
         state.enforced(delay_ms)

@@ -36,7 +36,7 @@ from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.settings.definitions import Table, TableKey
 from proxy.state.quota_service import QuotaService, now_ms
-from quotas.byte_rates import ClientQuotaManager
+from quotas.byte_rates import ByteRateManager, ClientQuotaManager
 from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
 from quotas.mutations import ControllerMutationQuotaManager
@@ -280,9 +280,9 @@ class Fleet(Collector):
             quotas.producer_ids.absorb_producer_ids(shared, now)
 
     def _held_users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
-        """Another's usage of a rate is kept only for the buckets charged here (``ClientQuotaManager.absorb``)."""
+        """Another's usage of a rate is kept only for the buckets charged here (``ByteRateManager.absorb``)."""
         manager = (self._quotas.topic_managers if topic else self._quotas.managers).get(quota_type)
-        return manager.held_users if isinstance(manager, ClientQuotaManager) else None
+        return manager.held_users if isinstance(manager, ByteRateManager) else None
 
     def members(self) -> int:
         """Instances heard from within one byte window, this one included."""

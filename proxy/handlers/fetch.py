@@ -54,7 +54,7 @@ from proxy.decision.outcome import (
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
-from quotas.decisions import UNLIMITED
+from quotas.decisions import UNLIMITED, Requester
 
 
 class FetchHandler:
@@ -172,13 +172,14 @@ class ConsumedBytes:
         each topic's records to its topic quota): whether it is admitted (else every byte is taken back and the
         client gets no records), and the throttle."""
         manager = self._quotas.fetch
-        user, broker = caller.user, caller.broker
+        user = caller.user
+        requester = Requester(user, client_id, caller.broker)
         now = caller.later().now_ms
-        decision = manager.record_unless_throttled(user, client_id, size, now, broker)
+        decision = manager.record_unless_throttled(requester, size, now)
         topic_decision = UNLIMITED
         if topic_bytes is not None and decision.admitted:
             sizes = self._named_bytes(topic_bytes(), caller)
-            topic_decision = self._quotas.fetch_topics.record_topics_unless_throttled(user, sizes, now, broker)
+            topic_decision = self._quotas.fetch_topics.record_unless_throttled(requester, sizes, now)
             if topic_decision.admitted:
                 self._usage.topic_bytes(user, sizes, fetched=True)
             else:
@@ -211,5 +212,5 @@ class ConsumedBytes:
         named = {name: size for topic_id, size in unnamed.items()
                  if (name := self._topic_names.name(topic_id)) is not None}
         # the next fetches feel it
-        self._quotas.fetch_topics.record_topics(caller.user, named, caller.later().now_ms, caller.broker)
+        self._quotas.fetch_topics.record(Requester(caller.user, broker=caller.broker), named, caller.later().now_ms)
         self._usage.topic_bytes(caller.user, named, fetched=True)

@@ -44,7 +44,7 @@ from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService
 from quotas.config import PidQuotaMode, QuotaType
-from quotas.decisions import UNLIMITED, Decision, PidDecision
+from quotas.decisions import UNLIMITED, Decision, PidDecision, Requester
 from quotas.producer_id_quota import ProducerBatch
 
 _T = TypeVar("_T")
@@ -73,14 +73,14 @@ class ProduceHandler:
         """Producer IDs are checked, or a topic quota exists: the batch headers must be read."""
         return self._checks_producer_ids(user) or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)
 
-    def _charge_topics(self, scan: ProduceScan, caller: Caller) -> Decision:
+    def _charge_topics(self, scan: ProduceScan, requester: Requester, now_ms: int) -> Decision:
         """The topic quotas' decision on the request's bytes of each topic, logged per topic; none without a
         topic quota."""
         if not self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE):
             return UNLIMITED
         sizes = self._topic_bytes(scan)
-        self._usage.topic_bytes(caller.user, sizes, fetched=False)
-        return self._quotas.produce_topics.record_topics(caller.user, sizes, caller.now_ms, caller.broker)
+        self._usage.topic_bytes(requester.user, sizes, fetched=False)
+        return self._quotas.produce_topics.record(requester, sizes, now_ms)
 
     def _topic_bytes(self, scan: ProduceScan) -> dict[str, int]:
         """The record bytes of each topic of the request that the cluster appends (its valid partitions)."""
@@ -100,15 +100,14 @@ class ProduceHandler:
             return set()
         return self._topic_names.unknown(topic.topic_id for topic in scan.topics if topic.topic_id is not None)
 
-    def _check_producer_ids(self, batches: list[ProducerBatch], user: str, client_id: str,
-                            now_ms: int) -> PidDecision:
+    def _check_producer_ids(self, batches: list[ProducerBatch], requester: Requester, now_ms: int) -> PidDecision:
         """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see.
         Every PID of ``batches`` is in the ledger's cache (``needs_lookup`` was asked)."""
         ledger = self._ledger
         window_ms = self._quotas.config.settings.producer_id_window.size_ms  # one KIP-936 window
-        decision = self._quotas.producer_ids.check(user, batches, now_ms, ledger.seen_within(window_ms))
+        decision = self._quotas.producer_ids.record(requester, batches, now_ms, ledger.seen_within(window_ms))
         if decision.admitted and batches:
-            ledger.seen({batch.producer_id for batch in batches}, user, client_id)
+            ledger.seen({batch.producer_id for batch in batches}, requester.user, requester.client_id)
         return decision
 
     def _needs_whole_frame(self, user: str, header: RequestHeader, frame_start: memoryview) -> bool:
@@ -186,19 +185,20 @@ class ProduceHandler:
 
     def _decide(self, frame: memoryview, header: RequestHeader, scan: ProduceScan | None,
                 batches: list[ProducerBatch], request_bytes: int, caller: Caller) -> Outcome:
-        user, now_ms, broker = caller.user, caller.now_ms, caller.broker
+        user, now_ms = caller.user, caller.now_ms
         client_id = header.client_id or ""
+        requester = Requester(user, client_id, caller.broker)
         acks = scan.acks if scan is not None else produce_acks(frame, header)
         if scan is not None and self._reserved_topics:
             scan = self._reserved_topics_refused(scan)
-        charged = self._quotas.produce.record(user, client_id, request_bytes, now_ms, broker)
+        charged = self._quotas.produce.record(requester, request_bytes, now_ms)
         throttle_ms = charged.throttle_ms
         if scan is None:
             self._usage.produce(user, client_id, request_bytes, 0, throttle_ms, False)
             self._usage.observed(user, client_id, charged.observed_ms)
             return Forward(throttle_ms, expects_response=acks != 0)
-        decision = self._check_producer_ids(batches, user, client_id, now_ms)
-        topics = self._charge_topics(scan, caller) if decision.admitted else UNLIMITED
+        decision = self._check_producer_ids(batches, requester, now_ms)
+        topics = self._charge_topics(scan, requester, now_ms) if decision.admitted else UNLIMITED
         throttle_ms = max(throttle_ms, decision.throttle_ms, topics.throttle_ms)
         self._usage.produce(user, client_id, request_bytes, len(decision.new_pids), throttle_ms, not decision.admitted)
         self._usage.observed(user, client_id, max(charged.observed_ms, decision.observed_ms, topics.observed_ms),
@@ -240,8 +240,9 @@ class ProduceHandler:
     def _completed_throttle(self, header: RequestHeader, scan: ProduceScan, batches: list[ProducerBatch],
                             caller: Caller) -> int:
         client_id = header.client_id or ""
-        decision = self._check_producer_ids(batches, caller.user, client_id, caller.now_ms)
-        topics = self._charge_topics(scan, caller)
+        requester = Requester(caller.user, client_id, caller.broker)
+        decision = self._check_producer_ids(batches, requester, caller.now_ms)
+        topics = self._charge_topics(scan, requester, caller.now_ms)
         throttle_ms = max(decision.throttle_ms, topics.throttle_ms)
         self._usage.producer_ids(caller.user, client_id, len(decision.new_pids), throttle_ms)
         self._usage.observed(caller.user, client_id, max(decision.observed_ms, topics.observed_ms),

@@ -15,6 +15,7 @@ from proxy.handlers.charges import CHARGES, Charge
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
+from quotas.decisions import Requester
 
 _UNCHARGED_APIS = frozenset(api_key for api_key, charge in CHARGES.items() if charge is Charge.TO_CONNECT)
 """What a client needs to connect and log in, whatever its rate."""
@@ -37,6 +38,6 @@ class RequestRateHandler:
             return 0
         # without a schema for its api, a request's client id is still read: it comes before the tagged fields
         client_id = peek_client_id(frame) if header is None else header.client_id or ""
-        decision = manager.record(caller.user, client_id, 1, caller.now_ms, caller.broker)
+        decision = manager.record(Requester(caller.user, client_id, caller.broker), 1, caller.now_ms)
         self._usage.observed(caller.user, client_id, decision.observed_ms)
         return decision.throttle_ms

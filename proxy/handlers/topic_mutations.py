@@ -71,6 +71,8 @@ from proxy.decision.outcome import (
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
+from quotas.decisions import Requester
+from quotas.mutations import PartitionMutations
 from quotas.token_bucket import remaining_throttle_ms
 
 log = logging.getLogger(__name__)
@@ -280,8 +282,8 @@ class TopicMutationHandler:
         client_id = header.client_id or ""
         user, now = caller.user, caller.now_ms
         charged = sorted(charges.counts)  # request order
-        decision = self._quotas.mutations.admit_topics(user, client_id, [charges.counts[i] for i in charged],
-                                                       version >= STRICT_SINCE_VERSION[api_key], now)
+        mutations = PartitionMutations([charges.counts[i] for i in charged], version >= STRICT_SINCE_VERSION[api_key])
+        decision = self._quotas.mutations.record(Requester(user, client_id, caller.broker), mutations, now)
         throttled = [index for index, admitted in zip(charged, decision.topics_admitted, strict=True) if not admitted]
         charges.refused.update(dict.fromkeys(throttled, THROTTLED))
         for index in throttled:
@@ -349,7 +351,8 @@ class TopicMutationHandler:
                     self._cluster.learn_default_partitions(result.num_partitions)
                     correction += result.num_partitions - cost  # what num_partitions = -1 really made
             if correction:
-                self._quotas.mutations.correct(caller.user, client_id, correction, caller.later().now_ms)
+                self._quotas.mutations.correct(Requester(caller.user, client_id, caller.broker), correction,
+                                               caller.later().now_ms)
                 self._usage.mutations(caller.user, client_id, correction, 0, 0)
 
         return settle

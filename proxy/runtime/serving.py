@@ -25,6 +25,7 @@ from proxy.settings.config import HostPort, ProxyConfig
 from proxy.state.quota_service import now_ms
 from quotas.config import normalized_ip
 from quotas.connection_quotas import Verdict
+from quotas.decisions import Requester
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ class ProxyServer:
                 self._start_connection(client, ip, name, resolver)
 
     def admit_user(self, user: str) -> int:
-        decision = self.services.quotas.user_connections.admit(user, now_ms())
+        decision = self.services.quotas.user_connections.record(Requester(user), 1, now_ms())
         if not decision.admitted:
             log.debug("closing a connection of user %s in %d ms: over its connection creation rate", user,
                       decision.throttle_ms)

@@ -6,6 +6,7 @@ import pytest
 
 from quotas.byte_rates import ClientQuotaManager
 from quotas.config import PidQuotaMode, QuotaEntity, QuotaKey, QuotaScope, QuotaType, Window
+from quotas.decisions import Requester
 from quotas.fleet import (
     MAX_ENTRIES_PER_RECORD,
     MAX_PENDING_ENTRIES,
@@ -15,7 +16,7 @@ from quotas.fleet import (
     SharedUsage,
     UsageShare,
 )
-from quotas.mutations import ControllerMutationQuotaManager
+from quotas.mutations import ControllerMutationQuotaManager, PartitionMutations
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 from tests.unit.quotas.test_managers import BYTES, MIB, MUTATIONS, PIDS, batches, config
@@ -35,7 +36,8 @@ def test_a_members_bytes_count_in_anothers_rate_only_in_cluster_scope() -> None:
         quotas = config({QuotaEntity("alice", None): {BYTES: MIB}}, quota_scope=scope)
         here, there = ClientQuotaManager(quotas), ClientQuotaManager(quotas)
         here.share = UsageShare()
-        assert here.record("alice", "c1", 10 * MIB, clock()).throttle_ms == 0  # 10 MiB over Kafka's 10 s floor
+        # 10 MiB over Kafka's 10 s floor
+        assert here.record(Requester("alice", "c1"), 10 * MIB, clock()).throttle_ms == 0
         if not shared:
             assert not here.share
             continue
@@ -43,10 +45,10 @@ def test_a_members_bytes_count_in_anothers_rate_only_in_cluster_scope() -> None:
         assert usage == SharedUsage(BYTES, ALICE, 10 * MIB, MIB)
         there.absorb(usage, clock())  # alice has no client there yet: nothing is kept
         assert there.rate_of(ALICE, clock()) is None and there.entities.get(ALICE) is None
-        there.record("alice", "c2", 0, clock())  # now she has
+        there.record(Requester("alice", "c2"), 0, clock())  # now she has
         there.absorb(usage, clock())
         # alone, 1 MiB more would be 11 MiB / 10 s: throttled by Kafka's formula as if it had charged them
-        decision = there.record("alice", "c2", MIB, clock())
+        decision = there.record(Requester("alice", "c2"), MIB, clock())
         assert decision.throttle_ms == round((11 / 10 - 1) * 10_000)
 
 
@@ -55,13 +57,14 @@ def test_mutations_and_their_refunds_reach_the_other_members_bucket() -> None:
     quotas = config({QuotaEntity(None, "churn"): {MUTATIONS: 1}}, quota_scope=QuotaScope.CLUSTER)
     here, there = ControllerMutationQuotaManager(quotas), ControllerMutationQuotaManager(quotas)
     here.share = UsageShare()
-    assert here.admit_topics("u", "churn", [11], strict=True, now_ms=clock()).admitted  # the whole burst of 11
-    here.correct("u", "churn", -1, clock())  # the cluster created one partition fewer
+    churn = Requester("u", "churn")
+    assert here.record(churn, PartitionMutations([11], strict=True), clock()).admitted  # the whole burst of 11
+    here.correct(churn, -1, clock())  # the cluster created one partition fewer
     (usage,) = exchange(here.share).usage
     assert usage.amount == 10
     there.absorb(usage, clock())  # 1 token of 11 left: two topics are admitted (strict: until below zero)
-    assert there.admit_topics("u", "churn", [1, 1, 1], strict=True, now_ms=clock()).topics_admitted == (
-        True, True, False)
+    decision = there.record(churn, PartitionMutations([1, 1, 1], strict=True), clock())
+    assert decision.topics_admitted == (True, True, False)
 
 
 def test_a_producer_id_is_charged_once_in_the_fleet() -> None:
@@ -70,14 +73,14 @@ def test_a_producer_id_is_charged_once_in_the_fleet() -> None:
                     producer_id_mode=PidQuotaMode.REJECT, quota_scope=QuotaScope.CLUSTER)
     here, there = ProducerIdQuotaManager(quotas), ProducerIdQuotaManager(quotas)
     here.share = UsageShare()
-    assert here.check("alice", batches(range(10)), clock()).admitted  # the whole burst of 10
+    assert here.record(Requester("alice"), batches(range(10)), clock()).admitted  # the whole burst of 10
     (shared,) = exchange(here.share).producer_ids
     assert shared == SharedProducerIds("alice", 1, tuple(range(10)))
     assert there.absorb_producer_ids(shared, clock()) == 10
     assert there.absorb_producer_ids(shared, clock()) == 0  # read twice: charged once
-    assert there.check("alice", batches([3]), clock()).admitted  # seen by the fleet: no charge
-    assert there.check("alice", batches([99]), clock()).admitted  # the bucket at 0 admits one more (strict)
-    refused = there.check("alice", batches([100]), clock())
+    assert there.record(Requester("alice"), batches([3]), clock()).admitted  # seen by the fleet: no charge
+    assert there.record(Requester("alice"), batches([99]), clock()).admitted  # the bucket at 0 admits one more (strict)
+    refused = there.record(Requester("alice"), batches([100]), clock())
     assert not refused.admitted and refused.over_quota_pids == (100,)
 
 
@@ -216,9 +219,9 @@ def test_a_member_charging_a_bucket_shares_the_rate_it_measured() -> None:
     quotas = config({QuotaEntity("alice", None): {BYTES: 10 * MIB}}, quota_scope=QuotaScope.CLUSTER)
     here = ClientQuotaManager(quotas)
     here.share = UsageShare(urgent_after_s=0.2)
-    here.record("alice", "c", MIB // 2, clock())  # 0.05 MiB/s over Kafka's 10-s floor, and 2.5 MiB/s here
+    here.record(Requester("alice", "c"), MIB // 2, clock())  # 0.05 MiB/s over Kafka's 10-s floor, and 2.5 MiB/s here
     assert here.share.take("a", 0, 200, members=100) == []  # far below the limit, fleet-wide and here: held
-    here.record("alice", "c", 50 * MIB, clock())  # 5.05 MiB/s
+    here.record(Requester("alice", "c"), 50 * MIB, clock())  # 5.05 MiB/s
     assert len(here.share.take("a", 200, 400, members=100)) == 1
 
 

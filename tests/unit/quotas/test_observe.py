@@ -26,16 +26,19 @@ from quotas.config import (
     parse_quota_document,
 )
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
+from quotas.decisions import Requester
 from quotas.entities import ShadowTime
 from quotas.fleet import SharedUsage
 from quotas.metrics import QuotaMetrics
-from quotas.mutations import ControllerMutationQuotaManager
+from quotas.mutations import ControllerMutationQuotaManager, PartitionMutations
 from quotas.producer_id_quota import ProducerBatch, ProducerIdQuotaManager
 from tests.unit.quotas.clock import FakeClock
 from tests.unit.quotas.test_managers import BYTES, FETCH, MUTATIONS, PIDS
 
 KIB = 1024
 ALICE = QuotaEntity("alice")
+ALICE_C = Requester("alice", "c")
+"""Who the requests are of: alice, with client id c."""
 
 
 def config(mode: QuotaMode, quotas: dict[QuotaType, float], **settings: object) -> QuotaConfig:
@@ -92,9 +95,9 @@ def test_observed_produce_throttles_add_up_to_what_enforcement_gave() -> None:
     quotas = {BYTES: 1024 * KIB}
     enforced = ClientQuotaManager(config(QuotaMode.ENFORCE, quotas))
     given, last_served = enforced_throttles(
-        arrivals, lambda now: enforced.record("alice", "c", 100 * KIB, now).throttle_ms)
+        arrivals, lambda now: enforced.record(ALICE_C, 100 * KIB, now).throttle_ms)
     observed = ClientQuotaManager(config(QuotaMode.OBSERVE, quotas))
-    decisions = [observed.record("alice", "c", 100 * KIB, now) for now in arrivals]
+    decisions = [observed.record(ALICE_C, 100 * KIB, now) for now in arrivals]
     assert all(d.admitted and d.throttle_ms == 0 for d in decisions)  # nothing enforced
     assert sum(d.observed_ms for d in decisions) == given
     assert given > 250_000 and last_served - arrivals[-1] > 250_000  # enforced, it would have taken ~5 min more
@@ -115,13 +118,13 @@ def test_observed_fetch_throttles_count_the_records_fetched_again_after_the_thro
     def fetch_enforced(now: int) -> int:
         # a throttled fetch is answered empty; the consumer fetches the same records after the throttle
         waited = 0
-        while not (decision := enforced.record_unless_throttled("alice", "c", 64 * KIB, now + waited)).admitted:
+        while not (decision := enforced.record_unless_throttled(ALICE_C, 64 * KIB, now + waited)).admitted:
             waited += decision.throttle_ms
         return waited
 
     given, _ = enforced_throttles(arrivals, fetch_enforced)
     observed = ClientQuotaManager(config(QuotaMode.OBSERVE, quotas), FETCH)
-    decisions = [observed.record_unless_throttled("alice", "c", 64 * KIB, now) for now in arrivals]
+    decisions = [observed.record_unless_throttled(ALICE_C, 64 * KIB, now) for now in arrivals]
     assert all(d.admitted and d.throttle_ms == 0 for d in decisions)
     assert sum(d.observed_ms for d in decisions) == given > 10_000
 
@@ -137,18 +140,18 @@ def test_observed_strict_mutations_count_the_topics_enforcement_would_refuse() -
     refused_at_first = []
 
     def create(now: int) -> int:
-        decision = enforced.admit_topics("alice", "c", [10] * 5, strict=True, now_ms=now)
+        decision = enforced.record(ALICE_C, PartitionMutations([10] * 5, strict=True), now)
         refused_at_first.append(pending := decision.topics_admitted.count(False))
         waited = decision.throttle_ms
         while pending:
-            decision = enforced.admit_topics("alice", "c", [10] * pending, strict=True, now_ms=now + waited)
+            decision = enforced.record(ALICE_C, PartitionMutations([10] * pending, strict=True), now + waited)
             pending = decision.topics_admitted.count(False)
             waited += decision.throttle_ms
         return waited
 
     given, _ = enforced_throttles(arrivals, create)
     observed = ControllerMutationQuotaManager(config(QuotaMode.OBSERVE, quotas))
-    decisions = [observed.admit_topics("alice", "c", [10] * 5, strict=True, now_ms=now) for now in arrivals]
+    decisions = [observed.record(ALICE_C, PartitionMutations([10] * 5, strict=True), now) for now in arrivals]
     assert all(d.admitted and d.topics_admitted == (True,) * 5 and d.throttle_ms == 0 for d in decisions)
     assert sum(d.observed_ms for d in decisions) == given > 100_000
     assert [d.observed_refusals for d in decisions] == refused_at_first
@@ -166,14 +169,14 @@ def test_observed_producer_ids_follow_enforcement_in_either_mode(mode: PidQuotaM
 
     def produce(now: int) -> int:
         batch = [ProducerBatch(next(pids), 0, 0)]
-        decision = enforced.check("alice", batch, now)
+        decision = enforced.record(Requester("alice"), batch, now)
         if not decision.admitted:  # reject mode: the producer sends it again once the throttle has passed
-            assert enforced.check("alice", batch, now + decision.throttle_ms).admitted
+            assert enforced.record(Requester("alice"), batch, now + decision.throttle_ms).admitted
         return decision.throttle_ms
 
     given, _ = enforced_throttles(arrivals, produce)
     observed = ProducerIdQuotaManager(config(QuotaMode.OBSERVE, {PIDS: 2}, **settings))
-    decisions = [observed.check("alice", [ProducerBatch(1_000_000 + n, 0, 0)], now) for n, now in enumerate(arrivals)]
+    decisions = [observed.record(ALICE_C, [ProducerBatch(1_000_000 + n, 0, 0)], now) for n, now in enumerate(arrivals)]
     assert all(d.admitted and d.throttle_ms == 0 and len(d.new_pids) == 1 for d in decisions)
     assert sum(d.observed_ms for d in decisions) == given > 100_000
     assert any(d.observed_refused for d in decisions) is (mode is PidQuotaMode.REJECT)
@@ -185,22 +188,22 @@ def test_a_live_switch_to_enforce_throttles_from_the_next_request() -> None:
     clock = FakeClock()
     manager = ClientQuotaManager(config(QuotaMode.OBSERVE, {BYTES: KIB}))
     for _ in range(20):
-        assert manager.record("alice", "c", 10 * KIB, clock.advance(100)).throttle_ms == 0
+        assert manager.record(ALICE_C, 10 * KIB, clock.advance(100)).throttle_ms == 0
     manager.update_config(config(QuotaMode.ENFORCE, {BYTES: KIB}))
-    assert manager.record("alice", "c", 10 * KIB, clock.advance(100)).throttle_ms > 0  # the real rate was charged
+    assert manager.record(ALICE_C, 10 * KIB, clock.advance(100)).throttle_ms > 0  # the real rate was charged
 
 
 def test_a_fleet_members_usage_counts_in_the_observed_shadow_too() -> None:
     clock = FakeClock()
     observed = ClientQuotaManager(config(QuotaMode.OBSERVE, {BYTES: KIB}))
-    observed.record("alice", "c", KIB, clock())
+    observed.record(ALICE_C, KIB, clock())
     key = observed.entities.items()[0][0]
     observed.absorb(SharedUsage(BYTES, key, 100 * KIB, KIB), clock())
-    assert observed.record("alice", "c", KIB, clock.advance(10)).observed_ms > 0  # alone, 2 KiB would pass
+    assert observed.record(ALICE_C, KIB, clock.advance(10)).observed_ms > 0  # alone, 2 KiB would pass
     mutations = ControllerMutationQuotaManager(config(QuotaMode.OBSERVE, {MUTATIONS: 1}))
-    mutations.admit_topics("alice", "c", [1], strict=True, now_ms=clock())
+    mutations.record(ALICE_C, PartitionMutations([1], strict=True), clock())
     mutations.absorb(SharedUsage(MUTATIONS, mutations.entities.items()[0][0], 100, 1), clock())
-    assert mutations.admit_topics("alice", "c", [1], strict=True, now_ms=clock()).observed_refusals == 1
+    assert mutations.record(ALICE_C, PartitionMutations([1], strict=True), clock()).observed_refusals == 1
 
 
 # ---- metrics -----------------------------------------------------------------------------------
@@ -216,9 +219,9 @@ def test_metrics_show_usage_ratio_and_what_observed_quotas_would_have_done() -> 
     QuotaMetrics(registry, [produce, ClientQuotaManager(quotas, FETCH), mutations, ProducerIdQuotaManager(quotas)],
                  clock, connections)
     for _ in range(30):
-        produce.record("alice", "app", 3000, clock(), broker="b:1")
-        produce.record("bob", "app", 1000, clock(), broker="b:1")
-        mutations.admit_topics("alice", "app", [5], strict=True, now_ms=clock())
+        produce.record(Requester("alice", "app", "b:1"), 3000, clock())
+        produce.record(Requester("bob", "app", "b:1"), 1000, clock())
+        mutations.record(Requester("alice", "app"), PartitionMutations([5], strict=True), clock())
         clock.advance(1000)
     text = generate_latest(registry).decode()
     assert 'kafka_quota_proxy_usage_ratio{client_id="",quota_type="producer_byte_rate",user="alice"} 3.0' in text

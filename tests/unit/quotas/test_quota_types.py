@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
-from quotas.byte_rates import ClientQuotaManager
+from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, validate_quota
 from quotas.mutations import ControllerMutationQuotaManager
 from quotas.producer_id_quota import ProducerIdQuotaManager
@@ -55,3 +56,13 @@ def test_each_managers_math_is_the_tables() -> None:
     settings = config.settings
     assert settings.window_for(QuotaType.PRODUCER_IDS_RATE) == settings.producer_id_window
     assert settings.window_for(QuotaType.CONTROLLER_MUTATION_RATE) == settings.mutation_window
+
+
+@pytest.mark.parametrize("manager", [ClientQuotaManager, TopicQuotaManager, ControllerMutationQuotaManager,
+                                     ProducerIdQuotaManager, UserConnectionRateManager])
+def test_every_manager_records_a_requesters_amount_at_a_time(manager: type) -> None:
+    """One interface to every quota type's manager (a new type adds one more), whatever its unit."""
+    parameters = list(inspect.signature(manager.record).parameters.values())
+    assert [parameter.name for parameter in parameters[:4]] == ["self", "requester", parameters[2].name, "now_ms"]
+    assert parameters[1].annotation == "Requester" and parameters[3].annotation == "int"
+    assert all(parameter.default is not inspect.Parameter.empty for parameter in parameters[4:])

@@ -15,6 +15,7 @@ from quotas.config import (
     QuotaType,
     parse_quota_document,
 )
+from quotas.decisions import Requester
 from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager
 from quotas.producer_id_quota import ProducerIdQuotaManager
@@ -51,10 +52,10 @@ def test_each_request_counts_one_and_the_throttle_is_kafkas() -> None:
     # 10 requests/s admits 100 at once; request 100 + k is (k/10 - 10)/10 x 10 s = 100 x k ms over
     clock = FakeClock()
     manager = ClientQuotaManager(QuotaConfig(QuotaSettings(), {QuotaEntity("alice"): {REQUESTS: 10}}), REQUESTS)
-    decisions = [manager.record("alice", "app", 1, clock()) for _ in range(103)]
+    decisions = [manager.record(Requester("alice", "app"), 1, clock()) for _ in range(103)]
     assert [decision.throttle_ms for decision in decisions] == [0] * 100 + [100, 200, 300]
     assert manager.rate_of(decisions[0].key, clock()) == 10.3  # type: ignore[arg-type]
-    assert manager.record("bob", "app", 1, clock()).throttle_ms == 0  # no quota of bob's
+    assert manager.record(Requester("bob", "app"), 1, clock()).throttle_ms == 0  # no quota of bob's
 
 
 def test_an_observed_request_rate_throttles_nobody_and_says_what_it_would_have_done() -> None:
@@ -62,7 +63,7 @@ def test_an_observed_request_rate_throttles_nobody_and_says_what_it_would_have_d
     entity = QuotaEntity("alice")
     config = QuotaConfig(QuotaSettings(), {entity: {REQUESTS: 10}}, {entity: QuotaMode.OBSERVE})
     manager = ClientQuotaManager(config, REQUESTS)
-    decisions = [manager.record("alice", "app", 1, clock()) for _ in range(101)]
+    decisions = [manager.record(Requester("alice", "app"), 1, clock()) for _ in range(101)]
     assert all(decision.throttle_ms == 0 for decision in decisions)
     assert decisions[-1].observed_ms == 100
 
@@ -75,7 +76,7 @@ def test_request_rate_metrics_sit_beside_the_byte_rates() -> None:
     QuotaMetrics(registry, [ClientQuotaManager(config), ClientQuotaManager(config, QuotaType.CONSUMER_BYTE_RATE),
                             ControllerMutationQuotaManager(config), ProducerIdQuotaManager(config), requests], clock)
     for _ in range(101):
-        requests.record("alice", "app", 1, clock(), broker="b:1")
+        requests.record(Requester("alice", "app", "b:1"), 1, clock())
     text = generate_latest(registry).decode()
     assert 'kafka_quota_proxy_request_rate{broker="b:1",client_id="",user="alice"} 10.1' in text
     assert 'kafka_quota_proxy_request_throttle_time_ms{broker="b:1",client_id="",user="alice"} 100.0' in text

@@ -17,6 +17,7 @@ from quotas.config import (
     QuotaType,
     parse_quota_document,
 )
+from quotas.decisions import Requester
 from quotas.fleet import FleetRecordError, Publication, SharedUsage
 from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager
@@ -93,22 +94,22 @@ def test_two_users_share_a_topics_budget_and_another_topic_is_free() -> None:
     clock = FakeClock()
     topics = manager({QuotaEntity(topic="orders"): {PRODUCE: MB}})
     for _ in range(5):
-        assert topics.record_topics("alice", {"orders": MB}, clock()).throttle_ms == 0
-        assert topics.record_topics("bob", {"orders": MB}, clock()).throttle_ms == 0
-    over = topics.record_topics("bob", {"orders": MB, "clicks": 50 * MB}, clock())
+        assert topics.record(Requester("alice"), {"orders": MB}, clock()).throttle_ms == 0
+        assert topics.record(Requester("bob"), {"orders": MB}, clock()).throttle_ms == 0
+    over = topics.record(Requester("bob"), {"orders": MB, "clicks": 50 * MB}, clock())
     # (11 MB / 10 s - 1 MB/s) / 1 MB/s x 10 s = 1 s, Kafka's throttle; clicks has no quota at all
     assert (over.throttle_ms, over.key) == (1000, QuotaKey("", "", topic="orders"))
-    assert topics.record_topics("carol", {"clicks": 50 * MB}, clock()) == (True, 0, None, 0)
+    assert topics.record(Requester("carol"), {"clicks": 50 * MB}, clock()) == (True, 0, None, 0)
     assert topics.rate_of(QuotaKey("", "", topic="orders"), clock()) == 1.1 * MB
 
 
 def test_a_request_over_several_topic_quotas_gets_the_largest_throttle() -> None:
     clock = FakeClock()
     topics = manager({QuotaEntity(topic=DEFAULT): {PRODUCE: MB}, QuotaEntity("alice", topic="orders"): {PRODUCE: MB}})
-    decision = topics.record_topics("alice", {"orders": 12 * MB, "clicks": 15 * MB}, clock())
+    decision = topics.record(Requester("alice"), {"orders": 12 * MB, "clicks": 15 * MB}, clock())
     assert (decision.throttle_ms, decision.key) == (5000, QuotaKey("", "", topic="clicks"))
     # per user for alice's own entry: bob's bytes of orders go to the default topic's budget of orders
-    assert topics.record_topics("bob", {"orders": MB}, clock()).throttle_ms == 0
+    assert topics.record(Requester("bob"), {"orders": MB}, clock()).throttle_ms == 0
 
 
 def test_a_fetch_over_one_topics_quota_takes_back_every_topics_bytes() -> None:
@@ -116,11 +117,11 @@ def test_a_fetch_over_one_topics_quota_takes_back_every_topics_bytes() -> None:
     clock = FakeClock()
     topics = manager({QuotaEntity(topic="orders"): {FETCH: MB}, QuotaEntity(topic="clicks"): {FETCH: 100 * MB}},
                      FETCH)
-    refused = topics.record_topics_unless_throttled("alice", {"orders": 12 * MB, "clicks": MB}, clock())
+    refused = topics.record_unless_throttled(Requester("alice"), {"orders": 12 * MB, "clicks": MB}, clock())
     assert not refused.admitted and refused.throttle_ms == 2000
     assert topics.rate_of(QuotaKey("", "", topic="orders"), clock()) == 0
     assert topics.rate_of(QuotaKey("", "", topic="clicks"), clock()) == 0
-    admitted = topics.record_topics_unless_throttled("alice", {"orders": MB, "clicks": MB}, clock())
+    admitted = topics.record_unless_throttled(Requester("alice"), {"orders": MB, "clicks": MB}, clock())
     assert admitted.admitted and admitted.throttle_ms == 0
     assert topics.rate_of(QuotaKey("", "", topic="clicks"), clock()) == 0.1 * MB
 
@@ -129,7 +130,7 @@ def test_an_observed_topic_quota_throttles_nobody_and_says_what_it_would_have_do
     clock = FakeClock()
     entity = QuotaEntity(topic="orders")
     topics = TopicQuotaManager(QuotaConfig(QuotaSettings(), {entity: {PRODUCE: MB}}, {entity: QuotaMode.OBSERVE}))
-    decision = topics.record_topics("alice", {"orders": 11 * MB}, clock())
+    decision = topics.record(Requester("alice"), {"orders": 11 * MB}, clock())
     assert (decision.admitted, decision.throttle_ms, decision.observed_ms) == (True, 0, 1000)
     state = topics.entities.get(QuotaKey("", "", topic="orders"))
     assert state is not None and (state.observed_throttled, state.throttle_time_ms) == (1, 0)
@@ -160,7 +161,7 @@ def test_a_topic_buckets_usage_crosses_the_fleet_with_its_topic() -> None:
             Publication.decode(bad)
     clock = FakeClock()
     topics = manager({QuotaEntity(topic="orders"): {PRODUCE: MB}})
-    topics.record_topics("bob", {"orders": 0}, clock())  # a producer of the topic here: the bucket is held
+    topics.record(Requester("bob"), {"orders": 0}, clock())  # a producer of the topic here: the bucket is held
     topics.absorb(decoded.usage[0], clock())
     assert topics.rate_of(QuotaKey("", "", topic="orders"), clock()) == 0.5
 
@@ -170,9 +171,9 @@ def test_topic_buckets_are_forgotten_after_an_hour_idle() -> None:
     topics = TopicQuotaManager(QuotaConfig(QuotaSettings(), {QuotaEntity(topic=DEFAULT): {PRODUCE: MB}}),
                                idle_expiry_ms=3_600_000)
     for number in range(1000):
-        topics.record_topics("alice", {f"topic-{number}": 10}, clock())
+        topics.record(Requester("alice"), {f"topic-{number}": 10}, clock())
     clock.advance(3_600_000)
-    topics.record_topics("alice", {"fresh": 10}, clock())
+    topics.record(Requester("alice"), {"fresh": 10}, clock())
     assert len(topics.entities) == 1
 
 
@@ -185,8 +186,8 @@ def test_topic_series_are_labelled_by_user_and_topic_beside_the_principals() -> 
     registry = CollectorRegistry()
     QuotaMetrics(registry, [principals, ClientQuotaManager(config, FETCH), ControllerMutationQuotaManager(config),
                             ProducerIdQuotaManager(config)], clock, topics=[topics])
-    principals.record("alice", "app", 11 * MB, clock(), broker="b:9092")
-    topics.record_topics("alice", {"orders": 11 * MB}, clock(), broker="b:9092")
+    principals.record(Requester("alice", "app", "b:9092"), 11 * MB, clock())
+    topics.record(Requester("alice", broker="b:9092"), {"orders": 11 * MB}, clock())
     text = generate_latest(registry).decode()
     assert 'kafka_quota_proxy_topic_produce_byte_rate{broker="b:9092",topic="orders",user=""} 1.1e+06' in text
     assert 'kafka_quota_proxy_topic_produce_throttle_time_ms{broker="b:9092",topic="orders",user=""} 1000.0' in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quotas.config import DEFAULT, QuotaConfig, QuotaEntity, QuotaMode, QuotaSettings, QuotaType, parse_quota_document
+from quotas.decisions import Requester
 from quotas.explain import Client, explain
 from quotas.user_connections import UserConnectionRateManager
 from tests.unit.quotas.clock import FakeClock
@@ -19,30 +20,30 @@ def test_a_user_over_its_rate_has_the_connection_closed_after_a_bounded_throttle
     clock = FakeClock()
     manager = manager_for({QuotaEntity("bob"): {CONNECTIONS: 2}})
     # 2/s over 11 one-second windows: 20 at once; the 21st measures 2.1/s, (2.1 - 2) / 2 x 10 s = 500 ms
-    decisions = [manager.admit("bob", clock()) for _ in range(22)]
+    decisions = [manager.record(Requester("bob"), 1, clock()) for _ in range(22)]
     assert all(decision.admitted for decision in decisions[:20])
     assert [(d.admitted, d.throttle_ms) for d in decisions[20:]] == [(False, 500), (False, 500)]  # taken back
     assert manager.rejected == 2
-    assert manager.admit("alice", clock()).admitted  # no quota of hers
+    assert manager.record(Requester("alice"), 1, clock()).admitted  # no quota of hers
     clock.advance(30_000)
     heavy = manager_for({QuotaEntity("bob"): {CONNECTIONS: 1}})
-    throttles = [heavy.admit("bob", clock()).throttle_ms for _ in range(40)]
+    throttles = [heavy.record(Requester("bob"), 1, clock()).throttle_ms for _ in range(40)]
     assert max(throttles) == 1000  # at most one window, as Kafka bounds a connection's throttle
 
 
 def test_the_default_user_gives_each_user_a_rate_of_its_own() -> None:
     clock = FakeClock()
     manager = manager_for({QuotaEntity(DEFAULT): {CONNECTIONS: 1}})
-    assert all(manager.admit("bob", clock()).admitted for _ in range(10))
-    assert not manager.admit("bob", clock()).admitted
-    assert manager.admit("carol", clock()).admitted
+    assert all(manager.record(Requester("bob"), 1, clock()).admitted for _ in range(10))
+    assert not manager.record(Requester("bob"), 1, clock()).admitted
+    assert manager.record(Requester("carol"), 1, clock()).admitted
 
 
 def test_an_observed_user_rate_closes_nothing_and_counts_what_it_would_have_closed() -> None:
     clock = FakeClock()
     bob = QuotaEntity("bob")
     manager = manager_for({bob: {CONNECTIONS: 2}}, {bob: QuotaMode.OBSERVE})
-    decisions = [manager.admit("bob", clock()) for _ in range(22)]
+    decisions = [manager.record(Requester("bob"), 1, clock()) for _ in range(22)]
     assert all(decision.admitted and decision.throttle_ms == 0 for decision in decisions)
     assert [decision.observed_ms for decision in decisions[20:]] == [500, 500]
     state = manager.entities.get(decisions[0].key)  # type: ignore[arg-type]

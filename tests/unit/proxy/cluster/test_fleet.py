@@ -11,6 +11,7 @@ from proxy.cluster.upstream import PLAINTEXT
 from proxy.settings.config import HostPort, ProxyConfig
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaConfig, QuotaEntity, QuotaScope, QuotaSettings, QuotaType
+from quotas.decisions import Requester
 from quotas.fleet import Publication
 
 
@@ -40,9 +41,9 @@ def test_usage_charged_while_the_topic_is_down_is_published_once_it_is_back() ->
         topic = FlakyTopic()
         fleet._publisher = topic  # type: ignore[assignment]
         # over half the limit (Kafka's 10-s floor: 600 B/s): published at once, never held (UsageShare)
-        quotas.produce.record("alice", "c", 6000, 0)
+        quotas.produce.record(Requester("alice", "c"), 6000, 0)
         await fleet._publish_pending()
-        quotas.produce.record("alice", "c", 4000, 1)
+        quotas.produce.record(Requester("alice", "c"), 4000, 1)
         await fleet._publish_pending()  # still down: both kept
         assert topic.sent == [] and registry.get_sample_value("kafka_quota_proxy_fleet_reachable") == 0
         assert registry.get_sample_value("kafka_quota_proxy_fleet_topic_failures_total", {"operation": "publish"}) == 2
