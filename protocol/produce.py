@@ -209,28 +209,91 @@ def _tagged_fields(cursor: _Cursor) -> _Walk[None]:
         yield from _take(cursor, (yield from _uvarint(cursor, "tagged field size")), "tagged field")
 
 
+_NOT_AT_HAND = object()
+"""What a field read in place gives when its bytes are not all at hand, or are wrong (a negative length, not UTF-8):
+it is read by the walk then, which waits for bytes and says what is wrong."""
+
+
+def _length_at_hand(cursor: _Cursor, classic: Struct) -> int | None:
+    """A string/bytes/array length read in place: None when its bytes are not at hand."""
+    at, buf = cursor.at, cursor.buf
+    if cursor.flexible:
+        if at < cursor.end and buf[at] < 0x80:  # a one-byte varint
+            cursor.at = at + 1
+            return int(buf[at]) - 1
+        return None
+    if cursor.end - at < classic.size:
+        return None
+    cursor.at = at + classic.size
+    return int(classic.unpack_from(buf, at)[0])
+
+
+def _string_at_hand(cursor: _Cursor) -> object:
+    """A string (or None for null) read in place when it is all at hand and valid; else ``_NOT_AT_HAND``, the cursor
+    where it was."""
+    at = cursor.at
+    size = _length_at_hand(cursor, _INT16)
+    if size == -1:
+        return None
+    if size is None or size < 0 or cursor.end - cursor.at < size:
+        cursor.at = at
+        return _NOT_AT_HAND
+    start = cursor.at
+    try:
+        text = str(cursor.buf[start:start + size], "utf-8")
+    except UnicodeDecodeError:
+        cursor.at = at
+        return _NOT_AT_HAND
+    cursor.at = start + size
+    return text
+
+
+def _count_at_hand(cursor: _Cursor) -> int | None:
+    """An array's count read in place when at hand and not negative; else None, the cursor where it was."""
+    at = cursor.at
+    count = _length_at_hand(cursor, _INT32)
+    if count is None or count < 0:
+        cursor.at = at
+        return None
+    return count
+
+
 def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
-    transactional_id = yield from _string(cursor, "transactional_id")
-    at = yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")
+    # the fields are read in place when at hand (a whole request's always are), without a nested walk
+    transactional_id = _string_at_hand(cursor)
+    if transactional_id is _NOT_AT_HAND:
+        transactional_id = yield from _string(cursor, "transactional_id")
+    at = cursor.at
+    if cursor.end - at >= _ACKS_TIMEOUT.size:
+        cursor.at = at + _ACKS_TIMEOUT.size
+    else:
+        at = yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(cursor.buf, at)
     topics = []
-    for _ in range((yield from _array_count(cursor, "topic_data"))):
+    topic_count = _count_at_hand(cursor)
+    if topic_count is None:
+        topic_count = yield from _array_count(cursor, "topic_data")
+    for _ in range(topic_count):
         name: str | None = None
         topic_id: bytes | None = None
         if cursor.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
             start = yield from _take(cursor, 16, "topic_id")
             topic_id = bytes(cursor.buf[start:start + 16])
         else:
-            name = yield from _string(cursor, "topic name")
+            read = _string_at_hand(cursor)
+            name = (yield from _string(cursor, "topic name")) if read is _NOT_AT_HAND else cast(str, read)
             if name is None:  # not nullable: Kafka's parser refuses the request
                 raise cursor.fail("topic name is null, which is not nullable")
         partitions = []
-        for _ in range((yield from _array_count(cursor, "partition_data"))):
+        partition_count = _count_at_hand(cursor)
+        if partition_count is None:
+            partition_count = yield from _array_count(cursor, "partition_data")
+        for _ in range(partition_count):
             partitions.append((yield from _walk_partition(cursor)))
         yield from _tagged_fields(cursor)
         topics.append(TopicData(name, topic_id, tuple(partitions)))
     yield from _tagged_fields(cursor)
-    return ProduceScan(transactional_id, acks, timeout_ms, tuple(topics))
+    return ProduceScan(cast(str | None, transactional_id), acks, timeout_ms, tuple(topics))
 
 
 class ProduceTopicsHead(NamedTuple):
@@ -319,14 +382,9 @@ class StreamedProduceScan:
 
     def __init__(self, header: RequestHeader, frame_bytes: int) -> None:
         """``frame_bytes``: the frame's size without its size prefix; the frame is fed from its first byte."""
-        version = header.api_version
-        if not MIN_SCANNED_PRODUCE_VERSION <= version <= NEWEST_SCANNED_PRODUCE_VERSION:
-            raise ProtocolError(f"Produce version outside the scanned range {MIN_SCANNED_PRODUCE_VERSION}-"
-                                f"{NEWEST_SCANNED_PRODUCE_VERSION}", api_key=Api.PRODUCE,
-                                api_version=version, offset=0)
         self.header = header
         self.scan: ProduceScan | None = None
-        self._cursor = _Cursor(b"", 0, version)
+        self._cursor = _Cursor(b"", 0, _scanned_version(header))
         self._cursor.base = header.length  # the walk starts after the header, parsed already
         self._walk = _walk_request(self._cursor)
         self._fed = 0
@@ -396,11 +454,28 @@ class StreamedProduceScan:
 
 
 def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceScan:
-    """Scan a whole Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it."""
-    streamed = StreamedProduceScan(header, len(frame))
-    streamed.feed(frame)
-    assert streamed.scan is not None  # every want is checked against the frame's end
-    return streamed.scan
+    """Scan a whole Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it. The same walk
+    as ``StreamedProduceScan``'s, over bytes all at hand: a want of more is the frame's end."""
+    cursor = _Cursor(frame, header.length, _scanned_version(header))
+    walk = _walk_request(cursor)
+    try:
+        while True:
+            size, what = next(walk)
+            if size > 0 or cursor.end - cursor.at < -size:
+                raise cursor.fail(f"{what} runs past the end of the frame")
+            cursor.at -= size  # record data, passed over
+    except StopIteration as done:
+        if cursor.at != cursor.end:
+            raise cursor.fail(f"{cursor.end - cursor.at} trailing bytes after the request") from None
+        return cast(ProduceScan, done.value)
+
+
+def _scanned_version(header: RequestHeader) -> int:
+    version = header.api_version
+    if not MIN_SCANNED_PRODUCE_VERSION <= version <= NEWEST_SCANNED_PRODUCE_VERSION:
+        raise ProtocolError(f"Produce version outside the scanned range {MIN_SCANNED_PRODUCE_VERSION}-"
+                            f"{NEWEST_SCANNED_PRODUCE_VERSION}", api_key=Api.PRODUCE, api_version=version, offset=0)
+    return version
 
 
 def _batch_header(buf: bytes | memoryview, at: int, start: int, size: int) -> RecordBatch:

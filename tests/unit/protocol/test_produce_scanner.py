@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -13,12 +14,13 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from protocol.errors import ProtocolError
-from protocol.header import parse_request_header
+from protocol.header import RequestHeader, parse_request_header
 from protocol.produce import (
     BATCH_HEADER_BYTES,
     INVALID_RECORD,
     UNSUPPORTED_COMPRESSION_TYPE,
     PartitionData,
+    ProduceScan,
     StreamedProduceScan,
     produce_topics_head,
     scan_produce,
@@ -191,6 +193,39 @@ def test_a_request_scanned_as_it_streams_gives_the_whole_scan_without_reading_re
         at += taken
     assert scan.scan == whole
     assert scan_produce(bytes(blanked), header) == whole  # what the scan reads was fed intact
+
+
+def outcome_of(scan: Callable[[], object]) -> object:
+    try:
+        return scan()
+    except ProtocolError as error:
+        return error.reason, error.offset
+
+
+def streamed_in_pieces(frame: bytes, header: RequestHeader, piece: int) -> ProduceScan | None:
+    scan = StreamedProduceScan(header, len(frame))
+    for at in range(0, len(frame), piece):
+        scan.feed(frame[at:at + piece])
+    return scan.scan
+
+
+@settings(max_examples=400)
+@given(produce_requests(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+       st.integers(-40, 8), st.integers(1, 64))
+def test_a_request_whole_or_streamed_is_read_alike_however_it_is_broken(
+        generated: tuple[int, bytes], changes: list[tuple[int, int]], resized: int, piece: int) -> None:
+    """The two ways through the one walk (a whole frame at hand, or pieces as they come) give the same scan, or
+    the same error at the same offset, whatever bytes were changed, cut off or added."""
+    version, frame = generated
+    header = parse_request_header(frame, flexible=version >= 9)
+    broken = bytearray(frame[:max(header.length, len(frame) + resized)] if resized < 0 else frame + bytes(resized))
+    for offset, value in changes:
+        if header.length < len(broken):
+            broken[header.length + offset % (len(broken) - header.length)] = value
+    whole = outcome_of(lambda: scan_produce(bytes(broken), header))
+    assert whole == outcome_of(lambda: streamed_in_pieces(bytes(broken), header, max(1, len(broken))))
+    if isinstance(whole, ProduceScan):
+        assert streamed_in_pieces(bytes(broken), header, piece) == whole
 
 
 @pytest.mark.parametrize("version", [7, 11])
