@@ -112,3 +112,9 @@ def is_flexible_request(api_key: int, api_version: int) -> bool:
             raise ProtocolError("no schema for this api", api_key=api_key, api_version=api_version)
         return api_version >= WITHOUT_SCHEMA[api_key].flexible_since
     return bool(request_class(api_key).flexible_version_q(api_version))
+
+
+def is_flexible_response(api_key: int, api_version: int) -> bool:
+    """Header v1 on the response to this request: a flexible request's, but ApiVersions' (always v0, for a client
+    that does not know the versions yet)."""
+    return api_key != Api.API_VERSIONS and is_flexible_request(api_key, api_version)

@@ -37,12 +37,11 @@ class ProxyContext(Protocol):
     principal_mapper: PrincipalMapper
     read_buffer: memoryview
     """Where every client read lands (``READ_BYTES``), copied out at once: reads happen one at a time."""
-    rewrites_addresses: bool
-    """False in front of the controller quorum: brokers must reach the controllers' own endpoints."""
 
     @property
     def requests(self) -> RequestDecisions:
-        """What decides on each request (``proxy.handlers.chain``): the connection only carries decisions out."""
+        """What decides on each request (``proxy.handlers.chain``), and what becomes of its answer: the connection
+        only carries decisions out."""
 
     def admit_user(self, user: str) -> int:
         """Charge a connection to the ``connection_creation_rate`` of the user a login or certificate named:
@@ -50,12 +49,6 @@ class ProxyContext(Protocol):
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         """The connection's SASL login, or None when the proxy takes no logins (every client ANONYMOUS)."""
-
-    def adapt_api_versions(self, body: memoryview, api_version: int) -> bytes | None:
-        """The cluster's ApiVersions answer body as the client gets it, or None when it stands as it is."""
-
-    def rewrite_addresses(self, api_key: int, api_version: int, body: bytes | memoryview) -> bytes | None:
-        """A response body naming brokers, rewritten to name the proxy's listeners (None: unchanged)."""
 
     def connection_opened(self, connection: Connection) -> None: ...
     def connection_closed(self, connection: Connection) -> None: ...

@@ -13,8 +13,7 @@ import logging
 import time
 from typing import Protocol
 
-from protocol.addresses import carries_addresses
-from protocol.apis import Api, is_flexible_request
+from protocol.apis import is_flexible_response
 from protocol.errors import ProtocolError
 from protocol.framing import SIZE_PREFIX_BYTES, FrameEnds, FrameSplitter
 from protocol.header import response_header_length
@@ -71,7 +70,6 @@ class ResponsePath:
                  client: asyncio.Transport, to_client: Outbox, link: UpstreamLink, in_flight: InFlightRequests,
                  mute: ChannelMute, peer: str) -> None:
         self._owner = owner
-        self._context = context
         self._config = context.config
         self._metrics = context.metrics
         self._loop = loop
@@ -212,7 +210,7 @@ class ResponsePath:
         if self._frames.buffered_bytes < CUT_THROUGH_AFTER_BYTES or self._owner.closed or request is None:
             return
         if (not may_stream_response(request.api_key) or request.local_response is not None or request.finish is not None
-                or request.whole_response or self._names_brokers(request.api_key, request.api_version)):
+                or request.whole_response):
             self._frames.read_whole()  # its rest is read straight into a buffer of its size
             return
         partial = self._frames.partial_frame(CUT_THROUGH_AFTER_BYTES)
@@ -224,7 +222,7 @@ class ResponsePath:
         taken = self._frames.take_partial_frame()
         remaining = frame_bytes - len(taken)
         if request.answer_body is not None:
-            header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
+            header_length = response_header_length(frame, is_flexible_response(request.api_key, request.api_version))
             self._to_client.writelines(frame_pieces(frame, header_length, request.answer_body))
             # the rest is read and dropped before anything behind it is answered (begun before the mute's release
             # may decide the requests held)
@@ -234,7 +232,7 @@ class ResponsePath:
             return
         head = memoryview(taken)[:len(prefix)]
         if request.throttle_ms:
-            header_length = response_header_length(frame, is_flexible_request(request.api_key, request.api_version))
+            header_length = response_header_length(frame, is_flexible_response(request.api_key, request.api_version))
             body = raise_throttle(request.api_key, request.api_version, frame[header_length:], request.throttle_ms)
             if body is not None:
                 head = memoryview(b"".join((prefix[:SIZE_PREFIX_BYTES + header_length], body)))
@@ -305,31 +303,20 @@ class ResponsePath:
             self._owner.login_step_answered()
             self._owner.after_responses()
 
-    def _names_brokers(self, api_key: int, api_version: int) -> bool:
-        """The response names brokers the client must reach through the proxy."""
-        return self._context.rewrites_addresses and carries_addresses(api_key, api_version)
-
-    def _rewrite_response(self, request: InFlight, frame: memoryview) -> tuple[bytes, bytes] | None:
+    @staticmethod
+    def _rewrite_response(request: InFlight, frame: memoryview) -> tuple[bytes, bytes] | None:
         """A whole replacement frame (size prefix included, ``frame_pieces``), or None to forward it untouched."""
         api_key, api_version = request.api_key, request.api_version
-        if api_key == Api.API_VERSIONS:
-            header_length = response_header_length(frame, flexible=False)
-            body = self._context.adapt_api_versions(frame[header_length:], api_version)
-        else:
-            names_brokers = self._names_brokers(api_key, api_version)
-            throttle_ms = request.throttle_ms if carries_throttle(api_key, api_version) else 0  # else: muted only
-            if not throttle_ms and not names_brokers and request.finish is None:
-                return None
-            header_length = response_header_length(frame, is_flexible_request(api_key, api_version))
-            body = request.answer_body  # Kafka's answer to a throttled Fetch: nothing of the cluster's to finish
-            if request.finish is not None and body is None:
-                body = request.finish(frame[header_length:])
-            if throttle_ms:
-                body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),
-                                      throttle_ms) or body
-            if names_brokers:
-                body = self._context.rewrite_addresses(api_key, api_version,
-                                                       frame[header_length:] if body is None else body) or body
+        throttle_ms = request.throttle_ms if carries_throttle(api_key, api_version) else 0  # else: muted only
+        if not throttle_ms and request.finish is None:
+            return None
+        header_length = response_header_length(frame, is_flexible_response(api_key, api_version))
+        body = request.answer_body  # Kafka's answer to a throttled Fetch: nothing of the cluster's to finish
+        if request.finish is not None and body is None:
+            body = request.finish(frame[header_length:])
+        if throttle_ms:
+            body = raise_throttle(api_key, api_version, frame[header_length:] if body is None else memoryview(body),
+                                  throttle_ms) or body
         if body is None:
             return None
         return frame_pieces(frame, header_length, body)

@@ -16,15 +16,16 @@ from protocol.throttle import raise_throttle_in_frame
 
 PRINCIPAL_PREFIX = "User:"
 
-ResponseFinisher = Callable[[memoryview], bytes]
-"""Turns the upstream response body (header excluded) into the body the client gets."""
+ResponseFinisher = Callable[[memoryview], bytes | None]
+"""Turns the upstream response body (header excluded) into the body the client gets (None: it stands as it is)."""
 
 
 class ChargedResponse(NamedTuple):
     throttle_ms: int
     answer_body: bytes | None = None
     """The body the client gets instead of the upstream one (its throttle in it), the rest of which is read
-    and dropped: Kafka answers a Fetch it throttles with no records."""
+    and dropped: Kafka answers a Fetch it throttles with no records. Nothing finishes it (``OnResponse.finish``): it
+    names no broker."""
 
 
 ResponseCharge = Callable[[memoryview, int], ChargedResponse]
@@ -143,6 +144,39 @@ def _throttled_at_least(outcome: Outcome, throttle_ms: int, api_key: int, api_ve
         return outcome._replace(throttle_ms=throttle_ms,
                                 response=raise_throttle_in_frame(api_key, api_version, outcome.response, throttle_ms))
     return outcome._replace(throttle_ms=throttle_ms)
+
+
+def answered_through(decided: Decided, finish: ResponseFinisher) -> Decided:
+    """``decided`` with the cluster's answer, if it is forwarded and answered, turned into the client's by ``finish``
+    too, after what turns it already: what every answer of its kind needs (the proxy's addresses for the brokers',
+    the versions it serves)."""
+    if isinstance(decided, Forward):
+        return _answered_through(decided, finish)
+    if isinstance(decided, Outcome):
+        return decided  # answered by the proxy, or not at all
+    return _answered_through_once_decided(decided, finish)
+
+
+async def _answered_through_once_decided(decided: Awaitable[Outcome], finish: ResponseFinisher) -> Outcome:
+    outcome = await decided
+    return _answered_through(outcome, finish) if isinstance(outcome, Forward) else outcome
+
+
+def _answered_through(outcome: Forward, finish: ResponseFinisher) -> Forward:
+    if not outcome.expects_response:
+        return outcome
+    hook = outcome.on_response
+    if hook is None:
+        return outcome._replace(on_response=OnResponse(finish=finish))
+    first = hook.finish
+    if first is None:
+        return outcome._replace(on_response=hook._replace(finish=finish))
+
+    def both(body: memoryview) -> bytes | None:
+        finished = first(body)
+        return finish(body if finished is None else memoryview(finished)) or finished
+
+    return outcome._replace(on_response=hook._replace(finish=both))
 
 
 def finished_whole(outcome: Forward, replacement: bytes, finish: ResponseFinisher) -> Forward:

@@ -9,6 +9,9 @@ order, as a Kafka broker takes a request (``SocketServer``, then ``KafkaApis``):
    login's to answer.
 3. The API's handler (``handlers``), if it has one: the request is forwarded, answered or refused, with a throttle.
 4. The ``request_rate`` quota, every request but those that connect and log in.
+5. What every answer of its kind needs, once the cluster has answered a forwarded request (``ClusterAnswers``): the
+   proxy's listeners in place of the brokers' addresses (a filter of Kroxylicious' does so too), the versions the
+   proxy serves in ApiVersions.
 
 A request over several quotas carries the largest throttle (``throttled_at_least``), as Kafka answers with the largest
 of its quotas' throttles. A handler that can decide on a request's start, while the rest of it still arrives (a
@@ -19,13 +22,24 @@ and hands its bytes to the ``RequestStream`` the handler gave, whose throttle co
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Protocol
 
 from protocol.api_versions import NEWEST_API_VERSIONS
 from protocol.apis import Api
 from protocol.header import RequestHeader, read_request_header
 from proxy.decision.interception import Login, RequestHandler, RequestStream, StreamingRequestHandler
-from proxy.decision.outcome import FORWARD, Caller, Decided, Outcome, Sender, throttled_at_least
+from proxy.decision.outcome import (
+    FORWARD,
+    Caller,
+    Decided,
+    Forward,
+    Outcome,
+    ResponseFinisher,
+    Sender,
+    answered_through,
+    throttled_at_least,
+)
 
 _LOGIN_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
 _JUDGED_WHOLE = frozenset({*_LOGIN_APIS, Api.API_VERSIONS})
@@ -37,6 +51,12 @@ class ApiVersionsAnswer(Protocol):
     def answer(self, frame: memoryview) -> Decided: ...
 
 
+class ClusterAnswers(Protocol):
+    def finisher(self, api_key: int, api_version: int) -> ResponseFinisher | None:
+        """What turns the cluster's answers to requests of this api and version into the clients' (the same for
+        every one), or None when they stand as they are."""
+
+
 RequestRateCharge = Callable[[memoryview, int, RequestHeader | None, Caller], int]
 """Charges one request to its entity's ``request_rate`` (given the frame, its api key, and its header when the chain
 has read it already); its throttle."""
@@ -46,7 +66,7 @@ class RequestChain:
     """``RequestDecisions`` for the engine: the chain above."""
 
     def __init__(self, api_versions: ApiVersionsAnswer, handlers: Mapping[int, RequestHandler],
-                 request_rate: RequestRateCharge, clock: Callable[[], int]) -> None:
+                 request_rate: RequestRateCharge, clock: Callable[[], int], answers: ClusterAnswers) -> None:
         """``handlers``: by api key; those that can decide on a request's start too (``StreamingRequestHandler``)
         are handed large requests as they arrive. ``clock``: quota time, read once for each request and handed down
         (``Caller``)."""
@@ -56,6 +76,27 @@ class RequestChain:
         self._streaming = {api_key: handler for api_key, handler in handlers.items()
                            if isinstance(handler, StreamingRequestHandler)}
         self._request_rate = request_rate
+        self._answers = answers
+        # as many as the api versions clients use (bounded: a version is the client's to choose)
+        self._finisher = lru_cache(maxsize=512)(answers.finisher)
+        self._forwarded = lru_cache(maxsize=512)(self._forwarded_and_finished)
+
+    def _forwarded_and_finished(self, api_key: int, api_version: int) -> Forward:
+        """The usual decision, ``FORWARD``, with what every answer of the kind needs: made once."""
+        finish = self._finisher(api_key, api_version)
+        assert finish is not None
+        forwarded = answered_through(FORWARD, finish)
+        assert isinstance(forwarded, Forward)
+        return forwarded
+
+    def _answered(self, decided: Decided, api_key: int, api_version: int) -> Decided:
+        """``decided``, its answer, if the cluster gives one, finished as every answer of its kind needs."""
+        finish = self._finisher(api_key, api_version)
+        if finish is None:
+            return decided
+        if decided is FORWARD:
+            return self._forwarded(api_key, api_version)
+        return answered_through(decided, finish)
 
     def decide(self, frame: memoryview, api_key: int, api_version: int, sender: Sender, login: Login | None,
                upstream_open: bool) -> Decided:
@@ -65,7 +106,7 @@ class RequestChain:
             # versions served); before a login no upstream connection may be open yet
             return self._api_versions.answer(frame)
         if login is not None and (api_key in _LOGIN_APIS or not (login.done or login.needs_upstream_before_login)):
-            return login.handle(frame)
+            return self._answered(login.handle(frame), api_key, api_version)  # forwarded, when inspected
         # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener that does
         # not ask for a login must not open a way around the quotas
         caller = Caller(sender.user, self._clock(), sender.broker, self._clock)
@@ -77,7 +118,9 @@ class RequestChain:
             header = read_request_header(frame)  # once, for the handler and the request rate
             decided = handler.on_request(header, frame, caller)
         # charged once the handler has judged the request: one it cannot judge yet costs nothing
-        return throttled_at_least(decided, self._request_rate(frame, api_key, header, caller), api_key, api_version)
+        decided = throttled_at_least(decided, self._request_rate(frame, api_key, header, caller), api_key,
+                                     api_version)
+        return self._answered(decided, api_key, api_version)
 
     def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
               sender: Sender) -> tuple[Outcome, RequestStream | None] | None:
@@ -101,5 +144,6 @@ class RequestChain:
             decided, stream = started
         decided = throttled_at_least(decided, self._request_rate(frame_start, api_key, header, caller), api_key,
                                      api_version)
+        decided = self._answered(decided, api_key, api_version)
         assert isinstance(decided, Outcome), "a request's start is decided at once"
         return decided, stream

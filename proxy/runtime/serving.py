@@ -8,13 +8,16 @@ import itertools
 import logging
 import socket
 import ssl
+from functools import partial
 
-from protocol.addresses import BrokerAddress, may_name_brokers, rewrite_broker_addresses
+from protocol.addresses import BrokerAddress, carries_addresses, may_name_brokers, rewrite_broker_addresses
+from protocol.apis import Api
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UPSTREAM_ERRORS, fetch_brokers
 from proxy.connection.client import ClientConnection
 from proxy.connection.context import Connection, UpstreamResolver
 from proxy.connection.reading import READ_BYTES
+from proxy.decision.outcome import ResponseFinisher
 from proxy.handlers.chain import RequestChain
 from proxy.reporting.metrics import serve_metrics, worker_labelled
 from proxy.runtime.memory import FreedMemory
@@ -113,6 +116,7 @@ class ProxyServer:
         """Open client connections and the IP each counts against."""
         self._buffer_share = self.metrics.buffer_share_bytes = self.config.write_buffer_high_bytes
         self._address_rewrites = RewriteMemo(_ADDRESS_REWRITE_BYTES)
+        self._requests = services.request_chain(self)
         self._freed_memory = FreedMemory()
         self._admitted: dict[Connection, str] = {}
         """Connections accepted and counted, not yet attached to their socket."""
@@ -124,7 +128,7 @@ class ProxyServer:
 
     @property
     def requests(self) -> RequestChain:
-        return self.services.requests
+        return self._requests
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         return self.services.new_login(peer)
@@ -164,17 +168,24 @@ class ProxyServer:
             connection.set_buffer_share(share)
         return True
 
-    def adapt_api_versions(self, body: memoryview, api_version: int) -> bytes | None:
-        return self.services.api_versions.adapt(body, api_version)
+    # ---- the cluster's answers, as clients get them (ClusterAnswers) --------------------------------
 
-    # ---- brokers and listeners ----------------------------------------------------------------
+    def finisher(self, api_key: int, api_version: int) -> ResponseFinisher | None:
+        if api_key == Api.API_VERSIONS:
+            return partial(self.services.api_versions.adapt, version=api_version)
+        if self.rewrites_addresses and carries_addresses(api_key, api_version):
+            return partial(self._rewrite_addresses, api_key, api_version)
+        return None
 
-    def rewrite_addresses(self, api_key: int, api_version: int, body: bytes | memoryview) -> bytes | None:
+    def _rewrite_addresses(self, api_key: int, api_version: int, body: memoryview) -> bytes | None:
+        """A response body naming brokers, rewritten to name the proxy's listeners (None: unchanged)."""
         if not may_name_brokers(api_key, api_version, body):
             return None  # never remembered: a Produce answer's bytes (its offsets) are never the same twice
         return self._address_rewrites.rewritten(
             (api_key, api_version, bytes(body)),
             lambda: rewrite_broker_addresses(api_key, api_version, body, self.advertise_broker))
+
+    # ---- brokers and listeners ----------------------------------------------------------------
 
     def advertise_broker(self, broker: BrokerAddress) -> tuple[str, int]:
         """Record where node ``broker.node_id`` lives upstream; answer where the proxy serves it.

@@ -28,7 +28,7 @@ from proxy.cluster.upstream import ConnectTurns, UpstreamAccess
 from proxy.decision.interception import RequestHandler
 from proxy.files.watched_file import WatchedFile
 from proxy.handlers.api_versions import ApiVersionsAnswers
-from proxy.handlers.chain import RequestChain
+from proxy.handlers.chain import ClusterAnswers, RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
@@ -153,7 +153,8 @@ class Services:
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
             **self._reserved_topic_handlers(ShareFetchHandler(self.quotas, self.usage, self.topic_names)),
         }
-        self.requests = RequestChain(self.api_versions, handlers, request_rate.throttle_ms, now_ms)
+        self._handlers = handlers
+        self._request_rate = request_rate
         self._maintenance: list[asyncio.Task[None]] = []
 
     def _reserved_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:
@@ -187,6 +188,11 @@ class Services:
         if settings.pid_source == "cluster" or settings.bootstrap is None:
             return ProducerIdSource(embedded_fetcher(self.allocator, broker_id, epoch))
         return ProducerIdSource(remote_fetcher(self.config, self.upstream_access, settings.bootstrap, broker_id, epoch))
+
+    def request_chain(self, answers: ClusterAnswers) -> RequestChain:
+        """Every request's way through the handlers (``proxy.handlers.chain``), its answers finished by ``answers``:
+        the server's, which knows its listeners."""
+        return RequestChain(self.api_versions, self._handlers, self._request_rate.throttle_ms, now_ms, answers)
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         settings = self.config.login

@@ -85,7 +85,6 @@ class Server:
         self.upstream_connects = ConnectTurns(per_broker=4)
         self.principal_mapper = PrincipalMapper()
         self.read_buffer = memoryview(bytearray(READ_BYTES))
-        self.rewrites_addresses = False
         self.requests = Decisions()
         self.opened: list[Connection] = []
         self.closed: list[Connection] = []
@@ -95,12 +94,6 @@ class Server:
         return 0
 
     def new_login(self, peer: str) -> None:
-        return None
-
-    def adapt_api_versions(self, body: memoryview, api_version: int) -> None:
-        return None
-
-    def rewrite_addresses(self, api_key: int, api_version: int, body: object) -> None:
         return None
 
     def connection_opened(self, connection: Connection) -> None:

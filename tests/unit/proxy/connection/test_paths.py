@@ -141,8 +141,7 @@ class Connection:
         self.metrics = SimpleNamespace(bytes_in=0, bytes_out=0, requests_by_api=Counter(), closed_for_bad_input=0,
                                        observe_latency=lambda api_key, seconds: None)
         config = SimpleNamespace(max_frame_bytes=1 << 20, splice=False, request_timeout_s=30.0)
-        context = cast(Any, SimpleNamespace(config=config, metrics=self.metrics, requests=self.decisions,
-                                            rewrites_addresses=False))
+        context = cast(Any, SimpleNamespace(config=config, metrics=self.metrics, requests=self.decisions))
         self.owner = Owner(loop)
         self.gate = ReadGate(cast(Any, self.client))
         self.in_flight = InFlightRequests()
@@ -270,3 +269,23 @@ def test_a_response_arriving_in_pieces_is_written_once_whole(loop: asyncio.Abstr
     assert not connection.client.sent
     connection.responses.data_received(whole[6:])
     assert bytes(connection.client.sent) == whole
+
+
+@pytest.mark.parametrize(("api_key", "api_version", "header_bytes"), [
+    (Api.METADATA, 12, 5),  # a flexible request's answer: its header has tagged fields
+    (Api.API_VERSIONS, 3, 4),  # ApiVersions' answer never has (header v0), though its request is flexible
+])
+def test_an_answer_is_finished_as_decided_from_after_its_header(loop: asyncio.AbstractEventLoop, api_key: int,
+                                                                api_version: int, header_bytes: int) -> None:
+    connection = Connection(loop)
+    bodies: list[bytes] = []
+
+    def finish(body: memoryview) -> bytes:
+        bodies.append(bytes(body))
+        return b"the client's"
+
+    connection.in_flight.expect(InFlight(1, api_key, api_version, 0, None, finish))
+    header = (1).to_bytes(4, "big") + b"\x00" * (header_bytes - 4)
+    connection.responses.data_received(len(header + b"the cluster's").to_bytes(4, "big") + header + b"the cluster's")
+    assert bodies == [b"the cluster's"]
+    assert bytes(connection.client.sent) == len(header + b"the client's").to_bytes(4, "big") + header + b"the client's"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from protocol.apis import Api
 from protocol.header import RequestHeader, read_request_header
-from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, Outcome, Respond, Sender
+from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, OnResponse, Outcome, Respond, Sender
 from proxy.handlers.chain import RequestChain
 from tests.support import encode_request
 
@@ -38,6 +39,16 @@ class FakeLogin:
 
     def handle(self, frame: memoryview) -> Decided:
         return LOGIN_ANSWER
+
+
+class Answers:
+    """The cluster's answers as clients get them: ``finished`` apis' answers get `` finished`` appended."""
+
+    def __init__(self, *finished: int) -> None:
+        self.finished = finished
+
+    def finisher(self, api_key: int, api_version: int) -> Callable[[memoryview], bytes | None] | None:
+        return (lambda body: bytes(body) + b" finished") if api_key in self.finished else None
 
 
 class RequestRate:
@@ -83,7 +94,7 @@ HANDSHAKE = request(Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
 
 def chain(rate: RequestRate, handlers: dict[int, Any] | None = None, streaming: dict[int, Any] | None = None
           ) -> RequestChain:
-    return RequestChain(Versions(), {**(handlers or {}), **(streaming or {})}, rate, clock)
+    return RequestChain(Versions(), {**(handlers or {}), **(streaming or {})}, rate, clock, Answers())
 
 
 def test_api_versions_is_the_proxys_before_the_cluster_can_be_asked_and_the_clusters_after() -> None:
@@ -165,7 +176,7 @@ def test_quota_time_is_read_once_for_a_request_and_given_to_every_link() -> None
         seen.append(caller.now_ms)
         return 0
 
-    links = RequestChain(Versions(), {Api.METADATA: Handler(decide)}, rate, lambda: next(readings))
+    links = RequestChain(Versions(), {Api.METADATA: Handler(decide)}, rate, lambda: next(readings), Answers())
     links.decide(*METADATA, SENDER, None, upstream_open=True)
     links.decide(*METADATA, SENDER, None, upstream_open=True)
     assert seen == [5_000, 5_000, 5_100, 5_100]
@@ -179,8 +190,8 @@ def test_a_decision_taken_later_reads_the_chains_clock_again() -> None:
         later.append(caller.later().now_ms)  # as a handler does once the cluster has answered what it asked
         return FORWARD
 
-    RequestChain(Versions(), {Api.METADATA: Handler(waits_then_decides)}, RequestRate(0), lambda: next(readings)
-                 ).decide(*METADATA, SENDER, None, upstream_open=True)
+    RequestChain(Versions(), {Api.METADATA: Handler(waits_then_decides)}, RequestRate(0), lambda: next(readings),
+                 Answers()).decide(*METADATA, SENDER, None, upstream_open=True)
     assert later == [7_250]
 
 
@@ -197,3 +208,52 @@ def test_a_request_header_is_read_once_and_given_to_its_handler_and_the_request_
     assert rate.headers == given
     chain(rate).decide(*METADATA, SENDER, None, upstream_open=True)
     assert rate.headers[1:] == [None], "without a handler nothing reads the header but the request rate, if it charges"
+
+
+def finished_by(decided: Decided, answer: bytes) -> bytes | None:
+    assert isinstance(decided, Forward) and decided.on_response is not None and decided.on_response.finish
+    return decided.on_response.finish(memoryview(answer))
+
+
+def test_what_every_answer_of_its_kind_needs_is_done_after_the_handlers_finish() -> None:
+    rate = RequestRate(0)
+    links = RequestChain(Versions(), {}, rate, clock, Answers(Api.METADATA))
+    forwarded = links.decide(*METADATA, SENDER, None, upstream_open=True)
+    assert finished_by(forwarded, b"cluster's") == b"cluster's finished"
+    assert links.decide(*METADATA, SENDER, None, upstream_open=True) is forwarded, "made once for the api version"
+
+    def refused_in_part(header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        return Forward(throttle_ms=5, on_response=OnResponse(finish=lambda body: bytes(body) + b" merged"))
+
+    links = RequestChain(Versions(), {Api.METADATA: Handler(refused_in_part)}, rate, clock, Answers(Api.METADATA))
+    decided = links.decide(*METADATA, SENDER, None, upstream_open=True)
+    assert finished_by(decided, b"cluster's") == b"cluster's merged finished"
+    assert isinstance(decided, Forward) and decided.throttle_ms == 5
+
+
+def test_an_answer_the_proxy_gives_or_none_at_all_is_left_alone_and_a_pending_decision_is_finished_once_made(
+        ) -> None:
+    answered = Respond(b"the proxy's")
+    unanswered = Forward(expects_response=False)
+
+    async def decided_later() -> Outcome:
+        return FORWARD
+
+    handlers = {Api.METADATA: Handler(lambda header, frame, caller: answered),
+                Api.PRODUCE: Handler(lambda header, frame, caller: unanswered),
+                Api.FIND_COORDINATOR: Handler(lambda header, frame, caller: decided_later())}
+    links = RequestChain(Versions(), handlers, RequestRate(0), clock, Answers(*handlers))
+    assert links.decide(*METADATA, SENDER, None, upstream_open=True) is answered
+    produce = request(Api.PRODUCE, 3, transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
+    assert links.decide(*produce, SENDER, None, upstream_open=True) is unanswered
+    coordinator = request(Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"])
+    pending = links.decide(*coordinator, SENDER, None, upstream_open=True)
+    assert not isinstance(pending, Outcome)
+    assert finished_by(asyncio.run(pending), b"coordinator") == b"coordinator finished"  # type: ignore[arg-type]
+
+
+def test_a_request_streamed_as_it_arrives_has_its_answer_finished_too() -> None:
+    frame, api_key, version = METADATA
+    links = RequestChain(Versions(), {}, RequestRate(0), clock, Answers(Api.METADATA))
+    outcome, _ = links.start(frame, api_key, version, 1 << 20, SENDER) or (None, None)
+    assert finished_by(outcome, b"cluster's") == b"cluster's finished"  # type: ignore[arg-type]
