@@ -1,4 +1,10 @@
-"""Reading is paused for a set of reasons and resumes only when none is left."""
+"""Reading is paused for a set of reasons and resumes only when none is left.
+
+A Kafka broker mutes a channel's reading for memory pressure in its ``ChannelMuteState`` too (``MUTED``), beside its
+throttle's states. The proxy reads requests ahead of deciding them, so the two come apart: backpressure (a side's
+write buffer full, a connection being made or drained) stops reading, here, while a throttle, a login step or a close
+asked for stops deciding what was read (``mute.ChannelMute``), which pauses reading too (``HOLDING``).
+"""
 
 from __future__ import annotations
 
