@@ -1,8 +1,9 @@
 """One client connection and its dedicated upstream connection: the transports' callbacks, the
 upstream connection's opening and loss, idle and shutdown, and what holds its requests.
 
-Requests flow client -> upstream as their original bytes; responses flow back, rewritten only
-where they name brokers (addresses) or list api versions (capped). The connection is made of objects, each
+Requests flow client -> upstream as their original bytes (or the replacement decided); responses flow back as the
+decision on their request says (finished: the proxy's addresses for the brokers', the versions it serves, what a
+handler merged in; a throttle raised), else untouched. The connection is made of objects, each
 with one job: the request path (``requests``) and the response path (``responses``), the link to the cluster
 (``upstream_link``), the login gate (``login``), the mute (``mute``), the requests awaiting answers (``in_flight``),
 the outboxes (``outbox``) and the read gates (``flow``). It wires them together and answers what they ask of it
