@@ -281,7 +281,7 @@ def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
             topic_id = bytes(cursor.buf[start:start + 16])
         else:
             read = _string_at_hand(cursor)
-            name = (yield from _string(cursor, "topic name")) if read is _NOT_AT_HAND else cast(str, read)
+            name = (yield from _string(cursor, "topic name")) if read is _NOT_AT_HAND else cast(str | None, read)
             if name is None:  # not nullable: Kafka's parser refuses the request
                 raise cursor.fail("topic name is null, which is not nullable")
         partitions = []

@@ -34,6 +34,7 @@ from proxy.decision.outcome import (
     Caller,
     Decided,
     Forward,
+    OnResponse,
     Outcome,
     ResponseFinisher,
     Sender,
@@ -76,18 +77,13 @@ class RequestChain:
         self._streaming = {api_key: handler for api_key, handler in handlers.items()
                            if isinstance(handler, StreamingRequestHandler)}
         self._request_rate = request_rate
-        self._answers = answers
         # as many as the api versions clients use (bounded: a version is the client's to choose)
         self._finisher = lru_cache(maxsize=512)(answers.finisher)
         self._forwarded = lru_cache(maxsize=512)(self._forwarded_and_finished)
 
     def _forwarded_and_finished(self, api_key: int, api_version: int) -> Forward:
         """The usual decision, ``FORWARD``, with what every answer of the kind needs: made once."""
-        finish = self._finisher(api_key, api_version)
-        assert finish is not None
-        forwarded = answered_through(FORWARD, finish)
-        assert isinstance(forwarded, Forward)
-        return forwarded
+        return Forward(on_response=OnResponse(finish=self._finisher(api_key, api_version)))
 
     def _answered(self, decided: Decided, api_key: int, api_version: int) -> Decided:
         """``decided``, its answer, if the cluster gives one, finished as every answer of its kind needs."""
