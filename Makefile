@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.fidelity --out bench/fidelity-results.json
 	$(BIN)/python -m bench.observe --out bench/observe-results.json
 	$(BIN)/python -m bench.request_cost --out bench/request-cost-results.json
+	$(BIN)/python -m bench.decision_cost --out bench/decision-cost-results.json
 	$(BIN)/python -m bench.relay_floor --out bench/relay-floor-results.json
 	$(BIN)/python -m bench.relay_floor --modes copy splice --sink-receive-buffer 102400 --out bench/relay-floor-kafka-buffer-results.json
 	$(BIN)/python -m bench.topic_quotas --out bench/topic-quotas-results.json
