@@ -10,7 +10,8 @@ ZStandard before v7), and the broker answers it alone while the other partitions
 
 The walk takes the frame in whatever pieces it comes (``StreamedProduceScan``): a request forwarded as it
 arrives is scanned as it goes by, and the record data after each batch header is passed over, so it can
-move from socket to socket without being read; ``scan_produce`` is the same walk over a whole frame.
+move from socket to socket without being read; ``scan_produce`` reads a whole frame, in one pass when every field
+of it reads plainly (as clients encode requests), else by the same walk.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ _INT32 = Struct(">i")
 _PARTITION_AND_SIZE = Struct(">ii")
 _ACKS_TIMEOUT = Struct(">hi")
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
-# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
-_BATCH_HEADER = Struct(">qiibIhiqqqhii")
-BATCH_HEADER_BYTES = _BATCH_HEADER.size  # 61
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount: those a RecordBatch keeps
+# are read, the others passed over
+_KEPT_BATCH_HEADER = Struct(">8xi4xb4xh4x8x8xqhii")
+BATCH_HEADER_BYTES = _KEPT_BATCH_HEADER.size  # 61
+_new_tuple = tuple.__new__
 BATCH_LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
 NO_PRODUCER_ID = -1
 FIRST_ZSTD_PRODUCE_VERSION = 7
@@ -454,9 +457,14 @@ class StreamedProduceScan:
 
 
 def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceScan:
-    """Scan a whole Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it. The same walk
-    as ``StreamedProduceScan``'s, over bytes all at hand: a want of more is the frame's end."""
-    cursor = _Cursor(frame, header.length, _scanned_version(header))
+    """Scan a whole Produce request; ``frame`` excludes the size prefix, ``header`` was parsed from it. A request
+    every field of which reads plainly is read in one pass (``_plain_request``); any other is read by the same walk as
+    ``StreamedProduceScan``'s, over bytes all at hand (a want of more is the frame's end), which says what is wrong."""
+    version = _scanned_version(header)
+    plain = _plain_request(frame, header.length, version)
+    if plain is not None:
+        return plain
+    cursor = _Cursor(frame, header.length, version)
     walk = _walk_request(cursor)
     try:
         while True:
@@ -470,6 +478,95 @@ def scan_produce(frame: bytes | memoryview, header: RequestHeader) -> ProduceSca
         return cast(ProduceScan, done.value)
 
 
+def _plain_request(buf: bytes | memoryview, at: int, version: int) -> ProduceScan | None:
+    """The walk's scan of a whole request (the body from ``at`` to the end of ``buf``) read in one pass with no walk
+    (no generator, no cursor: the proxy scans every Produce of a user with a producer-ID quota); None, and the walk
+    reads it, when anything is not plain: a null or negative length where the walk refuses one, a compact string or
+    array length of more than one byte, a tagged field, a field cut short, bytes left over."""
+    flexible = version >= FIRST_FLEXIBLE_PRODUCE_VERSION
+    end = len(buf)
+    try:
+        if flexible:
+            size = buf[at] - 1
+            at += 1
+        else:
+            (size,) = _INT16.unpack_from(buf, at)
+            at += 2
+        if size < -1 or (flexible and size >= 0x7F):
+            return None
+        transactional_id = None if size == -1 else str(buf[at:at + size], "utf-8")
+        at += max(size, 0)
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, at)
+        at += _ACKS_TIMEOUT.size
+        topic_count, at = _plain_length(buf, at, flexible)
+        topics = []
+        for _ in range(topic_count):
+            name = topic_id = None
+            if version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
+                topic_id = bytes(buf[at:at + 16])
+                at += 16
+            else:
+                size, at = _plain_length(buf, at, flexible, _INT16)
+                name = str(buf[at:at + size], "utf-8")
+                at += size
+            partition_count, at = _plain_length(buf, at, flexible)
+            partitions = []
+            for _ in range(partition_count):
+                if flexible:
+                    (partition,) = _INT32.unpack_from(buf, at)
+                    size, at = read_uvarint(buf, at + 4)
+                    size -= 1
+                else:
+                    partition, size = _PARTITION_AND_SIZE.unpack_from(buf, at)
+                    at += 8
+                if size == -1:
+                    partitions.append(_new_tuple(PartitionData, (partition, None, 0, None)))
+                elif size < 0:
+                    return None
+                else:  # a size running past the frame's end fails a later read, or the end's check
+                    start = at
+                    at += size
+                    batch = _batch_header(buf, start, start, size) if size >= BATCH_HEADER_BYTES else None
+                    problem = _batch_problem(batch, size, version)
+                    partitions.append(_new_tuple(PartitionData, (partition, batch, 0, None) if problem is None else
+                                                 (partition, None, *problem)))
+                if flexible:
+                    at = _no_tagged_fields(buf, at)
+            if flexible:
+                at = _no_tagged_fields(buf, at)
+            topics.append(TopicData(name, topic_id, tuple(partitions)))
+        if flexible:
+            at = _no_tagged_fields(buf, at)
+    except (_NotPlain, StructError, IndexError, UnicodeDecodeError, ProtocolError):
+        return None
+    return ProduceScan(transactional_id, acks, timeout_ms, tuple(topics)) if at == end else None
+
+
+class _NotPlain(Exception):
+    """A field ``_plain_request`` leaves to the walk."""
+
+
+def _plain_length(buf: bytes | memoryview, at: int, flexible: bool, classic: Struct = _INT32) -> tuple[int, int]:
+    """An array count or a non-null string length, and where what follows starts."""
+    if flexible:
+        size = buf[at] - 1
+        at += 1
+        if size >= 0x7F:
+            raise _NotPlain
+    else:
+        (size,) = classic.unpack_from(buf, at)
+        at += classic.size
+    if size < 0:
+        raise _NotPlain
+    return size, at
+
+
+def _no_tagged_fields(buf: bytes | memoryview, at: int) -> int:
+    if buf[at]:
+        raise _NotPlain
+    return at + 1
+
+
 def _scanned_version(header: RequestHeader) -> int:
     version = header.api_version
     if not MIN_SCANNED_PRODUCE_VERSION <= version <= NEWEST_SCANNED_PRODUCE_VERSION:
@@ -479,10 +576,8 @@ def _scanned_version(header: RequestHeader) -> int:
 
 
 def _batch_header(buf: bytes | memoryview, at: int, start: int, size: int) -> RecordBatch:
-    (_base_offset, batch_length, _leader_epoch, magic, _crc, attributes, _last_delta, _base_ts, _max_ts,
-     producer_id, producer_epoch, base_sequence, records_count) = _BATCH_HEADER.unpack_from(buf, at)
-    return RecordBatch(start, start + size, batch_length, magic, attributes, producer_id, producer_epoch,
-                       base_sequence, records_count)
+    # made as a plain tuple is (a named tuple's own constructor is a Python call): this runs for every batch
+    return _new_tuple(RecordBatch, (start, start + size, *_KEPT_BATCH_HEADER.unpack_from(buf, at)))
 
 
 def _batch_problem(batch: RecordBatch | None, size: int, version: int) -> tuple[int, str] | None:

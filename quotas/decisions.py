@@ -58,4 +58,5 @@ class PidDecision(NamedTuple):
 
 
 UNLIMITED = Decision(True, 0)
-NO_PID_QUOTA = PidDecision(True, 0)
+NO_PID_CHARGED = PidDecision(True, 0)
+"""Admitted, nothing charged: no producer-ID quota applies, or the request carries no producer ID."""

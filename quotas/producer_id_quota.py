@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from quotas.bloom import Probe, TimeControlledBloomFilter
 from quotas.config import PidQuotaMode, QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota
-from quotas.decisions import NO_PID_QUOTA, PidDecision, Requester
+from quotas.decisions import NO_PID_CHARGED, PidDecision, Requester
 from quotas.entities import IDLE_EXPIRY_MS, BucketManager, BucketState
 from quotas.fleet import SharedProducerIds
 from quotas.rate import java_round
@@ -109,7 +109,7 @@ class ProducerIdQuotaManager(BucketManager):
         user = requester.user
         quota = self.config.resolve(self.quota_type, user, "")
         if quota is None:
-            return NO_PID_QUOTA
+            return NO_PID_CHARGED
         seen = self.seen
         capacity = self.filter_capacity(quota.limit)
         unseen: dict[int, Probe] = {}

@@ -17,6 +17,7 @@ from protocol.codecs import decode_response
 from protocol.errors import THROTTLING_QUOTA_EXCEEDED, TOPIC_AUTHORIZATION_FAILED, ProtocolError
 from protocol.header import RequestHeader
 from protocol.produce import (
+    FIRST_TOPIC_ID_PRODUCE_VERSION,
     NO_PRODUCER_ID,
     ProduceScan,
     StreamedProduceScan,
@@ -44,7 +45,7 @@ from proxy.reporting.usage_log import UsageLog
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService
 from quotas.config import PidQuotaMode, QuotaType
-from quotas.decisions import UNLIMITED, Decision, PidDecision, Requester
+from quotas.decisions import NO_PID_CHARGED, UNLIMITED, Decision, PidDecision, Requester
 from quotas.producer_id_quota import ProducerBatch
 
 _T = TypeVar("_T")
@@ -94,15 +95,18 @@ class ProduceHandler:
                                                    if partition.batch is not None and not partition.error_code)
         return sizes
 
-    def _unnamed_topics(self, scan: ProduceScan) -> set[bytes]:
+    def _unnamed_topics(self, scan: ProduceScan, header: RequestHeader) -> set[bytes]:
         """Topic ids (v13) a topic quota or the reserved topics need named and the proxy cannot name yet."""
-        if not (self._reserved_topics or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)):
+        if header.api_version < FIRST_TOPIC_ID_PRODUCE_VERSION or not (
+                self._reserved_topics or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)):
             return set()
         return self._topic_names.unknown(topic.topic_id for topic in scan.topics if topic.topic_id is not None)
 
     def _check_producer_ids(self, batches: list[ProducerBatch], requester: Requester, now_ms: int) -> PidDecision:
         """The producer-ID quota's decision; the ledger records PIDs the cluster is going to see.
         Every PID of ``batches`` is in the ledger's cache (``needs_lookup`` was asked)."""
+        if not batches:  # no idempotent batch: nothing to charge, nothing to record (most producers' requests)
+            return NO_PID_CHARGED
         ledger = self._ledger
         window_ms = self._quotas.config.settings.producer_id_window.size_ms  # one KIP-936 window
         decision = self._quotas.producer_ids.record(requester, batches, now_ms, ledger.seen_within(window_ms))
@@ -165,8 +169,8 @@ class ProduceHandler:
         if scan is None:
             return self._decide(frame, header, None, [], request_bytes, caller)
         batches = _producer_batches(scan) if scans_batches else []
-        missing = self._ledger.needs_lookup({batch.producer_id for batch in batches})
-        unnamed = self._unnamed_topics(scan)
+        missing = self._ledger.needs_lookup({batch.producer_id for batch in batches}) if batches else []
+        unnamed = self._unnamed_topics(scan, header)
         if missing or unnamed:
             return self._after_lookups(missing, unnamed, self._decide, frame, header, scan, batches, request_bytes,
                                        caller)
@@ -232,7 +236,7 @@ class ProduceHandler:
         assert scan is not None, "the request is complete"
         batches = _producer_batches(scan)
         missing = self._ledger.needs_lookup({batch.producer_id for batch in batches})
-        unnamed = self._unnamed_topics(scan)
+        unnamed = self._unnamed_topics(scan, header)
         if missing or unnamed:
             return self._after_lookups(missing, unnamed, self._completed_throttle, header, scan, batches, caller)
         return self._completed_throttle(header, scan, batches, caller)

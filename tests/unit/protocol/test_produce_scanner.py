@@ -22,6 +22,7 @@ from protocol.produce import (
     PartitionData,
     ProduceScan,
     StreamedProduceScan,
+    _plain_request,
     produce_topics_head,
     scan_produce,
 )
@@ -214,8 +215,8 @@ def streamed_in_pieces(frame: bytes, header: RequestHeader, piece: int) -> Produ
        st.integers(-40, 8), st.integers(1, 64))
 def test_a_request_whole_or_streamed_is_read_alike_however_it_is_broken(
         generated: tuple[int, bytes], changes: list[tuple[int, int]], resized: int, piece: int) -> None:
-    """The two ways through the one walk (a whole frame at hand, or pieces as they come) give the same scan, or
-    the same error at the same offset, whatever bytes were changed, cut off or added."""
+    """A whole frame (read in one pass when it reads plainly, else walked) and pieces as they come (walked) give
+    the same scan, or the same error at the same offset, whatever bytes were changed, cut off or added."""
     version, frame = generated
     header = parse_request_header(frame, flexible=version >= 9)
     broken = bytearray(frame[:max(header.length, len(frame) + resized)] if resized < 0 else frame + bytes(resized))
@@ -226,6 +227,18 @@ def test_a_request_whole_or_streamed_is_read_alike_however_it_is_broken(
     assert whole == outcome_of(lambda: streamed_in_pieces(bytes(broken), header, max(1, len(broken))))
     if isinstance(whole, ProduceScan):
         assert streamed_in_pieces(bytes(broken), header, piece) == whole
+
+
+@settings(max_examples=300)
+@given(produce_requests())
+def test_a_request_as_clients_encode_it_is_read_in_one_pass_to_the_walks_scan(generated: tuple[int, bytes]) -> None:
+    """Every Produce of a user with a producer-ID quota is scanned whole: one that reads plainly (as every client
+    encodes one) is read without the walk, to the same scan."""
+    version, frame = generated
+    header = parse_request_header(frame, flexible=version >= 9)
+    plain = _plain_request(frame, header.length, version)
+    assert plain is not None
+    assert plain == streamed_in_pieces(frame, header, len(frame))
 
 
 @pytest.mark.parametrize("version", [7, 11])
