@@ -39,19 +39,31 @@ class _Sample:
 
 
 class SampledRate:
-    """A per-second rate of recorded values over a sliding set of samples."""
+    """A per-second rate of recorded values over a sliding set of samples.
 
-    __slots__ = ("_samples", "_current")
+    Measuring is Kafka's pass over every sample (12 with Kafka's default window), made on every request a quota
+    charges; its result is kept until a sample may have become obsolete (the earliest a sample's last event gets
+    ``num * size`` old) or the window changes. Between passes a recorded value is added to the kept sum: the values
+    recorded are whole numbers (bytes, requests, connections, permits), which a double adds exactly in any order, so
+    the sum is the one the pass would give."""
+
+    __slots__ = ("_samples", "_current", "_total", "_oldest_start_ms", "_passed_window", "_pass_again_at_ms")
 
     def __init__(self) -> None:
         self._samples: list[_Sample] = []
         self._current = 0
+        self._total = 0.0
+        self._oldest_start_ms = 0
+        self._passed_window: Window | None = None
+        self._pass_again_at_ms = 0
+        """Before this time the last pass's sum and oldest start stand (0: pass again)."""
 
     def record(self, value: float, now_ms: int, window: Window) -> None:
         sample = self._current_sample(now_ms)
         if now_ms - sample.start_ms >= window.size_ms:
             sample = self._advance(now_ms, window)
         sample.value += value
+        self._total += value
         sample.event_count += 1
         sample.last_event_ms = now_ms
 
@@ -64,26 +76,36 @@ class SampledRate:
 
     def measure_with_window(self, now_ms: int, window: Window) -> tuple[float, int]:
         """The rate and the window length (ms) it was divided by, which the throttle formula uses."""
-        # one pass doing Kafka's purgeObsoleteSamples, oldest() and the WindowedSum
-        if not self._samples:
-            self._samples.append(_Sample(now_ms))
         size_ms = window.size_ms
-        expire_age_ms = window.num * size_ms
-        oldest_ms = now_ms
-        total = 0.0
-        for sample in self._samples:
-            if now_ms - sample.last_event_ms >= expire_age_ms:
-                sample.reset(now_ms)
-            elif sample.start_ms < oldest_ms:
-                oldest_ms = sample.start_ms
-            total += sample.value
-        elapsed_ms = now_ms - oldest_ms
+        if now_ms >= self._pass_again_at_ms or window is not self._passed_window:
+            self._pass(now_ms, window)
+        elapsed_ms = now_ms - self._oldest_start_ms
         full_windows = elapsed_ms // size_ms
         min_full_windows = window.num - 1
         if full_windows < min_full_windows:
             elapsed_ms += (min_full_windows - full_windows) * size_ms
         window_ms = max(elapsed_ms, 1)
-        return total / (window_ms / 1000.0), window_ms
+        return self._total / (window_ms / 1000.0), window_ms
+
+    def _pass(self, now_ms: int, window: Window) -> None:
+        """Kafka's purgeObsoleteSamples, oldest() and WindowedSum in one pass over the samples."""
+        if not self._samples:
+            self._samples.append(_Sample(now_ms))
+        expire_age_ms = window.num * window.size_ms
+        oldest_ms = now_ms
+        earliest_last_event_ms = now_ms
+        total = 0.0
+        for sample in self._samples:
+            if now_ms - sample.last_event_ms >= expire_age_ms:
+                sample.reset(now_ms)
+            else:
+                oldest_ms = min(oldest_ms, sample.start_ms)
+                earliest_last_event_ms = min(earliest_last_event_ms, sample.last_event_ms)
+            total += sample.value
+        self._total = total
+        self._oldest_start_ms = oldest_ms
+        self._passed_window = window
+        self._pass_again_at_ms = earliest_last_event_ms + expire_age_ms
 
     def _current_sample(self, now_ms: int) -> _Sample:
         if not self._samples:
@@ -91,7 +113,8 @@ class SampledRate:
         return self._samples[self._current]
 
     def _advance(self, now_ms: int, window: Window) -> _Sample:
-        # one sample more than the window holds: the oldest may still overlap the monitored window
+        # one sample more than the window holds: the oldest may still overlap the monitored window. The kept pass
+        # stands: a new sample starts after every other, and one reused is obsolete, so a pass is due already
         self._current = (self._current + 1) % (window.num + 1)
         if self._current >= len(self._samples):
             sample = _Sample(now_ms)

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quotas.config import Window
@@ -53,6 +55,39 @@ def test_ring_reuses_samples_after_num_windows() -> None:
         rate.record(10, T0 + second * 1000, window)
     # two samples retained (+3000 and +4000), elapsed 1000 ms = (num - 1) windows
     assert rate.measure(T0 + 4000, window) == 20 / 1.0
+
+
+WINDOWS = (KAFKA_DEFAULT, Window(3, 1), Window(2, 2))
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from([0, 1, 250, 999, 1000, 1001, 2000, 3000, 10_999, 11_000]),
+                          st.integers(-5_000, 100_000), st.sampled_from(WINDOWS)), max_size=80))
+def test_a_rate_measured_between_its_passes_measures_what_a_pass_gives(
+        steps: list[tuple[bool, int, int, Window]]) -> None:
+    """A rate measured on every request keeps its last pass over the samples until one may be obsolete or the window
+    changes (a quota file reloaded): each measure equals a twin's given the same records, whose window is a new
+    object each time (so it passes every time)."""
+    kept, passed = SampledRate(), SampledRate()
+    now = T0
+    window = KAFKA_DEFAULT
+    for records, step, value, window in steps:
+        now += step
+        if records:
+            kept.record(value, now, window)
+            passed.record(value, now, replace(window))
+        else:
+            assert kept.measure_with_window(now, window) == passed.measure_with_window(now, replace(window))
+    assert kept.measure_with_window(now, window) == passed.measure_with_window(now, replace(window))
+
+
+def test_a_shorter_window_purges_what_it_no_longer_holds_at_once() -> None:
+    """A quota file reloaded with a shorter window: the next measure passes over the samples again, so a sample the
+    new window no longer holds counts no more, though the last pass (under the longer window) kept it."""
+    rate = SampledRate()
+    rate.record(100_000, T0, KAFKA_DEFAULT)
+    assert rate.measure(T0 + 100, KAFKA_DEFAULT) > 0
+    assert rate.measure(T0 + 5_000, Window(3, 1)) == 0
 
 
 def test_violation_is_strictly_above_the_quota() -> None:
