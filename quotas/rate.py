@@ -43,9 +43,10 @@ class SampledRate:
 
     Measuring is Kafka's pass over every sample (12 with Kafka's default window), made on every request a quota
     charges; its result is kept until a sample may have become obsolete (the earliest a sample's last event gets
-    ``num * size`` old) or the window changes. Between passes a recorded value is added to the kept sum: the values
-    recorded are whole numbers (bytes, requests, connections, permits), which a double adds exactly in any order, so
-    the sum is the one the pass would give."""
+    ``num * size`` old), a sample is reused or the window changes. Between passes a recorded value is added to the
+    kept sum: the values recorded are whole numbers (bytes, requests, connections, permits), which a double adds
+    exactly in any order, so the sum is the one the pass would give (a fleet member's shared amount, which could be
+    fractional, would differ from it in the last bits at most)."""
 
     __slots__ = ("_samples", "_current", "_total", "_oldest_start_ms", "_passed_window", "_pass_again_at_ms")
 
@@ -113,13 +114,15 @@ class SampledRate:
         return self._samples[self._current]
 
     def _advance(self, now_ms: int, window: Window) -> _Sample:
-        # one sample more than the window holds: the oldest may still overlap the monitored window. The kept pass
-        # stands: a new sample starts after every other, and one reused is obsolete, so a pass is due already
+        # one sample more than the window holds: the oldest may still overlap the monitored window. A new sample
+        # starts after every other (the kept pass stands); one reused leaves the sum, and while the window stays it
+        # is obsolete already, but not after a reload made the window longer
         self._current = (self._current + 1) % (window.num + 1)
         if self._current >= len(self._samples):
             sample = _Sample(now_ms)
             self._samples.append(sample)
             return sample
+        self._pass_again_at_ms = 0
         sample = self._samples[self._current]
         sample.reset(now_ms)
         return sample

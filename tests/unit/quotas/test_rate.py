@@ -57,12 +57,13 @@ def test_ring_reuses_samples_after_num_windows() -> None:
     assert rate.measure(T0 + 4000, window) == 20 / 1.0
 
 
-WINDOWS = (KAFKA_DEFAULT, Window(3, 1), Window(2, 2))
+WINDOWS = (KAFKA_DEFAULT, Window(3, 1), Window(2, 2), Window(2, 10))
+STEPS_MS = (0, 1, 250, 999, 1000, 1001, 2000, 3000, 10_000, 10_999, 11_000)
 
 
 @settings(max_examples=400)
-@given(st.lists(st.tuples(st.booleans(), st.sampled_from([0, 1, 250, 999, 1000, 1001, 2000, 3000, 10_999, 11_000]),
-                          st.integers(-5_000, 100_000), st.sampled_from(WINDOWS)), max_size=80))
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(STEPS_MS), st.integers(-5_000, 100_000),
+                          st.sampled_from(WINDOWS)), max_size=80))
 def test_a_rate_measured_between_its_passes_measures_what_a_pass_gives(
         steps: list[tuple[bool, int, int, Window]]) -> None:
     """A rate measured on every request keeps its last pass over the samples until one may be obsolete or the window
@@ -88,6 +89,20 @@ def test_a_shorter_window_purges_what_it_no_longer_holds_at_once() -> None:
     rate.record(100_000, T0, KAFKA_DEFAULT)
     assert rate.measure(T0 + 100, KAFKA_DEFAULT) > 0
     assert rate.measure(T0 + 5_000, Window(3, 1)) == 0
+
+
+def test_a_longer_window_counts_no_sample_the_ring_reuses() -> None:
+    """Found in review: a reload made the window longer, so the sample the ring reuses next still counted in the kept
+    pass; reused, its bytes must leave the rate at once (the samples: 200 bytes from 0, 100 at 1000, 100 at 2000)."""
+    short, longer = Window(2, 1), Window(2, 10)
+    rate = SampledRate()
+    for at in (0, 999, 1000, 2000):
+        rate.record(100, T0 + at, short)
+        rate.measure(T0 + at, short)
+    rate.record(100, T0 + 2500, longer)
+    assert rate.measure_with_window(T0 + 2500, longer) == (500 / 12.5, 12_500)
+    rate.record(100, T0 + 12_000, longer)  # a new sample: the ring reuses the first one
+    assert rate.measure_with_window(T0 + 12_000, longer) == (400 / 11, 11_000)
 
 
 def test_violation_is_strictly_above_the_quota() -> None:
