@@ -43,6 +43,10 @@ _SEQUENCE_LOST_ERRORS = frozenset({
     90,  # PRODUCER_FENCED
 })
 LATEST = -1
+RecordHeaders = list[tuple[str, bytes]]
+"""A record's headers: names and values."""
+_RECORD_OVERHEAD_BYTES = 32
+"""More than a record (or a header) takes beside its bytes: lengths and deltas as varints."""
 
 
 class ClusterError(OSError):
@@ -149,14 +153,14 @@ class ClusterClient:
         return partition
 
     async def produce(self, values: Sequence[bytes], idempotent: bool = False,
-                      keys: Sequence[bytes] | None = None) -> int:
-        """Append ``values`` (with ``keys``, for a compacted topic) as one batch, acks=all; the offset of the
-        first. Idempotent: a retried batch (same producer id and sequence) is stored once and answered with its
+                      keys: Sequence[bytes] | None = None, headers: Sequence[RecordHeaders] | None = None) -> int:
+        """Append ``values`` (with ``keys``, for a compacted topic, and ``headers``) as one batch, acks=all; the offset
+        of the first. Idempotent: a retried batch (same producer id and sequence) is stored once and answered with its
         first offset."""
         if idempotent and self._idempotent is None:
             self._idempotent = await self._init_producer_id()
         state = self._idempotent if idempotent else None
-        batch = _record_batch(values, state, keys)
+        batch = _record_batch(values, state, keys, headers)
         response = await self._call(Api.PRODUCE, _PRODUCE_VERSION, {
             "transactional_id": None, "acks": -1, "timeout_ms": int(self._timeout_s * 1000),
             "topic_data": [{"name": self.topic, "partition_data": [{"index": PARTITION, "records": batch}]}]})
@@ -257,14 +261,20 @@ class ClusterClient:
         self._partition = None
 
 
-def _record_batch(values: Sequence[bytes], state: _IdempotentState | None, keys: Sequence[bytes] | None) -> bytes:
+def _record_batch(values: Sequence[bytes], state: _IdempotentState | None, keys: Sequence[bytes] | None,
+                  headers: Sequence[RecordHeaders] | None) -> bytes:
+    """One batch of every record given (kafka-python's builder refuses a record past its size, by returning None)."""
+    size = sum(map(len, values)) + sum(map(len, keys or ())) + _RECORD_OVERHEAD_BYTES * len(values) + sum(
+        len(name) + len(value) + _RECORD_OVERHEAD_BYTES for record in headers or () for name, value in record)
     builder = MemoryRecordsBuilder(
-        magic=2, compression_type=0, batch_size=max(1 << 16, 2 * sum(map(len, values))),
+        magic=2, compression_type=0, batch_size=max(1 << 16, 2 * size),
         producer_id=-1 if state is None else state.producer_id,
         producer_epoch=-1 if state is None else state.epoch,
         base_sequence=-1 if state is None else state.sequence)
     now_ms = int(time.time() * 1000)
     for index, value in enumerate(values):
-        builder.append(now_ms, None if keys is None else keys[index], value)
+        if builder.append(now_ms, None if keys is None else keys[index], value,
+                          None if headers is None else headers[index]) is None:
+            raise ValueError(f"record {index} of {len(values)} does not fit a batch of {size} bytes")
     builder.close()
     return bytes(builder.buffer())
