@@ -68,6 +68,11 @@ def snapshot_config(snapshot: Iterable[Mapping[str, Any]]) -> QuotaConfig:
 
 _FILE_NAME_FORMAT = "usage-%Y-%m-%dT%H.jsonl"
 
+POSITION_HEADER = "usage-position"
+"""The header of a usage line's record in the usage log's topic (``[usage] topic``): where the line is, as
+``LOG-ID/usage-YYYY-MM-DDTHH.jsonl:offset`` (the id made once for a proxy's usage log). It names the line: a line sent
+twice (a proxy stopped between the cluster's acknowledgement and the write of its position) is counted once."""
+
 
 def usage_file_name(epoch_s: int) -> str:
     """The hour's file the proxy appends a second's lines to."""

@@ -1,6 +1,7 @@
-"""The settings reference, made from the settings' definitions (``proxy.settings.definitions``, and the tables of
-the rooms that read their own: ``[fleet]``, ``[allocator]``, ``[ledger]``): ``python -m proxy.cli.settings_reference``
-prints it, ``--write PATH`` writes it (``docs/settings.md``, which a test holds equal to what this makes)."""
+"""The settings reference, made from the settings' definitions (``proxy.settings.definitions``, and the tables
+of the rooms that read their own: ``[fleet]``, ``[usage]``, ``[allocator]``, ``[ledger]``):
+``python -m proxy.cli.settings_reference`` prints it, ``--write PATH`` writes it (``docs/settings.md``, which a test
+holds equal to what this makes)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import argparse
 from pathlib import Path
 
 from proxy.cluster.fleet import FLEET_TABLE
+from proxy.cluster.usage_topic import USAGE_TABLE
 from proxy.producer_ids.settings import ALLOCATOR_TABLE, LEDGER_TABLE
 from proxy.settings.definitions import SETTINGS, TABLES, Setting, Table, TableKey, default_text
 
-ALL_TABLES: tuple[Table, ...] = (*TABLES, FLEET_TABLE, ALLOCATOR_TABLE, LEDGER_TABLE)
+ALL_TABLES: tuple[Table, ...] = (*TABLES, FLEET_TABLE, USAGE_TABLE, ALLOCATOR_TABLE, LEDGER_TABLE)
 
 HEADER = """# Settings reference
 
 <!-- Made by `python -m proxy.cli.settings_reference --write docs/settings.md` from the settings' definitions
-(proxy/settings/definitions.py and the [fleet], [allocator] and [ledger] tables of their rooms); a test fails when
-this file and the definitions disagree. Edit the definitions, then run the command. -->
+(proxy/settings/definitions.py and the [fleet], [usage], [allocator] and [ledger] tables of their rooms); a test
+fails when this file and the definitions disagree. Edit the definitions, then run the command. -->
 
 Each setting is a flag and a key of the `--config` TOML file (top level): the key is the flag's name without its
 dashes (`--idle-timeout-seconds 60` or `idle-timeout-seconds = 60`), and a flag wins over the file. The defaults are

@@ -25,6 +25,7 @@ from proxy.cluster.info import ClusterInfo
 from proxy.cluster.token_owners import TokenOwners
 from proxy.cluster.topic_names import TopicNames
 from proxy.cluster.upstream import ConnectTurns, UpstreamAccess
+from proxy.cluster.usage_topic import usage_shipper
 from proxy.decision.interception import RequestHandler
 from proxy.files.watched_file import WatchedFile
 from proxy.handlers.api_versions import ApiVersionsAnswers
@@ -108,6 +109,8 @@ class Services:
         if self.fleet is None and self.quotas.config.settings.quota_scope is QuotaScope.CLUSTER:
             log.warning("quota.scope is \"cluster\" but --config has no [fleet]: budgets are this proxy's alone")
         self.usage = UsageLog(config.state_dir / "usage", config.usage_retention_days, self.write_errors)
+        self.usage_shipper = usage_shipper(config, (fleet or FleetSettings()).instance(config, config.worker),
+                                           self.upstream_access, self.metrics.registry, self.write_errors)
         self.quotas.observe(self.usage.quotas_in_force)  # the report draws each principal's quota in force
         self.users: UserStore | None = load_users(config.sasl_users) if config.sasl_users else None
         self._login_pool = ThreadPoolExecutor(config.login_threads, thread_name_prefix="sasl-login")
@@ -125,7 +128,8 @@ class Services:
         self.topic_names = TopicNames(self.cluster.topics_by_id)
         self.reserved_topics = frozenset(
             ([fleet.topic, fleet.quotas_topic] if fleet is not None else [])
-            + ([settings.blocks_topic] if settings.pid_source == "cluster" else []))
+            + ([settings.blocks_topic] if settings.pid_source == "cluster" else [])
+            + ([self.usage_shipper.topic] if self.usage_shipper is not None else []))
         """The proxy's own topics: no client's request may reach them (the proxy writes them with its own login,
         which the cluster lets write them whoever the client is)."""
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
@@ -223,6 +227,8 @@ class Services:
             self.pid_source.start()
         if self.fleet is not None:
             self.fleet.start()
+        if self.usage_shipper is not None:
+            self.usage_shipper.start()
 
     def stop_maintenance(self) -> None:
         for task in self._maintenance:
@@ -231,6 +237,8 @@ class Services:
     async def close(self) -> None:
         """Once the connections are gone: the last usage written, the fleet left, the state files closed."""
         self.usage.stop(int(time.time()))
+        if self.usage_shipper is not None:
+            await self.usage_shipper.stop()
         if self.fleet is not None:
             await self.fleet.stop()
         if self.pid_source is not None:

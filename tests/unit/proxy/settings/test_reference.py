@@ -10,6 +10,7 @@ import pytest
 
 from proxy.cli.settings_reference import ALL_TABLES, render
 from proxy.cluster.fleet import FleetSettings
+from proxy.cluster.usage_topic import UsageTopicSettings
 from proxy.producer_ids.settings import AllocatorSettings
 from proxy.settings.config import ConfigError
 from proxy.settings.definitions import SETTINGS, Setting, Table, TableKey, shown
@@ -74,6 +75,8 @@ def _read(path: Path, table: str) -> object:
     config = load_config(build_parser().parse_args(["--config", str(path)]))
     if table == "fleet":
         return FleetSettings.from_config(config)
+    if table == "usage":
+        return UsageTopicSettings.from_config(config)
     if table in ("allocator", "ledger"):
         return AllocatorSettings.from_config(config)
     return config
