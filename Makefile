@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-test
+# Spark's Kafka source for the report from a topic: Maven Central serves none of Spark 4.3's yet, 4.2.0's reads with it
+SPARK_KAFKA_CONNECTOR ?= org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0
 
 .PHONY: run test test-cluster unit integration lint bench soak fuzz clean prometheus-tools
 
@@ -56,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.protocol --out bench/protocol-results.json
 	$(BIN)/python -m bench.allocator --out bench/allocator-results.json
 	$(BIN)/python -m bench.pipeline --out bench/pipeline-results.json
+	$(BIN)/python -m bench.report_sources --kafka-connector $(SPARK_KAFKA_CONNECTOR) --out bench/report-sources-results.json
 	$(BIN)/python -m bench.tls --out bench/tls-results.json
 	$(BIN)/python -m bench.workers --out bench/workers-results.json
 	$(BIN)/python -m bench.ledger_latency --out bench/ledger-latency-results.json

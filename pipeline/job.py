@@ -1,10 +1,13 @@
 """Usage log (and PID ledger) -> per-principal reports and recommended quotas, on Spark.
 
 Run as ``kafka-quota-proxy report --usage DIR [--ledger DIR] --out DIR`` (a local Spark session
-by default, ``--master`` to choose) or ``spark-submit pipeline/job.py --usage DIR --out DIR``.
+by default, ``--master`` to choose) or ``spark-submit pipeline/job.py --usage DIR --out DIR``. ``--usage`` may be
+given again, and may name the usage log's topic of a cluster, ``kafka://HOST:PORT/TOPIC``, where a fleet's members
+append their lines (``pipeline.sources``): the report of a fleet is the report of all its members' lines.
 
-Every usage line is one second with traffic of one (user, client id) (``proxy.reporting.usage_log``), so a
-line's counters are that second's rates. Per principal the job computes Spark's exact
+Every usage line is one second with traffic of one (user, client id) (``proxy.reporting.usage_log``) as one proxy
+saw it; the lines of the same second from several proxies of a fleet are added up first, so a second's counters are
+that second's rates. Per principal the job computes Spark's exact
 ``percentile`` (p50/p95/p99) and the max of the byte rate, new-PID rate and mutation rate over
 its seconds with traffic, the share of those seconds that were throttled, and the rejections; the
 headroom view of ``kafka_quota_proxy_usage_ratio``: for each rate, the quota that would have throttled the
@@ -25,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,15 @@ from pyspark.sql.types import (  # noqa: E402
 from allocator.ledger import read_ledger_file  # noqa: E402
 from pipeline.html_report import write_report  # noqa: E402
 from pipeline.quotas_in_force import QuotasInForce, given_quotas  # noqa: E402
+from pipeline.sources import (  # noqa: E402
+    KAFKA_CONNECTOR,
+    SourceError,
+    Sources,
+    explained,
+    read_kafka_config,
+    topic_lines,
+    with_kafka_connector,
+)
 from quotas.config import QuotaType  # noqa: E402
 from quotas.overrides import OVERRIDES_FILE  # noqa: E402
 from quotas.usage_record import (  # noqa: E402
@@ -111,33 +125,55 @@ class Report:
     """Per topic under a topic quota: its rates' percentiles and max, all users together."""
 
 
-def spark_session(master: str | None, driver_memory: str | None = None) -> SparkSession:
+def spark_session(master: str | None, driver_memory: str | None = None, kafka_connector: str | None = None
+                  ) -> SparkSession:
+    """``kafka_connector``: Spark's Kafka source, to read the usage log's topic (``pipeline.sources``)."""
     builder = SparkSession.builder.appName("kafka-quota-proxy-report")
     if master:
         builder = builder.master(master)
     if driver_memory:  # in local mode the driver does all the work
         builder = builder.config("spark.driver.memory", driver_memory)
+    if kafka_connector:
+        builder = with_kafka_connector(builder, kafka_connector)
     return (builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 
 
-def read_usage(spark: SparkSession, usage_dir: str) -> tuple[DataFrame, int, int]:
-    """Valid usage rows, the number of malformed lines and of all lines.
+def read_usage(spark: SparkSession, usage: Sources, kafka_options: Mapping[str, str] | None = None,
+               since_s: int | None = None, until_s: int | None = None) -> tuple[DataFrame, int, int]:
+    """Valid usage rows of every source, the number of malformed lines and of all lines; the lines of traffic from
+    ``since_s`` (included) to ``until_s`` (excluded) when given, and the lines of the quotas in force before
+    ``until_s``.
 
     A line is malformed when it is not JSON of the schema's types or lacks time, user, or client_id (or, on a
     topic's line, topic; on a line of the quotas in force, its quotas); it is counted and left out, never fatal.
     """
-    raw = (spark.read.schema(USAGE_SCHEMA).option("mode", "PERMISSIVE")
-           .option("columnNameOfCorruptRecord", "_corrupt").json(f"{usage_dir.rstrip('/')}/usage-*.jsonl"))
+    parts = [topic_lines(spark, topic, USAGE_SCHEMA, kafka_options or {}, since_s) for topic in usage.topics]
+    if usage.directories:
+        parts.append(spark.read.schema(USAGE_SCHEMA).option("mode", "PERMISSIVE")
+                     .option("columnNameOfCorruptRecord", "_corrupt")
+                     .json([f"{directory.rstrip('/')}/usage-*.jsonl" for directory in usage.directories]))
+    raw = functools.reduce(DataFrame.unionByName, parts)
+    snapshots = F.col(QUOTAS_FIELD).isNotNull()
+    if since_s is not None:
+        raw = raw.where(F.col("time").isNull() | snapshots | (F.col("time") >= since_s))
+    if until_s is not None:
+        raw = raw.where(F.col("time").isNull() | (F.col("time") < until_s))
     raw = raw.cache()
     valid_condition = (F.col("_corrupt").isNull() & F.col("time").isNotNull()
                        & ((F.col("user").isNotNull() & (F.col("client_id").isNotNull() | F.col("topic").isNotNull()))
-                          | F.col(QUOTAS_FIELD).isNotNull()))
+                          | snapshots))
     counts = raw.agg(F.count(F.lit(1)).alias("lines"),
                      F.sum(F.when(valid_condition, 0).otherwise(1)).alias("malformed")).first()
     assert counts is not None
     valid = raw.where(valid_condition).drop("_corrupt").fillna(0, [*COUNTERS, *BLOCK_FIELDS, *TOPIC_FIELDS])
     return valid, int(counts["malformed"] or 0), int(counts["lines"])
+
+
+def one_line_per_second(usage: DataFrame) -> DataFrame:
+    """The clients' lines with those of the same (user, client id, second) added up: several proxies of a fleet each
+    write their own (a proxy stopping may write a second twice)."""
+    return usage.groupBy("user", "client_id", "time").agg(*(F.sum(counter).alias(counter) for counter in COUNTERS))
 
 
 def split_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
@@ -315,16 +351,20 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float,
 
 # ---- the job ------------------------------------------------------------------------------------
 
-def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | None = None,
+def run(spark: SparkSession, usage: Sources | str, out_dir: Path, ledger_dir: str | None = None,
         headroom: float = 1.5, quota_file: Path | None = None, client_quotas: Path | None = None,
-        min_seconds: int = MIN_SECONDS) -> Report:
-    """``quota_file``, ``client_quotas``: the quotas in force where the usage log does not say (see the module)."""
-    all_lines, malformed, lines = read_usage(spark, usage_dir)
-    usage, blocks, topic_lines, snapshot_lines = split_lines(all_lines)
+        min_seconds: int = MIN_SECONDS, kafka_options: Mapping[str, str] | None = None, since_s: int | None = None,
+        until_s: int | None = None) -> Report:
+    """``usage``: the sources, or one usage-log directory. ``quota_file``, ``client_quotas``: the quotas in force
+    where the usage log does not say (see the module). ``kafka_options``: Spark's Kafka source's (TLS, SASL)."""
+    sources = Sources((usage,), ()) if isinstance(usage, str) else usage
+    all_lines, malformed, lines = read_usage(spark, sources, kafka_options, since_s, until_s)
+    clients, blocks, topic_lines, snapshot_lines = split_lines(all_lines)
+    usage_lines = one_line_per_second(clients)
     quotas = QuotasInForce([(row["time"], [entry.asDict() for entry in row[QUOTAS_FIELD]])
                             for row in snapshot_lines.collect()], given_quotas(quota_file, client_quotas))
     ledger = read_ledger(spark, ledger_dir) if ledger_dir else None
-    summary = [row.asDict() for row in summarize(usage).collect()]
+    summary = [row.asDict() for row in summarize(usage_lines).collect()]
     for row in summary:
         for quota_type, column in ((QuotaType.PRODUCER_BYTE_RATE, "producer_quota"),
                                    (QuotaType.CONSUMER_BYTE_RATE, "consumer_quota")):
@@ -332,7 +372,7 @@ def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | No
             row[column] = step.limit
             row[f"{column}_source"] = step.source + (" (observed)" if step.observed else "")
         row["recommendation"] = too_little_data(row["seconds"], min_seconds) or "recommended"
-    top = [row.asDict() for row in churners(usage, ledger).collect()]
+    top = [row.asDict() for row in churners(usage_lines, ledger).collect()]
     block_hours = [row.asDict() for row in cluster_block_hours(blocks).collect()]
     per_broker = [row.asDict() for row in broker_block_hours(blocks).collect()]
     topics = [row.asDict() for row in summarize_topics(topic_lines).collect()]
@@ -345,7 +385,7 @@ def run(spark: SparkSession, usage_dir: str, out_dir: Path, ledger_dir: str | No
          "producer_id_blocks_per_hour": block_hours, "producer_id_blocks_per_broker_hour": per_broker,
          "topics": topics}, indent=1))
     (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom, topics, min_seconds))
-    write_report(out_dir, usage, summary, top, malformed, lines, quotas, block_hours, per_broker)
+    write_report(out_dir, usage_lines, summary, top, malformed, lines, quotas, block_hours, per_broker)
     return Report(summary, top, malformed, lines, block_hours, per_broker, topics)
 
 
@@ -359,7 +399,9 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], header: list[str] | None 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafka-quota-proxy report",
                                      description="Per-principal usage reports and recommended quotas")
-    parser.add_argument("--usage", required=True, help="the proxy's usage log directory (<state-dir>/usage)")
+    parser.add_argument("--usage", required=True, action="append", help="a proxy's usage log directory "
+                        "(<state-dir>/usage), or the usage log's topic of a fleet, "
+                        "kafka://HOST:PORT[,HOST:PORT]/TOPIC; again for more (a fleet's members' directories)")
     parser.add_argument("--ledger", help="the PID ledger directory (<state-dir>/pid-ledger)")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--master", help="Spark master (default local[*]); e.g. spark://host:7077")
@@ -371,30 +413,67 @@ def main(argv: list[str] | None = None) -> int:
                         "log is in, when there is one)")
     parser.add_argument("--min-seconds", type=int, default=MIN_SECONDS, help="seconds with traffic a principal or "
                         f"topic needs for a recommendation (default {MIN_SECONDS})")
+    parser.add_argument("--since", type=_instant, help="only the seconds from this one on: UTC, as "
+                        "2026-11-28T14:00 (or epoch seconds)")
+    parser.add_argument("--until", type=_instant, help="only the seconds before this one (as --since)")
+    parser.add_argument("--kafka-config", type=Path, help="the Kafka client's properties for a kafka:// usage "
+                        "(security.protocol, sasl.*, ssl.*: as Kafka's tools' --command-config)")
+    parser.add_argument("--kafka-connector", default=KAFKA_CONNECTOR, help="Spark's Kafka source, resolved from "
+                        f"Maven Central on first use for a kafka:// usage (default: {KAFKA_CONNECTOR}, the installed "
+                        "Spark's)")
     parser.add_argument("--driver-memory", help="Spark driver memory, e.g. 4g (local mode does all work there)")
     args = parser.parse_args(argv)
     if args.headroom <= 0:
         parser.error("--headroom must be positive")
-    if not Path(args.usage).is_dir() and "://" not in args.usage:
-        parser.error(f"--usage {args.usage}: not a directory")
     if args.min_seconds < 1:
         parser.error("--min-seconds must be at least 1")
-    for flag, path in (("--quota-file", args.quota_file), ("--client-quotas", args.client_quotas)):
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        parser.error("--since must be before --until")
+    for flag, path in (("--quota-file", args.quota_file), ("--client-quotas", args.client_quotas),
+                       ("--kafka-config", args.kafka_config)):
         if path is not None and not path.is_file():
             parser.error(f"{flag} {path}: no such file")
-    client_quotas = args.client_quotas
-    beside_usage = Path(args.usage).parent / OVERRIDES_FILE
-    if client_quotas is None and "://" not in args.usage and beside_usage.is_file():
-        client_quotas = beside_usage
-    spark = spark_session(args.master or "local[*]", args.driver_memory)
     try:
-        report = run(spark, args.usage, args.out, args.ledger, args.headroom, args.quota_file, client_quotas,
-                     args.min_seconds)
-    finally:
-        spark.stop()
+        sources = Sources.parse(args.usage)
+    except SourceError as error:
+        parser.error(f"--usage {error}")
+    try:
+        kafka_options = read_kafka_config(args.kafka_config) if args.kafka_config else {}
+    except SourceError as error:
+        parser.error(f"--kafka-config {error}")
+    client_quotas = args.client_quotas
+    if client_quotas is None and len(sources.directories) == 1 and not sources.topics:
+        beside_usage = Path(sources.directories[0]).parent / OVERRIDES_FILE
+        client_quotas = beside_usage if beside_usage.is_file() else None
+    connector = args.kafka_connector if sources.topics else None
+    try:
+        spark = spark_session(args.master or "local[*]", args.driver_memory, connector)
+        try:
+            report = run(spark, sources, args.out, args.ledger, args.headroom, args.quota_file, client_quotas,
+                         args.min_seconds, kafka_options, args.since, args.until)
+        finally:
+            spark.stop()
+    except Exception as error:
+        reason = explained(error, sources.topics, args.kafka_connector) if sources.topics else None
+        if reason is None:
+            raise
+        print(f"kafka-quota-proxy report: {reason}", file=sys.stderr)
+        return 2
     print(f"{report.lines} usage lines ({report.malformed_lines} malformed), {len(report.summary)} principals, "
           f"{len(report.topics)} topics; report in {args.out / 'report.html'}")
     return 0
+
+
+def _instant(text: str) -> int:
+    """Epoch seconds of ``text``: epoch seconds, or an ISO 8601 time, UTC unless it says otherwise."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a UTC time as 2026-11-28T14:00, or epoch seconds"
+                                         ) from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
 
 
 if __name__ == "__main__":

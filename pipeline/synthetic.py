@@ -23,9 +23,15 @@ BROKEN_LINES = ['{"time": 1, "user": "x"', "not json at all", '{"time": "soon", 
                 '{"user": "no-time", "client_id": "y", "bytes": 5}', '{"time": 7, "client_id": "no user"}']
 
 
-def rows(count: int, seed: int = 7) -> Iterator[dict[str, Any]]:
+def many_principals(count: int) -> list[tuple[str, str]]:
+    """``count`` principals: ``count - 1`` steady ones and the misbehaving one."""
+    return [*((f"user-{index:04}", "app") for index in range(count - 1)), MISBEHAVING]
+
+
+def rows(count: int, seed: int = 7, principals: list[tuple[str, str]] | None = None) -> Iterator[dict[str, Any]]:
+    """``count`` lines, one per principal and second (the principals' lines of a second together)."""
     generator = random.Random(seed)
-    principals = [*PRINCIPALS, MISBEHAVING]
+    principals = principals or [*PRINCIPALS, MISBEHAVING]
     for index in range(count):
         user, client_id = principals[index % len(principals)]
         second = START + index // len(principals)
@@ -56,13 +62,14 @@ def write_usage_log(directory: Path, count: int, malformed: int = 0, seed: int =
 
 
 def stream_usage_log(directory: Path, count: int, seed: int = 7,
-                     observe: Callable[[dict[str, Any]], None] | None = None) -> None:
+                     observe: Callable[[dict[str, Any]], None] | None = None,
+                     principals: list[tuple[str, str]] | None = None) -> None:
     """Write ``count`` rows into hourly files, one open file at a time (10M rows fit in no memory)."""
     directory.mkdir(parents=True, exist_ok=True)
     current_name = None
     file = None
     try:
-        for row in rows(count, seed):
+        for row in rows(count, seed, principals):
             if observe is not None:
                 observe(row)
             name = usage_file_name(row["time"])

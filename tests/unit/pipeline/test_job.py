@@ -24,6 +24,7 @@ from pipeline.job import (
     spark_session,
     throttling_quota_column,
 )
+from pipeline.sources import Sources
 from pipeline.synthetic import (
     ALTERED,
     FILE_QUOTA,
@@ -361,3 +362,30 @@ def test_the_tables_name_their_units_once_and_sort_by_the_numbers_behind_them(we
         assert shown == f"{float(value) / 1e6:,.2f}"
     assert page.index("<h2>Moving the most bytes</h2>") < page.index("<h2>Every principal</h2>")
     assert "table.sortable th" in page  # the sorting script
+
+
+def test_a_fleets_lines_of_one_second_are_one_second_of_their_sum(spark: SparkSession, tmp_path: Path) -> None:
+    """Two proxies of a fleet each write their own line of a second: the report of both directories is the report
+    of one log with their sums, and --since/--until keep the seconds between them."""
+    split = [[], []]  # type: ignore[var-annotated]
+    summed = []
+    for offset in range(20):
+        second = START + offset
+        halves = [{"time": second, "user": "alice", "client_id": "app", "bytes": 1000 + offset * 10 + member,
+                   "throttle_ms": 5 if (offset, member) == (3, 1) else 0} for member in (0, 1)]
+        for member, line in enumerate(halves):
+            split[member].append(line)
+        summed.append({**halves[0], "bytes": sum(line["bytes"] for line in halves), "throttle_ms": 5 if offset == 3
+                       else 0})
+    for name, lines in (("member-0", split[0]), ("member-1", split[1]), ("one", summed)):
+        write_lines(tmp_path / name, lines)
+    fleet = run(spark, Sources((str(tmp_path / "member-0"), str(tmp_path / "member-1")), ()), tmp_path / "fleet")
+    one = run(spark, str(tmp_path / "one"), tmp_path / "one-out")
+    assert fleet.summary == one.summary and fleet.lines == 40 and one.lines == 20
+    (alice,) = fleet.summary
+    assert (alice["seconds"], alice["throttled_share"], alice["total_bytes"]) == (20, 1 / 20, sum(
+        line["bytes"] for line in summed))
+    window = run(spark, Sources((str(tmp_path / "member-0"), str(tmp_path / "member-1")), ()), tmp_path / "window",
+                 since_s=START + 5, until_s=START + 15)
+    (alice,) = window.summary
+    assert (alice["first_time"], alice["last_time"], alice["seconds"], window.lines) == (START + 5, START + 14, 10, 20)
