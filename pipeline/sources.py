@@ -4,9 +4,9 @@ topic``), read in batch through Spark's Kafka source.
 
 The topic's records are the lines of the files, keyed by their member; a line sent twice (a member stopped between
 the cluster's acknowledgement and the write of its position) carries the same position header both times
-(``POSITION_HEADER``) and is read once. Spark's Kafka connector (``spark-sql-kafka-0-10``) is resolved the way
-Spark resolves packages (``spark.jars.packages``, from Maven Central into Spark's Ivy cache, once), without the jars
-Spark ships itself.
+(``POSITION_HEADER``) and the same bytes, and is read once. Spark's Kafka connector (``spark-sql-kafka-0-10``) is
+resolved the way Spark resolves packages (``spark.jars.packages``, from Maven Central into Spark's Ivy cache, once),
+without the jars Spark ships itself.
 """
 
 from __future__ import annotations
@@ -125,7 +125,10 @@ def topic_lines(spark: SparkSession, topic: UsageTopic, schema: StructType, kafk
     # a record of another writer, without a position, is a line of its own
     identity = F.coalesce(position, F.concat_ws(":", F.lit("record"), F.col("partition").cast("string"),
                                                 F.col("offset").cast("string")).cast("binary"))
-    once = records.withColumn("line_identity", identity).dropDuplicates(["line_identity"]).coalesce(int(parallelism))
+    # a line is known by its place and what it says: after a crash lost the end of a file the proxy had not synced,
+    # other lines come to the same places
+    once = (records.withColumn("line_identity", identity).dropDuplicates(["line_identity", "value"])
+            .coalesce(int(parallelism)))
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
     return once.select(F.from_json(F.col("value").cast("string"), schema, options).alias("line")).select("line.*")
 

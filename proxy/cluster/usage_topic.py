@@ -35,7 +35,6 @@ from proxy.cluster.client import ClusterClient, ClusterError
 from proxy.cluster.fleet import FleetSettings
 from proxy.cluster.topic_link import TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
-from proxy.reporting.usage_log import STORE
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.settings.definitions import Table, TableKey
 from quotas.usage_record import POSITION_HEADER, usage_file_hour
@@ -46,6 +45,8 @@ _T = TypeVar("_T")
 DEFAULT_FLEET_TOPIC = "__kafka_quota_proxy_usage_log"
 POSITION_FILE = "shipped"
 LOG_ID_FILE = "log-id"
+POSITION_STORE = "usage-topic-position"
+"""The position's (and the log id's) name in ``kafka_quota_proxy_state_write_errors_total``."""
 SHIP_INTERVAL_S = 1.0
 """How often the files are looked at for new lines: the usage log appends a second's lines once a second."""
 RETRY_BACKOFF_S = 1.0
@@ -111,7 +112,7 @@ class UsageShipper(Collector):
     def __init__(self, directory: Path, client: ClusterClient, member: str, retention_days: float,
                  registry: CollectorRegistry, write_errors: WriteErrors | None = None) -> None:
         """``directory``: the usage log's; ``member``: this proxy's name in the fleet (each record's key);
-        ``write_errors``: where a position that cannot be written is counted (as the usage log's)."""
+        ``write_errors``: where a position that cannot be written is counted (``POSITION_STORE``)."""
         self._directory = directory
         self._client = client
         self._member = member.encode()
@@ -164,13 +165,15 @@ class UsageShipper(Collector):
                 more = await self.ship()
             except UPSTREAM_ERRORS as error:
                 self._link.failed(error)
-                await asyncio.to_thread(self._locked, self.measure_unsent)
-                await asyncio.sleep(RETRY_BACKOFF_S)
-                continue
-            self._link.succeeded()
+                more = False
+            except Exception:  # a defect: said, and the lines wait in the files (the loop must not end silently)
+                log.exception("usage log: appending to %s failed", self._client.topic)
+                more = False
+            else:
+                self._link.succeeded()
+            await asyncio.to_thread(self._locked, self.measure_unsent)
             if not more:
-                await asyncio.to_thread(self._locked, self.measure_unsent)
-                await asyncio.sleep(SHIP_INTERVAL_S)
+                await asyncio.sleep(SHIP_INTERVAL_S if self._link.up else RETRY_BACKOFF_S)
 
     async def _ensure_topic(self) -> None:
         if not self._topic_ready:
@@ -238,7 +241,7 @@ class UsageShipper(Collector):
                 continue
             self._at_file_end = not whole
             if whole:
-                lines = whole.splitlines()[:MAX_BATCH_LINES]
+                lines = whole.split(b"\n")[:-1][:MAX_BATCH_LINES]
                 positions = []
                 offset = position.offset
                 for line in lines:
@@ -302,15 +305,19 @@ class UsageShipper(Collector):
             return None  # none yet (or unreadable): every file kept is sent, from the oldest
 
     def _read_log_id(self) -> str:
-        """This usage log's id, made at its first shipping (the directory may be a new one)."""
+        """This usage log's id, made at its first shipping (the directory may be a new one). One the disk does not
+        take is used all the same (counted): a restart before it is written makes another."""
         path = self._directory / LOG_ID_FILE
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(FileNotFoundError):  # another error (unreadable) stops the start: the id must stay
             log_id = path.read_text().strip()
             if log_id:
                 return log_id
         log_id = uuid.uuid4().hex
-        self._directory.mkdir(parents=True, exist_ok=True)
-        write_durably(path, log_id.encode())
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            write_durably(path, log_id.encode())
+        except OSError as error:
+            self._errors.failed(POSITION_STORE, error)
         return log_id
 
     def _move_to(self, position: Position) -> None:
@@ -325,10 +332,10 @@ class UsageShipper(Collector):
             write_durably(self._position_path, self._position.text().encode())
         except OSError as error:
             self._position_written = False
-            self._errors.failed(STORE, error)
+            self._errors.failed(POSITION_STORE, error)
             return
         self._position_written = True
-        self._errors.succeeded(STORE)
+        self._errors.succeeded(POSITION_STORE)
 
     def measure_unsent(self) -> int:
         """What the usage files hold after the position (``unsent_bytes``, for the metric: measured between

@@ -25,6 +25,7 @@ from proxy.cluster.info import ClusterInfo
 from proxy.cluster.token_owners import TokenOwners
 from proxy.cluster.topic_names import TopicNames
 from proxy.cluster.upstream import ConnectTurns, UpstreamAccess
+from proxy.cluster.usage_topic import POSITION_STORE as USAGE_TOPIC_POSITION_STORE
 from proxy.cluster.usage_topic import usage_shipper
 from proxy.decision.interception import RequestHandler
 from proxy.files.watched_file import WatchedFile
@@ -84,7 +85,8 @@ class Services:
         """``known_brokers``: the node ids of the cluster's brokers the proxy has learnt (and serves)."""
         self.config = config
         self._state_lock = lock_directory(config.state_dir)  # first: nothing of the directory is read before
-        self.write_errors = WriteErrors((BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE, USAGE_LOG_STORE))
+        self.write_errors = WriteErrors((BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE, USAGE_LOG_STORE,
+                                         USAGE_TOPIC_POSITION_STORE))
         upstream_tls = config.upstream_tls
         self.upstream_access = UpstreamAccess(config.upstream_sasl, None if upstream_tls is None else ReloadingContext(
             upstream_tls.context, upstream_tls.files(), "upstream"))

@@ -19,7 +19,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 
 from quotas.usage_record import POSITION_HEADER
 from tests.integration.test_produce_quotas import metrics, produce
-from tests.support import Cluster, ProxyProcess, read_to_end, wait_until
+from tests.support import Cluster, ProxyProcess, proxy_command, read_to_end, wait_until
 
 pytestmark = pytest.mark.integration
 MIB = 1 << 20
@@ -144,12 +144,40 @@ def test_a_fleets_report_from_its_topic_equals_the_report_of_its_members_files_a
     for proxy in proxies[:2]:
         assert proxy.stop() == 0, proxy.log()
 
+    created = KafkaAdminClient(bootstrap_servers=broker.bootstrap).describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, usage_topic)])
+    assert next(iter(created.values()))[usage_topic]["retention.ms"]["value"] == str(7 * 86_400_000)  # the log's
+    # a line sent again (its place and bytes: counted once), another line at that place (a crash lost the first from
+    # the file: counted), and what another writer appended: a record that is no usage line, one with headers of its own
+    first = read_to_end(broker.bootstrap, usage_topic)[0]
+    strangers = Producer({"bootstrap.servers": broker.bootstrap})
+    strangers.produce(usage_topic, first.value, first.key, headers=first.headers)
+    strangers.produce(usage_topic, b"not a line of the files", first.key, headers=first.headers)
+    strangers.produce(usage_topic, b"not a usage line")
+    strangers.produce(usage_topic, b'{"time": "soon"}', headers=[("trace", b"1")])
+    assert strangers.flush(30) == 0
     from_topic, from_files, no_topic = reports(
         tmp_path, (f"kafka://{broker.bootstrap}/{usage_topic}",),
         tuple(str(proxy.state_dir / "usage") for proxy in proxies), (f"kafka://{broker.bootstrap}/no-such-topic",))
-    assert from_topic == from_files
+    counted = ("lines", "malformed_lines")
+    assert {key: value for key, value in from_topic.items() if key not in counted} == {
+        key: value for key, value in from_files.items() if key not in counted}
+    assert [from_topic[key] - from_files[key] for key in counted] == [3, 3]  # the three others: counted, left out
     clients = {principal["client_id"]: principal for principal in from_topic["principals"]}
     assert {"through-0", "through-1", "through-2", "until-killed", "through-replacement", "rdkafka"} <= set(clients)
     assert clients["until-killed"]["total_bytes"] > 0  # the dead member's traffic
     assert no_topic.returncode == 2
     assert f"no such topic: kafka://{broker.bootstrap}/no-such-topic" in no_topic.stderr, no_topic.stderr[-3000:]
+
+
+def test_a_connector_that_cannot_be_resolved_is_said_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([*proxy_command(), "report", "--usage", "kafka://127.0.0.1:9/usage", "--kafka-connector",
+                           "org.apache.spark:spark-sql-kafka-0-10_2.13:0.0.0-no-such-version", "--out",
+                           str(tmp_path / "report"), "--master", "local[1]"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1] == (
+        "kafka-quota-proxy report: Spark's Kafka connector org.apache.spark:spark-sql-kafka-0-10_2.13:0.0.0-no-such-"
+        "version could not be resolved from Maven Central (Spark's output above says why): name one it serves with "
+        "--kafka-connector (for Spark 4.x, org.apache.spark:spark-sql-kafka-0-10_2.13:VERSION), or reach Maven "
+        "Central")

@@ -16,7 +16,6 @@ from allocator.durable import WriteErrors
 from proxy.cluster import usage_topic
 from proxy.cluster.client import ClusterError, _record_batch
 from proxy.cluster.usage_topic import UsageShipper, UsageTopicSettings
-from proxy.reporting.usage_log import STORE
 from proxy.settings.config import ConfigError
 from proxy.settings.loading import build_parser, load_config
 from quotas.usage_record import POSITION_HEADER
@@ -177,7 +176,7 @@ def test_a_position_the_disk_does_not_take_sends_no_line_twice_and_is_written_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     append(tmp_path / HOUR_1, '{"a":1}')
     topic = Topic()
-    errors = WriteErrors((STORE,))
+    errors = WriteErrors((usage_topic.POSITION_STORE,))
     sender = UsageShipper(tmp_path, Any_(topic), "p1:9092", 7, CollectorRegistry(), errors)
     writes = usage_topic.write_durably
 
@@ -188,7 +187,7 @@ def test_a_position_the_disk_does_not_take_sends_no_line_twice_and_is_written_on
     ship_all(sender)
     append(tmp_path / HOUR_1, '{"a":2}')
     ship_all(sender)
-    assert topic.lines() == [b'{"a":1}', b'{"a":2}'] and errors.counts[STORE] >= 1
+    assert topic.lines() == [b'{"a":1}', b'{"a":2}'] and errors.counts[usage_topic.POSITION_STORE] >= 1
     monkeypatch.setattr(usage_topic, "write_durably", writes)
     sender.measure_unsent()  # between batches the position is written again
     assert (tmp_path / usage_topic.POSITION_FILE).read_text() == f"{HOUR_1}:16"
