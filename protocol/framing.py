@@ -91,6 +91,12 @@ class FrameSplitter:
             del self._pending[:complete]
         return chunk, ends
 
+    def discard(self) -> None:
+        """Forget the incomplete frame (its connection is closed), its allocation with it."""
+        self._pending = bytearray()
+        self._frame = None
+        self._filled = 0
+
     def partial_frame(self, prefix_bytes: int) -> tuple[bytes, int] | None:
         """A copy of up to ``prefix_bytes`` of the incomplete frame (size prefix included) and the
         frame's full length; a copy, so no view pins the buffer while it keeps growing. None before its size

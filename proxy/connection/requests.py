@@ -66,6 +66,9 @@ class HeldFrames:
         parts, self._parts = self._parts, deque()
         return parts
 
+    def clear(self) -> None:
+        self._parts.clear()
+
 
 class RequestOwner(Protocol):
     """What the request path asks of the connection it belongs to."""
@@ -178,6 +181,11 @@ class RequestPath:
             self._settling.cancel()
         if self._splice is not None:
             self._splice.stop()
+        # what was read and never decided goes now, not when the collector finds the connection's cycles: a
+        # flood of connections closed at once would otherwise hold every one's reads far past the total
+        self._held.clear()
+        self._frames.discard()
+        self._before_upstream = bytearray()
 
     def data_received(self, data: bytes) -> None:
         if self._owner.closed:

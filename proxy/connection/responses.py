@@ -109,6 +109,7 @@ class ResponsePath:
     def stop(self) -> None:
         if self._splice is not None:
             self._splice.stop()
+        self._frames.discard()  # as the request path's, at once rather than when the connection is collected
 
     def data_received(self, data: bytes) -> None:
         if self._owner.closed:

@@ -68,6 +68,16 @@ def test_partial_frame_can_be_handed_over() -> None:
     assert splitter.buffered_bytes == 0
 
 
+@pytest.mark.parametrize("read_whole", [False, True])
+def test_a_discarded_partial_frame_is_gone(read_whole: bool) -> None:
+    splitter = FrameSplitter(1 << 20, 8)
+    splitter.feed(frame(b"h" * 1000)[:300])
+    if read_whole:
+        splitter.read_whole()
+    splitter.discard()
+    assert splitter.buffered_bytes == 0 and splitter.frame_space() is None and splitter.partial_frame(4) is None
+
+
 def read_into_frame(splitter: FrameSplitter, data: bytes, read_size: int) -> list[tuple[bytes | bytearray, list[int]]]:
     """``data`` read as a BufferedProtocol reads it (``read_as_a_connection``): the reads that completed frames."""
     return [(chunk, list(ends)) for _, chunk, ends in read_as_a_connection(splitter, data, read_size) if len(ends)]
