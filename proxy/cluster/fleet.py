@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from proxy.cluster.client import ClusterClient, ClusterError, Record
 from proxy.cluster.shared_overrides import SharedOverrides
-from proxy.cluster.topic_link import TopicLink
+from proxy.cluster.topic_link import RETRY_BACKOFF_S, TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
 from proxy.settings.config import ConfigError, ProxyConfig
@@ -48,7 +48,6 @@ DEFAULT_QUOTAS_TOPIC = "__kafka_quota_proxy_quotas"
 DEFAULT_PUBLISH_INTERVAL_MS = 200
 TOPIC_RETENTION_MS = 600_000
 """``retention.ms`` of the usage topic when the proxy creates it: a member reads back one window at start."""
-RETRY_BACKOFF_S = 1.0
 FINAL_PUBLISH_TIMEOUT_S = 2.0
 """At shutdown, how long the last publication may take (an unreachable topic must not hold the stop)."""
 MIN_PUBLISH_GAP_S = 0.01

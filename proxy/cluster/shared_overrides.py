@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from proxy.cluster.client import ClusterClient, ClusterError, Record
-from proxy.cluster.topic_link import TopicLink
+from proxy.cluster.topic_link import RETRY_BACKOFF_S, TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.settings.config import ProxyConfig
 from proxy.state.quota_service import OverrideChanges, QuotaService
@@ -43,7 +43,6 @@ READ_AGAIN_ERRORS = frozenset({
 LONG_POLL_MS = 500
 """A fetch waits this long for a record; one appended meanwhile answers it at once."""
 FETCH_MAX_BYTES = 4 * 1024 * 1024
-RETRY_BACKOFF_S = 1.0
 
 
 class SharedOverrides(Collector):

@@ -8,6 +8,8 @@ import time
 log = logging.getLogger(__name__)
 
 FAILURE_LOG_INTERVAL_S = 60.0
+RETRY_BACKOFF_S = 1.0
+"""How long a use of one of the proxy's own topics waits after a failure before it tries the cluster again."""
 
 
 class TopicLink:

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from allocator.durable import WriteErrors, write_durably
 from proxy.cluster.client import ClusterClient, ClusterError
 from proxy.cluster.fleet import FleetSettings
-from proxy.cluster.topic_link import TopicLink
+from proxy.cluster.topic_link import RETRY_BACKOFF_S, TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.settings.definitions import Table, TableKey
@@ -49,7 +49,6 @@ POSITION_STORE = "usage-topic-position"
 """The position's (and the log id's) name in ``kafka_quota_proxy_state_write_errors_total``."""
 SHIP_INTERVAL_S = 1.0
 """How often the files are looked at for new lines: the usage log appends a second's lines once a second."""
-RETRY_BACKOFF_S = 1.0
 MAX_BATCH_BYTES = 512 * 1024
 MAX_BATCH_LINES = 2000
 """Lines sent in one batch at most: with each record's own bytes (its key and header) a batch stays under the
