@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from quotas.quota_types import QUOTA_TYPES, EntityKind, QuotaType, types_taking
+from quotas.tenants import TenantConfigError, Tenants, parse_tenants
 
 DEFAULT = "<default>"
 """Entity name matching every user (or client id, or topic) that has no entry of its own."""
@@ -189,16 +190,18 @@ _RESOLUTION_CACHE_SIZE = 65_536
 class QuotaConfig:
     """An immutable snapshot of every quota; replaced whole when the configuration changes."""
 
-    __slots__ = ("settings", "entries", "modes", "origins", "_by_type", "_by_topic", "_ip_rates", "_cached_resolve",
-                 "_cached_resolve_topic")
+    __slots__ = ("settings", "entries", "modes", "origins", "tenants", "_by_type", "_by_topic", "_ip_rates",
+                 "_cached_resolve", "_cached_resolve_topic")
 
     def __init__(self, settings: QuotaSettings | None = None,
                  entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None,
                  modes: Mapping[QuotaEntity, QuotaMode] | None = None,
-                 origins: Mapping[tuple[QuotaEntity, QuotaType], str] | None = None) -> None:
+                 origins: Mapping[tuple[QuotaEntity, QuotaType], str] | None = None,
+                 tenants: Tenants | None = None) -> None:
         """``modes``: the entities whose entry sets its own mode (the others take ``settings.quota_mode``);
         ``origins``: where each entity's limit of each type was set, as a person reads it (for ``explain``)."""
         self.settings = settings or QuotaSettings()
+        self.tenants = tenants or Tenants()
         self.entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] = dict(entries or {})
         self.modes: Mapping[QuotaEntity, QuotaMode] = dict(modes or {})
         self.origins: Mapping[tuple[QuotaEntity, QuotaType], str] = dict(origins or {})
@@ -437,7 +440,7 @@ def entry_lines(text: str) -> list[int]:
 
 def parse_quota_document(document: Mapping[str, Any], source: str, lines: Sequence[int] = ()) -> QuotaConfig:
     """``lines``: each entry's line in ``source`` (``entry_lines``), for the origins ``explain`` shows."""
-    unknown = set(document) - {"settings", "quota"}
+    unknown = set(document) - {"settings", "quota", "tenant"}
     if unknown:
         raise QuotaConfigError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))}")
     try:
@@ -446,7 +449,8 @@ def parse_quota_document(document: Mapping[str, Any], source: str, lines: Sequen
         if not isinstance(raw_entries, list):
             raise QuotaConfigError("'quota' must be an array of tables ([[quota]])")
         entries = parse_entries(raw_entries)
-    except QuotaConfigError as error:
+        tenants = parse_tenants(document.get("tenant", []))
+    except (QuotaConfigError, TenantConfigError) as error:
         raise QuotaConfigError(f"{source}: {error}") from None
     known_lines = len(lines) == len(raw_entries)
     origins = {}
@@ -454,7 +458,7 @@ def parse_quota_document(document: Mapping[str, Any], source: str, lines: Sequen
         where = f"{source} line {lines[number - 1]}" if known_lines else f"{source} [[quota]] #{number}"
         for quota_type in entries.limits[entity]:
             origins[(entity, quota_type)] = where
-    return QuotaConfig(settings, entries.limits, entries.modes, origins)
+    return QuotaConfig(settings, entries.limits, entries.modes, origins, tenants)
 
 
 def load_quota_file(path: Path) -> QuotaConfig:

@@ -90,4 +90,4 @@ def overlaid(file_config: QuotaConfig, overrides: Overrides, kept_in: str | None
             entries[entity] = kept
         else:
             entries.pop(entity, None)
-    return QuotaConfig(file_config.settings, entries, file_config.modes, origins)
+    return QuotaConfig(file_config.settings, entries, file_config.modes, origins, file_config.tenants)
