@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from protocol.apis import Api
 from protocol.errors import UNKNOWN_TOPIC_OR_PARTITION
@@ -37,6 +37,8 @@ class TopicPartitions(NamedTuple):
     partitions: int
     """0 for a topic the cluster does not have."""
     topic_id: uuid.UUID | None = None
+    shown: bool = True
+    """The cluster's metadata shows it (not only what the proxy saw the cluster accept)."""
 
 
 class ClusterInfo:
@@ -65,11 +67,14 @@ class ClusterInfo:
         return counts
 
     def accepted(self, name: str, topic_id: uuid.UUID | None, count: int) -> None:
-        """The cluster created the topic with ``count`` partitions (``topic_id`` None when its answer has no id),
+        """The cluster created the topic with ``count`` partitions (``topic_id`` None when its answer has no id, or
+        the proxy did not know the topic it grew),
         or grew it to ``count`` (CreateTopics, CreatePartitions answered without error, not validate_only)."""
         now = time.monotonic()
         for stale in [topic for topic, (_, _, at) in self._accepted.items() if now - at > ACCEPTED_TTL_S]:
             del self._accepted[stale]
+        if topic_id is None and name in self._accepted:  # an increase of a topic it saw created: the same topic
+            topic_id = self._accepted[name][0]
         self._accepted[name] = (topic_id, count, now)
 
     def deleted(self, name: str) -> None:
@@ -97,9 +102,7 @@ class ClusterInfo:
         wanted = set(topic_ids)
         if not wanted:
             return {}
-        config = self._config
-        response = await fetch_metadata(config.upstream, None, config.connect_timeout_s, config.max_frame_bytes,
-                                        self._access)
+        response = await self._every_topic_metadata()
         found = {topic.topic_id: (topic.name, self._at_least_accepted(topic.name, topic.topic_id,
                                                                       len(topic.partitions)))
                  for topic in response.topics if topic.topic_id in wanted and not topic.error_code}
@@ -107,6 +110,24 @@ class ClusterInfo:
         found.update({topic_id: (name, count) for name, (topic_id, count, at) in self._accepted.items()
                       if topic_id in wanted and topic_id not in found and now - at <= ACCEPTED_TTL_S})
         return found
+
+    async def every_topic(self) -> dict[str, TopicPartitions]:
+        """Every topic the cluster has, with what it accepted that its metadata does not show yet; raises
+        ``UPSTREAM_ERRORS`` when the cluster cannot be asked."""
+        response = await self._every_topic_metadata()
+        found = {topic.name: TopicPartitions(self._at_least_accepted(topic.name, topic.topic_id,
+                                                                     len(topic.partitions)), topic.topic_id)
+                 for topic in response.topics if not topic.error_code}
+        now = time.monotonic()
+        found.update({name: TopicPartitions(count, topic_id, shown=False)
+                      for name, (topic_id, count, at) in self._accepted.items()
+                      if name not in found and now - at <= ACCEPTED_TTL_S})
+        return found
+
+    async def _every_topic_metadata(self) -> Any:
+        config = self._config
+        return await fetch_metadata(config.upstream, None, config.connect_timeout_s, config.max_frame_bytes,
+                                    self._access)
 
     async def default_partitions(self) -> int:
         """The cluster's ``num.partitions``, or the configured default when it does not say."""

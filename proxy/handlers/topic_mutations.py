@@ -30,7 +30,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,9 +42,11 @@ from protocol.errors import (
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
+    POLICY_VIOLATION,
     REQUEST_TIMED_OUT,
     TOPIC_AUTHORIZATION_FAILED,
 )
+from protocol.framing import SIZE_PREFIX_BYTES
 from protocol.header import RequestHeader
 from protocol.topic_admin import (
     THROTTLED,
@@ -55,8 +57,9 @@ from protocol.topic_admin import (
     request_topics,
     upstream_results,
 )
-from proxy.cluster.info import ClusterInfo
+from proxy.cluster.info import ClusterInfo, TopicPartitions
 from proxy.cluster.upstream import UPSTREAM_ERRORS
+from proxy.decision.interception import RequestHandler
 from proxy.decision.outcome import (
     FORWARD,
     Caller,
@@ -73,6 +76,7 @@ from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import Requester
 from quotas.mutations import PartitionMutations
+from quotas.tenants import Creation, CreationsInFlight, refusals, tenants_to_count
 from quotas.token_bucket import remaining_throttle_ms
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,8 @@ STRICT_SINCE_VERSION = {Api.CREATE_TOPICS: 6, Api.DELETE_TOPICS: 5, Api.CREATE_P
 
 
 _USE_CLUSTER_DEFAULT = -1
+_FIRST_METADATA_WITH_AUTO_CREATION_FLAG = 4
+_UNSHOWN = TopicPartitions(0, shown=False)
 _FIRST_CREATE_TOPICS_RESULT_WITH_PARTITIONS = 5  # CreatableTopicResult.NumPartitions
 _MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -116,6 +122,9 @@ class _Charges:
     partitions_asked: dict[int, int] = field(default_factory=dict)
     """CreateTopics entries: the partitions the topic gets, to tell the cluster's view once done (older answers
     do not say)."""
+    unknown_growth: dict[int, int] = field(default_factory=dict)
+    """CreatePartitions entries of topics the cluster does not show: the count asked (a topic still being created
+    gets it, a tenant's cap counts it)."""
 
 
 class TopicMutationHandler:
@@ -127,25 +136,41 @@ class TopicMutationHandler:
         self._cluster = cluster
         self._usage = usage
         self._reserved_topics = reserved_topics
+        self._creations_in_flight = CreationsInFlight()
+        """Creations of topics a tenant's cap counts, forwarded and not yet answered."""
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         client_id = header.client_id or ""
-        limited = self._quotas.config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
-        if not (limited or self._reserved_topics):
+        config = self._quotas.config
+        limited = config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
+        tenants_capped = config.tenants.capped
+        if not (limited or tenants_capped or self._reserved_topics):
             return FORWARD
         request = decode_request(header.api_key, header.api_version, frame[header.length:])
         entries = request_topics(header.api_key, header.api_version, request)
-        if not limited and not any(entry.name in self._reserved_topics or entry.topic_id for entry in entries):
+        capped = tenants_capped and self._capped(Api(header.api_key), caller.user, entries)
+        if not (limited or capped) and not any(entry.name in self._reserved_topics or entry.topic_id
+                                               for entry in entries):
             return FORWARD
         # a copy of the frame: the connection's buffer moves on
-        return self._decide(bytes(frame), header, request, entries, caller, limited)
+        return self._decide(bytes(frame), header, request, entries, caller, limited, capped)
+
+    def _capped(self, api_key: Api, user: str, entries: list[TopicRef]) -> bool:
+        """A tenant's cap may refuse some of the entries (one owns a topic named, or the user's tenant creates topics
+        only under its prefix), or a deletion changes what a tenant owns (the proxy sees it done, not only the
+        metadata, which may lag)."""
+        tenants = self._quotas.config.tenants
+        creator = tenants.of_user(user)
+        if api_key == Api.CREATE_TOPICS and creator is not None and creator.topics_only_under_prefix:
+            return True
+        return bool(tenants_to_count(tenants, [entry.name for entry in entries if entry.name is not None]))
 
     async def _decide(self, frame: bytes, header: RequestHeader, request: Any, entries: list[TopicRef],
-                      caller: Caller, limited: bool) -> Outcome:
+                      caller: Caller, limited: bool, capped: bool) -> Outcome:
         api_key = Api(header.api_key)
         try:
             refused = await self._reserved_refusals(api_key, entries)
-            if not limited:
+            if not (limited or capped):
                 if not refused:
                     return FORWARD
                 charges = _Charges()
@@ -155,6 +180,8 @@ class TopicMutationHandler:
                 charges = await self._delete_topics(entries)
             else:
                 charges = await self._create_partitions(request, entries)
+            if capped and api_key != Api.DELETE_TOPICS:
+                refused.update(await self._tenant_refusals(api_key, entries, charges, caller.later(), refused))
         except UPSTREAM_ERRORS as error:
             log.warning("cannot read partition counts from the cluster for a %s request: %s", api_key.name,
                         error or type(error).__name__)
@@ -167,7 +194,7 @@ class TopicMutationHandler:
             charges.counts.pop(index, None)
             charges.refused[index] = refusal
             charges.display[index] = shown
-        return self._admit(memoryview(frame), header, request, entries, charges, caller.later())
+        return self._admit(memoryview(frame), header, request, entries, charges, caller.later(), limited)
 
     async def _reserved_refusals(self, api_key: Api, entries: list[TopicRef]) -> dict[int, tuple[TopicRef, TopicError]]:
         """The entries naming a reserved topic (by name, or by id), with how the answer shows them: a topic
@@ -180,6 +207,52 @@ class TopicMutationHandler:
         error = _RESERVED_REFUSAL[api_key]
         return {index: (entry, error) for index, entry in enumerate(entries)
                 if (entry.name if entry.topic_id is None else names_by_id.get(entry.topic_id)) in self._reserved_topics}
+
+    async def _tenant_refusals(self, api_key: Api, entries: list[TopicRef], charges: _Charges, caller: Caller,
+                               refused: Mapping[int, object]) -> dict[int, tuple[TopicRef, TopicError]]:
+        """The entries a tenant's cap refuses, as a ``CreateTopicPolicy`` refuses: after Kafka's own checks (an
+        entry they refuse, or a topic that exists, never reaches it) and before the quota (uncharged). What each
+        tenant owns is read from the cluster's metadata, so topics made around the proxy count too, with the
+        creations this proxy let through whose answers have not come back."""
+        tenants = self._quotas.config.tenants
+        every_topic = await self._cluster.every_topic()
+        creations = {index: creation for index, creation in self._creations(
+            api_key, entries, charges, every_topic, caller.now_ms).items() if index not in refused}
+        in_cluster = {name: topic.partitions for name, topic in every_topic.items()}
+        owned = {tenant.name: self._creations_in_flight.owned_with(tenant, in_cluster, caller.now_ms)
+                 for tenant in tenants_to_count(tenants, [creation.topic for creation in creations.values()])}
+        return {index: (entries[index], TopicError(POLICY_VIOLATION, message))
+                for index, message in refusals(tenants, caller.user, creations, owned).items()}
+
+    def _creations(self, api_key: Api, entries: list[TopicRef], charges: _Charges,
+                   every_topic: Mapping[str, TopicPartitions], now_ms: int) -> dict[int, Creation]:
+        """The entries that create topics or partitions once Kafka's own checks have passed them; with the cluster's
+        topics (``every_topic``), those the quota leaves to the cluster that may create too: a topic the proxy saw
+        created that the metadata does not show (deleted since, maybe), an increase of a topic still being created."""
+        if api_key == Api.DELETE_TOPICS:
+            return {}
+        if api_key == Api.CREATE_TOPICS:
+            maybe_new = {index: count for index, count in charges.uncharged_creations.items()
+                         if not every_topic.get(entries[index].name or "", _UNSHOWN).shown}
+            return {index: Creation(entries[index].name or "", count, True)
+                    for index, count in {**charges.counts, **maybe_new}.items()}
+        creations = {index: Creation(entries[index].name or "", charges.growth[index][2], False)
+                     for index in charges.counts}
+        creations.update({index: Creation(entries[index].name or "", count, False)
+                          for index, count in charges.unknown_growth.items()
+                          if self._creations_in_flight.creating(entries[index].name or "", now_ms)})
+        return creations
+
+    def _held_in_flight(self, api_key: Api, entries: list[TopicRef], charges: _Charges, forwarded: list[int],
+                        now_ms: int) -> int | None:
+        """The creations forwarded that a tenant's cap counts, held in flight until their answer: the hold's token."""
+        tenants = self._quotas.config.tenants
+        if not tenants.capped:
+            return None
+        counted = [creation for index, creation in self._creations(api_key, entries, charges, {}, now_ms).items()
+                   if index in forwarded and (owner := tenants.owner_of(creation.topic)) is not None
+                   and owner.counts_owned]
+        return self._creations_in_flight.add(counted, now_ms) if counted else None
 
     # ---- what each API is charged -----------------------------------------------------------
 
@@ -262,8 +335,9 @@ class TopicMutationHandler:
         existing = await self._cluster.partitions([entries[index].name or "" for index in candidates])
         for index in candidates:
             topic = request.topics[index]
-            current, topic_id = existing[topic.name]
+            current, topic_id = existing[topic.name].partitions, existing[topic.name].topic_id
             if not current or topic_id is None:
+                charges.unknown_growth[index] = topic.count
                 continue  # unknown: forwarded uncharged, the cluster answers UNKNOWN_TOPIC_OR_PARTITION
             problem = _invalid_partition_increase(topic, current)
             if problem is not None:
@@ -276,8 +350,9 @@ class TopicMutationHandler:
     # ---- admission and the answer -------------------------------------------------------------
 
     def _admit(self, frame: memoryview, header: RequestHeader, request: Any, entries: list[TopicRef],
-               charges: _Charges, caller: Caller) -> Outcome:
-        """Charged when the cluster has named what the request mutates: ``caller``'s time is then."""
+               charges: _Charges, caller: Caller, limited: bool) -> Outcome:
+        """Charged when the cluster has named what the request mutates: ``caller``'s time is then. Not ``limited``:
+        no quota applies (the request is here for a tenant's cap or the proxy's own topics), nothing is logged."""
         api_key, version = Api(header.api_key), header.api_version
         client_id = header.client_id or ""
         user, now = caller.user, caller.now_ms
@@ -288,20 +363,25 @@ class TopicMutationHandler:
         charges.refused.update(dict.fromkeys(throttled, THROTTLED))
         for index in throttled:
             del charges.counts[index]
-        self._usage.mutations(user, client_id, sum(charges.counts.values()), decision.throttle_ms, len(throttled))
-        self._usage.observed(user, client_id, decision.observed_ms, decision.observed_refusals > 0)
+        if limited:
+            self._usage.mutations(user, client_id, sum(charges.counts.values()), decision.throttle_ms, len(throttled))
+            self._usage.observed(user, client_id, decision.observed_ms, decision.observed_refusals > 0)
         shown = [charges.display.get(index, entry) for index, entry in enumerate(entries)]
         throttle_ms = decision.throttle_ms
         if len(charges.refused) == len(entries):
             return local_answer(header, merged_topic_response(api_key, version, shown, {}, charges.refused,
                                                               throttle_ms), throttle_ms)
         forwarded = [index for index in range(len(entries)) if index not in charges.refused]
-        settle = self._settlement(api_key, version, shown, forwarded, charges, caller, client_id,
-                                  bool(getattr(request, "validate_only", False)))
+        validate_only = bool(getattr(request, "validate_only", False))
+        settle = self._settlement(api_key, version, shown, forwarded, charges, caller, client_id, validate_only,
+                                  limited)
+        held = None if validate_only else self._held_in_flight(api_key, entries, charges, forwarded, now)
 
         def finish(upstream_body: memoryview) -> bytes:
             upstream = decode_response(api_key, version, upstream_body)
             results = upstream_results(api_key, entries, forwarded, upstream)
+            if held is not None and all(result.error_code != REQUEST_TIMED_OUT for result in results.values()):
+                self._creations_in_flight.answered(held)  # timed out, the controller may still carry it out
             settle(results)
             if not charges.refused:
                 return bytes(upstream_body)
@@ -323,8 +403,8 @@ class TopicMutationHandler:
         return Forward(replacement=replacement, on_response=OnResponse(finish=finish, charge=throttle_left))
 
     def _settlement(self, api_key: Api, version: int, entries: Sequence[TopicRef], forwarded: list[int],
-                    charges: _Charges, caller: Caller, client_id: str,
-                    validate_only: bool) -> Callable[[dict[int, Any]], None]:
+                    charges: _Charges, caller: Caller, client_id: str, validate_only: bool,
+                    limited: bool) -> Callable[[dict[int, Any]], None]:
         """Correct the charges once the cluster has answered (Kafka charges exactly what it carried out), and
         tell the cluster view what changed."""
 
@@ -350,7 +430,7 @@ class TopicMutationHandler:
                         and result.num_partitions > 0:
                     self._cluster.learn_default_partitions(result.num_partitions)
                     correction += result.num_partitions - cost  # what num_partitions = -1 really made
-            if correction:
+            if correction and limited:
                 self._quotas.mutations.correct(Requester(caller.user, client_id, caller.broker), correction,
                                                caller.later().now_ms)
                 self._usage.mutations(caller.user, client_id, correction, 0, 0)
@@ -364,13 +444,52 @@ class TopicMutationHandler:
             if entry.name is not None:
                 self._cluster.deleted(entry.name)
         elif api_key == Api.CREATE_PARTITIONS:
-            if index in charges.growth:  # not when the proxy did not know the topic
+            if index in charges.growth:
                 self._cluster.accepted(*charges.growth[index])
+            elif index in charges.unknown_growth and entry.name is not None:  # grown as soon as it was created
+                self._cluster.accepted(entry.name, None, charges.unknown_growth[index])
         elif entry.name is not None:
             partitions = reported_partitions if reported_partitions > 0 else charges.partitions_asked.get(index, 0)
             topic_id = getattr(result, "topic_id", None)
             self._cluster.accepted(entry.name, topic_id if topic_id and topic_id.int else None, partitions)
 
+
+
+class AutoCreationUnderTenantCaps:
+    """Metadata asking the cluster to create the topics it names (``allow_auto_topic_creation``, with the cluster's
+    ``auto.create.topics.enable``) is asked without it when a tenant's cap governs one of them. Kafka's controller
+    holds a topic created that way to its ``CreateTopicPolicy`` too; the proxy cannot hold the cluster's own creation
+    to the cap, so the topic is not created: the client is answered UNKNOWN_TOPIC_OR_PARTITION, as by a cluster
+    without auto-creation, and creates it with CreateTopics, which the cap judges. ``then``: the Metadata handler the
+    request (as it goes on) is handed to next."""
+
+    def __init__(self, quotas: QuotaService, then: RequestHandler | None) -> None:
+        self._quotas = quotas
+        self._then = then
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        replacement = self._without_auto_creation(header, frame, caller.user)
+        if replacement is not None:
+            frame = memoryview(replacement)[SIZE_PREFIX_BYTES:]
+        decided = FORWARD if self._then is None else self._then.on_request(header, frame, caller)
+        if replacement is not None and isinstance(decided, Forward) and decided.replacement is None:
+            return decided._replace(replacement=replacement)
+        return decided
+
+    def _without_auto_creation(self, header: RequestHeader, frame: memoryview, user: str) -> bytes | None:
+        tenants = self._quotas.config.tenants
+        if not tenants.capped or header.api_version < _FIRST_METADATA_WITH_AUTO_CREATION_FLAG:
+            return None  # older versions always auto-create, and Kafka 4 no longer takes them
+        request = decode_request(Api.METADATA, header.api_version, frame[header.length:])
+        if not request.allow_auto_topic_creation or not request.topics:
+            return None
+        creator = tenants.of_user(user)
+        if not any((owner := tenants.owner_of(topic.name)) is not None and owner.counts_owned
+                   or creator is not None and creator.topics_only_under_prefix and not creator.owns(topic.name)
+                   for topic in request.topics if topic.name is not None):
+            return None
+        request.allow_auto_topic_creation = False
+        return replacement_request(frame, header, encode_request(Api.METADATA, header.api_version, request))
 
 def _repeated(values: Sequence[Hashable]) -> set[Any]:
     return {value for value, count in Counter(values).items() if count > 1}

@@ -44,7 +44,7 @@ from proxy.handlers.reserved_topics import (
     TopicsWithoutReserved,
 )
 from proxy.handlers.share_fetch import ShareFetchHandler
-from proxy.handlers.topic_mutations import TopicMutationHandler
+from proxy.handlers.topic_mutations import AutoCreationUnderTenantCaps, TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
 from proxy.producer_ids.cluster_claims import ClusterBlockClaims
 from proxy.producer_ids.settings import AllocatorSettings
@@ -145,6 +145,8 @@ class Services:
         self.rewrites_addresses = not self.in_front_of_controllers
         produce = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names, settings.scan_all_produce,
                                  self.reserved_topics)
+        reserved_topic_handlers = self._reserved_topic_handlers(
+            ShareFetchHandler(self.quotas, self.usage, self.topic_names))
         handlers: Mapping[int, RequestHandler] = {
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
@@ -157,7 +159,8 @@ class Services:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
-            **self._reserved_topic_handlers(ShareFetchHandler(self.quotas, self.usage, self.topic_names)),
+            **reserved_topic_handlers,
+            Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, reserved_topic_handlers.get(Api.METADATA)),
         }
         self._handlers = handlers
         self._request_rate = request_rate

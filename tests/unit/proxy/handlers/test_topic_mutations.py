@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -16,7 +17,8 @@ from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import read_request_header, response_header_length
 from proxy.cluster.info import TopicPartitions
 from proxy.decision.outcome import FORWARD, Caller, Outcome, Respond
-from proxy.handlers.topic_mutations import TopicMutationHandler
+from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics
+from proxy.handlers.topic_mutations import AutoCreationUnderTenantCaps, TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
@@ -57,6 +59,9 @@ class StubCluster:
         return {topic: TopicPartitions(self._partitions[topic], self.topic_id(topic)) if topic in self._partitions
                 else TopicPartitions(0) for topic in topics}
 
+    async def every_topic(self) -> dict[str, TopicPartitions]:
+        return {name: TopicPartitions(count, self.topic_id(name)) for name, count in self._partitions.items()}
+
     async def topics_by_id(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
         names = {topic_id: name for name, topic_id in self._ids.items()}
         return {topic_id: (names[topic_id], self._partitions[names[topic_id]]) for topic_id in topic_ids
@@ -78,13 +83,15 @@ class StubCluster:
 class Mutations:
     """The handler for client id "limited" (``rate`` mutations/s, burst 11 x rate) and its bucket."""
 
-    def __init__(self, tmp_path: Path, cluster: StubCluster, rate: float = 2) -> None:
+    def __init__(self, tmp_path: Path, cluster: StubCluster, rate: float = 2, tenants: str = "") -> None:
+        """``tenants``: ``[[tenant]]`` tables of the quota file."""
         quota_file = tmp_path / "quotas.toml"
-        quota_file.write_text(f'[[quota]]\nclient-id = "limited"\ncontroller_mutation_rate = {rate}\n')
+        quota_file.write_text(f'[[quota]]\nclient-id = "limited"\ncontroller_mutation_rate = {rate}\n{tenants}')
         self.quotas = QuotaService(quota_file, CollectorRegistry())
         self.now_ms = now_ms()
         """Quota time as the handler reads it: it stands still unless a test moves it."""
-        self.handler = TopicMutationHandler(self.quotas, cluster, UsageLog(tmp_path / "usage"))  # type: ignore[arg-type]
+        self.usage = UsageLog(tmp_path / "usage")
+        self.handler = TopicMutationHandler(self.quotas, cluster, self.usage)  # type: ignore[arg-type]
         self.rate = rate
 
     def tokens(self) -> float:
@@ -113,9 +120,9 @@ def new_topic(name: str, partitions: int = 1, replication_factor: int = 1, assig
             "assignments": [{"partition_index": i, "broker_ids": [1]} for i in range(assignments)]}
 
 
-def create_topics(mutations: Mutations, *topics: dict[str, Any], version: int = 7,
-                  validate_only: bool = False) -> Outcome:
-    return mutations.decide(Api.CREATE_TOPICS, version, topics=list(topics), timeout_ms=1000,
+def create_topics(mutations: Mutations, *topics: dict[str, Any], version: int = 7, validate_only: bool = False,
+                  client_id: str = "limited") -> Outcome:
+    return mutations.decide(Api.CREATE_TOPICS, version, client_id, topics=list(topics), timeout_ms=1000,
                             validate_only=validate_only)
 
 
@@ -361,3 +368,114 @@ def test_topics_the_cluster_created_or_deleted_are_told_to_the_cluster_view(tmp_
     finished(deleted, Api.DELETE_TOPICS, 6, throttle_time_ms=0, responses=[
         {"name": None, "topic_id": ids["a"], "error_code": 0, "error_message": None}])
     assert cluster.told_deleted == ["a"]
+
+
+# ---- a tenant's caps ---------------------------------------------------------------------------------------------
+
+POLICY_VIOLATION = 44
+PAYMENTS = '[[tenant]]\nname = "payments"\nusers = ["pay"]\ntopic-prefix = "p."\nmax_partitions = 10\n'
+
+
+def policy_violations(outcome: Outcome, api_key: int = Api.CREATE_TOPICS, version: int = 7) -> dict[str, str]:
+    """The entries the proxy answered POLICY_VIOLATION, with their messages."""
+    if isinstance(outcome, Respond):
+        body = local_body(outcome, api_key, version)
+    else:
+        body = finished(outcome, api_key, version, throttle_time_ms=0, **({"topics": []} if api_key == Api.CREATE_TOPICS
+                                                                            else {"results": []}))
+    results = body.topics if api_key == Api.CREATE_TOPICS else body.results
+    return {r.name: r.error_message for r in results if r.error_code == POLICY_VIOLATION}
+
+
+def test_creations_in_flight_count_for_the_requests_behind_them_until_answered(tmp_path: Path) -> None:
+    cluster = StubCluster({"p.old": 2})
+    mutations = Mutations(tmp_path, cluster, rate=100, tenants=PAYMENTS)
+    first = create_topics(mutations, new_topic("p.a", 5), client_id="other")
+    second = create_topics(mutations, new_topic("p.b", 4), client_id="other")  # pipelined: 2 + 5 + 4 > 10
+    assert forwarded(first).replacement is None
+    assert policy_violations(second) == {
+        "p.b": "Tenant payments owns 7 partition(s) under 'p.'; 4 more would be over its cap of 10."}
+    finished(first, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("p.a", error_code=TOPIC_ALREADY_EXISTS)])
+    assert forwarded(create_topics(mutations, new_topic("p.b", 4), client_id="other")).replacement is None
+
+
+def test_an_increase_of_a_topic_still_being_created_counts_what_it_asks(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}), rate=100, tenants=PAYMENTS)
+    create_topics(mutations, new_topic("p.a", 4), client_id="other")
+
+    def grow(count: int) -> Outcome:
+        return mutations.decide(Api.CREATE_PARTITIONS, 3, client_id="other", timeout_ms=1000, validate_only=False,
+                                topics=[{"name": "p.a", "count": count, "assignments": None}])
+
+    assert forwarded(grow(10)).replacement is None  # the topic counted once, at 10
+    assert policy_violations(grow(11), Api.CREATE_PARTITIONS, 3) == {
+        "p.a": "Tenant payments owns 10 partition(s) under 'p.'; 1 more would be over its cap of 10."}
+
+
+def test_a_timed_out_creation_holds_until_its_minute_is_up_and_validate_only_holds_nothing(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}), rate=100, tenants=PAYMENTS)
+    assert forwarded(create_topics(mutations, new_topic("p.v", 10), validate_only=True)).replacement is None
+    timed_out = create_topics(mutations, new_topic("p.a", 10), client_id="other")
+    finished(timed_out, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("p.a", error_code=REQUEST_TIMED_OUT)])
+    assert list(policy_violations(create_topics(mutations, new_topic("p.b", 1), client_id="other"))) == ["p.b"]
+    mutations.now_ms += 60_000
+    assert forwarded(create_topics(mutations, new_topic("p.b", 1), client_id="other")).replacement is None
+
+
+def test_a_topic_the_proxy_saw_created_that_the_metadata_no_longer_shows_counts_as_new(tmp_path: Path) -> None:
+    """Deleted around this proxy (through another, or directly) since: its creation again is judged by the cap, not
+    left to the cluster as a topic that exists."""
+    class SeenCreated(StubCluster):
+        async def partitions(self, topics: list[str]) -> dict[str, TopicPartitions]:
+            return {topic: TopicPartitions(1, self.topic_id(topic)) for topic in topics}
+
+        async def every_topic(self) -> dict[str, TopicPartitions]:
+            return {"p.gone": TopicPartitions(1, self.topic_id("p.gone"), shown=False)}
+
+    mutations = Mutations(tmp_path, SeenCreated({}), rate=100, tenants=PAYMENTS)
+    assert list(policy_violations(create_topics(mutations, new_topic("p.gone", 20), client_id="other"))) == ["p.gone"]
+
+
+def test_requests_no_quota_applies_to_are_judged_by_the_cap_and_not_logged(tmp_path: Path) -> None:
+    mutations = Mutations(tmp_path, StubCluster({}), rate=100, tenants=PAYMENTS)
+    mutations.usage.start()
+    assert list(policy_violations(create_topics(mutations, new_topic("p.a", 11), client_id="unlimited"))) == ["p.a"]
+    create_topics(mutations, new_topic("p.b", 2), client_id="unlimited")
+    assert forwarded(create_topics(mutations, new_topic("elsewhere", 11), client_id="unlimited")) is FORWARD
+    create_topics(mutations, new_topic("p.c", 2))  # the quota of client "limited" applies: logged
+    mutations.usage.stop(1)
+    logged = [json.loads(line) for file in (tmp_path / "usage").iterdir() for line in file.read_text().splitlines()]
+    assert [(line["client_id"], line["mutations"]) for line in logged] == [("limited", 2)]
+
+
+@pytest.mark.parametrize("then_reserved", [False, True])
+def test_metadata_asks_the_cluster_to_create_no_topic_a_cap_governs(tmp_path: Path, then_reserved: bool) -> None:
+    quotas = Mutations(tmp_path, StubCluster({}), tenants=PAYMENTS).quotas
+    handler = AutoCreationUnderTenantCaps(quotas, MetadataWithoutReservedTopics(frozenset({"own"}))
+                                          if then_reserved else None)
+    caller = Caller("pay", 0)
+
+    def decide(*names: str, auto: bool = True) -> Any:
+        frame = encode_request(Api.METADATA, 12, topics=[{"name": name, "topic_id": None} for name in names],
+                               allow_auto_topic_creation=auto, include_topic_authorized_operations=False)
+        return handled(handler, memoryview(frame)[4:], caller)
+
+    asked = forwarded_body(decide("p.new", "own", "elsewhere"))
+    assert not asked.allow_auto_topic_creation
+    assert [topic.name for topic in asked.topics] == (["p.new", "elsewhere"] if then_reserved else
+                                                      ["p.new", "own", "elsewhere"])
+    for ungoverned in (decide("elsewhere"), decide("p.new", auto=False)):
+        assert forwarded(ungoverned).replacement is None
+
+
+def test_a_deletion_of_a_capped_tenants_topic_is_seen_whoever_deletes_it(tmp_path: Path) -> None:
+    """What the proxy saw created counts until the metadata shows it: a deletion it saw ends that at once."""
+    cluster = StubCluster({"p.a": 3, "elsewhere": 3})
+    mutations = Mutations(tmp_path, cluster, rate=100, tenants=PAYMENTS)
+    deleted = mutations.decide(Api.DELETE_TOPICS, 6, client_id="unlimited", timeout_ms=1000,
+                               topics=[{"name": "p.a", "topic_id": None}])
+    finished(deleted, Api.DELETE_TOPICS, 6, throttle_time_ms=0, responses=[
+        {"name": "p.a", "topic_id": cluster.topic_id("p.a"), "error_code": 0, "error_message": None}])
+    assert cluster.told_deleted == ["p.a"]
+    assert mutations.decide(Api.DELETE_TOPICS, 6, client_id="unlimited", timeout_ms=1000,
+                            topics=[{"name": "elsewhere", "topic_id": None}]) is FORWARD
