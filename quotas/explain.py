@@ -22,6 +22,7 @@ from quotas.config import (
     normalized_ip,
 )
 from quotas.quota_types import QUOTA_TYPES
+from quotas.tenants import Tenant
 
 LEVELS = (
     "/config/users/<user>/clients/<client-id>",
@@ -76,6 +77,37 @@ class Explanation(NamedTuple):
         limit = int(self.limit) if self.limit is not None and self.limit.is_integer() else self.limit
         return (f"{self.quota_type:<26} {limit!s:>12}  {self.mode!s:<8} {self.entity.describe()} "
                 f"({self.level}), set in {self.origin}")
+
+
+class TenantExplanation(NamedTuple):
+    """The tenant a client's user belongs to, how, and the caps on what it owns."""
+
+    tenant: Tenant
+    member_by: str
+    """"users", or its ``user-prefix``."""
+
+    def as_json(self) -> dict[str, Any]:
+        tenant = self.tenant
+        return {"name": tenant.name, "member_by": self.member_by, "topic_prefix": tenant.topic_prefix,
+                "max_partitions": tenant.max_partitions, "max_topics": tenant.max_topics,
+                "topics_only_under_prefix": tenant.topics_only_under_prefix, "origin": tenant.label}
+
+    def text(self) -> str:
+        tenant = self.tenant
+        caps = [f"at most {cap} {what}" for cap, what in ((tenant.max_partitions, "partitions"),
+                                                          (tenant.max_topics, "topics")) if cap is not None]
+        if tenant.topics_only_under_prefix:
+            caps.append("its users create topics only there")
+        owns = "no topics" if tenant.topic_prefix is None else f"the topics under '{tenant.topic_prefix}'"
+        return (f"tenant {tenant.name} (by its {self.member_by}), set in {tenant.label}: owns {owns}"
+                + (f" ({', '.join(caps)})" if caps else ""))
+
+
+def explain_tenant(config: QuotaConfig, who: Client) -> TenantExplanation | None:
+    tenant = config.tenants.of_user(who.user)
+    if tenant is None:
+        return None
+    return TenantExplanation(tenant, "users" if who.user in tenant.users else f"user-prefix '{tenant.user_prefix}'")
 
 
 class Client(NamedTuple):

@@ -34,7 +34,7 @@ from proxy.security.users import (
 )
 from proxy.settings.config import ConfigError, HostPort, UpstreamSasl
 from quotas.config import ANONYMOUS, QuotaConfig, QuotaConfigError, load_quota_file
-from quotas.explain import explain, parse_client
+from quotas.explain import explain, explain_tenant, parse_client
 from quotas.overrides import OVERRIDES_FILE, overlaid, read_overrides
 
 _ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP, "topics": TOPIC}
@@ -158,16 +158,19 @@ def _explain(args: argparse.Namespace) -> int:
     if args.state_dir is not None and not args.state_dir.is_dir():
         raise ConfigError(f"--state-dir {args.state_dir}: not a directory")
     overrides = read_overrides(overrides_path) if overrides_path is not None and overrides_path.exists() else {}
-    explanations = explain(overlaid(file_config, overrides, None if overrides_path is None else str(overrides_path)),
-                           who)
+    config = overlaid(file_config, overrides, None if overrides_path is None else str(overrides_path))
+    explanations = explain(config, who)
+    tenant = explain_tenant(config, who)
     if args.json:
         print(json.dumps({"user": who.user, "client_id": who.client_id, "ip": who.ip, "topic": who.topic,
-                          "quotas": [explanation.as_json() for explanation in explanations]}, indent=1))
+                          "quotas": [explanation.as_json() for explanation in explanations],
+                          "tenant": None if tenant is None else tenant.as_json()}, indent=1))
         return 0
     print(f"Quotas of user {who.user!r}, client id {who.client_id!r}" + ("" if who.ip is None else f", ip {who.ip}")
           + ("" if who.topic is None else f", topic {who.topic!r}") + ":")
     for explanation in explanations:
         print("  " + explanation.text())
+    print("  " + ("no tenant" if tenant is None else tenant.text()))
     return 0
 
 

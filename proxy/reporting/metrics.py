@@ -221,8 +221,8 @@ def worker_labelled(registry: CollectorRegistry, worker: int) -> CollectorRegist
     return labelled
 
 
-Explainer = Callable[[Client], list[dict[str, object]]]
-"""The quotas that apply to a client, with their current rates (``QuotaService.explain``)."""
+Explainer = Callable[[Client], dict[str, object]]
+"""The quotas that apply to a client, with their current rates, and its tenant (``QuotaService.explain``)."""
 _EXPLAIN_PARAMETERS = {"user", "client_id", "ip", "topic"}
 
 
@@ -241,8 +241,7 @@ def _explained(explainer: Explainer, query: str) -> tuple[str, bytes]:
                            given.get("topic"))
     except (QuotaConfigError, ValueError) as error:
         return "400 Bad Request", json.dumps({"error": str(error)}).encode() + b"\n"
-    answer = {"user": who.user, "client_id": who.client_id, "ip": who.ip, "topic": who.topic,
-              "quotas": explainer(who)}
+    answer = {"user": who.user, "client_id": who.client_id, "ip": who.ip, "topic": who.topic, **explainer(who)}
     return "200 OK", json.dumps(answer, indent=1).encode() + b"\n"
 
 

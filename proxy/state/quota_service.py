@@ -26,7 +26,7 @@ from proxy.files.watched_file import WatchedFile
 from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
-from quotas.explain import Client, explain
+from quotas.explain import Client, explain, explain_tenant
 from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager
 from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, overrides_document, read_overrides
@@ -99,9 +99,9 @@ class QuotaService:
     def _effective(self, overrides: Overrides) -> QuotaConfig:
         return overlaid(self._file_config, overrides, self._kept_in)
 
-    def explain(self, who: Client) -> list[dict[str, object]]:
-        """``explain`` of the quotas in force, each with its bucket's current rate and usage ratio (None when
-        nothing was charged to it yet)."""
+    def explain(self, who: Client) -> dict[str, object]:
+        """``explain`` of the quotas in force (``quotas``), each with its bucket's current rate and usage ratio (None
+        when nothing was charged to it yet), and the client's ``tenant`` (``explain_tenant``)."""
         now = now_ms()
         managers = self.managers
         answers = []
@@ -119,7 +119,8 @@ class QuotaService:
                 answer["rate"] = rate
                 answer["usage_ratio"] = None if rate is None else rate / explanation.limit
             answers.append(answer)
-        return answers
+        tenant = explain_tenant(self.config, who)
+        return {"quotas": answers, "tenant": None if tenant is None else tenant.as_json()}
 
     def observe(self, observer: Callable[[QuotaConfig], None]) -> None:
         """Have ``observer`` told the quotas in force now and whenever they change."""

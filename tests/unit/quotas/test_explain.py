@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from proxy.cli import admin
+from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaMode, QuotaType, load_quota_file
 from quotas.explain import LEVELS, Explanation, explain, parse_client
 from quotas.overrides import ALTERED_ORIGIN, OVERRIDES_FILE, overlaid
@@ -144,3 +146,47 @@ def test_given_a_topic_its_topic_quotas_follow_with_their_level(tmp_path: Path,
     answer = json.loads(capsys.readouterr().out)
     assert answer["topic"] == "orders"
     assert answer["quotas"][-2]["entity"] == {"topic": "orders"} and answer["quotas"][-2]["topic"] == "orders"
+
+
+TENANTS = """
+[[tenant]]
+name = "payments"
+users = ["ledger"]
+user-prefix = "pay-"
+topic-prefix = "payments."
+max_partitions = 200
+topics-only-under-prefix = true
+
+[[tenant]]
+name = "search"
+users = ["indexer"]
+"""
+
+
+def test_the_tenant_a_user_belongs_to_is_named_with_how_and_its_caps(
+        quota_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    quota_file.write_text(QUOTAS + TENANTS)
+    assert admin.main(["quotas", "explain", "--quota-file", str(quota_file), "--user", "pay-api"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  tenant payments (by its user-prefix 'pay-'), set in [[tenant]] #1 (payments): owns the topics under "
+        "'payments.' (at most 200 partitions, its users create topics only there)")
+    assert admin.main(["quotas", "explain", "--quota-file", str(quota_file), "--user", "indexer"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  tenant search (by its users), set in [[tenant]] #2 (search): owns no topics")
+    assert admin.main(["quotas", "explain", "--quota-file", str(quota_file), "--user", "ledger", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tenant"] == {
+        "name": "payments", "member_by": "users", "topic_prefix": "payments.", "max_partitions": 200,
+        "max_topics": None, "topics_only_under_prefix": True, "origin": "[[tenant]] #1 (payments)"}
+    assert admin.main(["quotas", "explain", "--quota-file", str(quota_file), "--user", "alice", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tenant"] is None
+    assert admin.main(["quotas", "explain", "--quota-file", str(quota_file), "--user", "alice"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "  no tenant"
+
+
+def test_a_running_proxys_explanation_names_the_tenant_too(quota_file: Path) -> None:
+    quota_file.write_text(QUOTAS + TENANTS)
+    answer = QuotaService(quota_file, CollectorRegistry()).explain(parse_client("pay-api", "app"))
+    assert answer["tenant"] == {"name": "payments", "member_by": "user-prefix 'pay-'", "topic_prefix": "payments.",
+                                "max_partitions": 200, "max_topics": None, "topics_only_under_prefix": True,
+                                "origin": "[[tenant]] #1 (payments)"}
+    assert [quota["quota_type"] for quota in answer["quotas"]][:2] == ["producer_byte_rate", "consumer_byte_rate"]
