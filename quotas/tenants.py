@@ -80,6 +80,15 @@ class Tenants:
         """The tenant ``user`` belongs to, if any."""
         return self._cached_of_user(user)
 
+    def governs(self, topic: str, creator: str | None = None) -> bool:
+        """A cap may refuse ``topic``: its tenant caps what it owns, or it is outside the prefix ``creator``'s tenant
+        creates topics under (``creator``: the principal creating it, when it is created)."""
+        owner = self.owner_of(topic)
+        if owner is not None and owner.counts_owned:
+            return True
+        tenant = None if creator is None else self.of_user(creator)
+        return tenant is not None and tenant.topics_only_under_prefix and not tenant.owns(topic)
+
     def owner_of(self, topic: str) -> Tenant | None:
         """The tenant whose topic prefix ``topic`` starts with, if any."""
         for tenant in self._topic_prefixed:

@@ -125,6 +125,8 @@ class _Charges:
     unknown_growth: dict[int, int] = field(default_factory=dict)
     """CreatePartitions entries of topics the cluster does not show: the count asked (a topic still being created
     gets it, a tenant's cap counts it)."""
+    creations: dict[int, Creation] = field(default_factory=dict)
+    """The entries a tenant's cap judged, with what each creates (when one applies to the request)."""
 
 
 class TopicMutationHandler:
@@ -156,14 +158,11 @@ class TopicMutationHandler:
         return self._decide(bytes(frame), header, request, entries, caller, limited, capped)
 
     def _capped(self, api_key: Api, user: str, entries: list[TopicRef]) -> bool:
-        """A tenant's cap may refuse some of the entries (one owns a topic named, or the user's tenant creates topics
-        only under its prefix), or a deletion changes what a tenant owns (the proxy sees it done, not only the
-        metadata, which may lag)."""
+        """A tenant's cap may refuse some of the entries, or a deletion changes what a capped tenant owns (the proxy
+        sees it done, not only the metadata, which may lag)."""
         tenants = self._quotas.config.tenants
-        creator = tenants.of_user(user)
-        if api_key == Api.CREATE_TOPICS and creator is not None and creator.topics_only_under_prefix:
-            return True
-        return bool(tenants_to_count(tenants, [entry.name for entry in entries if entry.name is not None]))
+        creator = user if api_key == Api.CREATE_TOPICS else None
+        return any(tenants.governs(entry.name, creator) for entry in entries if entry.name is not None)
 
     async def _decide(self, frame: bytes, header: RequestHeader, request: Any, entries: list[TopicRef],
                       caller: Caller, limited: bool, capped: bool) -> Outcome:
@@ -216,7 +215,7 @@ class TopicMutationHandler:
         creations this proxy let through whose answers have not come back."""
         tenants = self._quotas.config.tenants
         every_topic = await self._cluster.every_topic()
-        creations = {index: creation for index, creation in self._creations(
+        creations = charges.creations = {index: creation for index, creation in self._creations(
             api_key, entries, charges, every_topic, caller.now_ms).items() if index not in refused}
         in_cluster = {name: topic.partitions for name, topic in every_topic.items()}
         owned = {tenant.name: self._creations_in_flight.owned_with(tenant, in_cluster, caller.now_ms)
@@ -243,13 +242,10 @@ class TopicMutationHandler:
                           if self._creations_in_flight.creating(entries[index].name or "", now_ms)})
         return creations
 
-    def _held_in_flight(self, api_key: Api, entries: list[TopicRef], charges: _Charges, forwarded: list[int],
-                        now_ms: int) -> int | None:
+    def _held_in_flight(self, charges: _Charges, forwarded: list[int], now_ms: int) -> int | None:
         """The creations forwarded that a tenant's cap counts, held in flight until their answer: the hold's token."""
         tenants = self._quotas.config.tenants
-        if not tenants.capped:
-            return None
-        counted = [creation for index, creation in self._creations(api_key, entries, charges, {}, now_ms).items()
+        counted = [creation for index, creation in charges.creations.items()
                    if index in forwarded and (owner := tenants.owner_of(creation.topic)) is not None
                    and owner.counts_owned]
         return self._creations_in_flight.add(counted, now_ms) if counted else None
@@ -375,7 +371,7 @@ class TopicMutationHandler:
         validate_only = bool(getattr(request, "validate_only", False))
         settle = self._settlement(api_key, version, shown, forwarded, charges, caller, client_id, validate_only,
                                   limited)
-        held = None if validate_only else self._held_in_flight(api_key, entries, charges, forwarded, now)
+        held = None if validate_only else self._held_in_flight(charges, forwarded, now)
 
         def finish(upstream_body: memoryview) -> bytes:
             upstream = decode_response(api_key, version, upstream_body)
@@ -454,7 +450,6 @@ class TopicMutationHandler:
             self._cluster.accepted(entry.name, topic_id if topic_id and topic_id.int else None, partitions)
 
 
-
 class AutoCreationUnderTenantCaps:
     """Metadata asking the cluster to create the topics it names (``allow_auto_topic_creation``, with the cluster's
     ``auto.create.topics.enable``) is asked without it when a tenant's cap governs one of them. Kafka's controller
@@ -483,13 +478,11 @@ class AutoCreationUnderTenantCaps:
         request = decode_request(Api.METADATA, header.api_version, frame[header.length:])
         if not request.allow_auto_topic_creation or not request.topics:
             return None
-        creator = tenants.of_user(user)
-        if not any((owner := tenants.owner_of(topic.name)) is not None and owner.counts_owned
-                   or creator is not None and creator.topics_only_under_prefix and not creator.owns(topic.name)
-                   for topic in request.topics if topic.name is not None):
+        if not any(tenants.governs(topic.name, user) for topic in request.topics if topic.name is not None):
             return None
         request.allow_auto_topic_creation = False
         return replacement_request(frame, header, encode_request(Api.METADATA, header.api_version, request))
+
 
 def _repeated(values: Sequence[Hashable]) -> set[Any]:
     return {value for value, count in Counter(values).items() if count > 1}

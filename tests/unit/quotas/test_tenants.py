@@ -189,3 +189,11 @@ def test_the_documented_tenants_load(tmp_path: Path) -> None:
     tenants = tenants_of(example, tmp_path)
     assert [tenant.name for tenant in tenants.all] == ["payments", "search"]
     assert tenants.of_user("pay-batch") is tenants.of_user("ledger") is tenants.all[0]
+
+
+def test_a_cap_governs_a_capped_tenants_topics_and_what_a_prefix_bound_principal_creates_elsewhere() -> None:
+    tenants = Tenants([payments(max_partitions=None, only_under_prefix=True),
+                       Tenant("search", frozenset({"s"}), None, "search.", 10)])
+    assert tenants.governs("search.a") and not tenants.governs("payments.a")
+    assert tenants.governs("scratch", "pay-api") and not tenants.governs("payments.a", "pay-api")
+    assert not tenants.governs("scratch", "alice") and not tenants.governs("scratch")

@@ -479,3 +479,10 @@ def test_a_deletion_of_a_capped_tenants_topic_is_seen_whoever_deletes_it(tmp_pat
     assert cluster.told_deleted == ["p.a"]
     assert mutations.decide(Api.DELETE_TOPICS, 6, client_id="unlimited", timeout_ms=1000,
                             topics=[{"name": "elsewhere", "topic_id": None}]) is FORWARD
+
+
+def test_a_topic_that_exists_asked_for_again_holds_nothing(tmp_path: Path) -> None:
+    """The cluster answers it TOPIC_ALREADY_EXISTS: what it asks for must not count for the requests behind it."""
+    mutations = Mutations(tmp_path, StubCluster({"p.old": 1}), rate=100, tenants=PAYMENTS)
+    assert forwarded(create_topics(mutations, new_topic("p.old", 100), client_id="other")).replacement is None
+    assert forwarded(create_topics(mutations, new_topic("p.new", 9), client_id="other")).replacement is None
