@@ -47,6 +47,10 @@ class Tenant:
     def owns(self, topic: str) -> bool:
         return self.topic_prefix is not None and topic.startswith(self.topic_prefix)
 
+    def keeps_out(self, topic: str) -> bool:
+        """Its principals may not create ``topic``: it is outside the prefix they create topics only under."""
+        return self.topics_only_under_prefix and not self.owns(topic)
+
     @property
     def counts_owned(self) -> bool:
         """It has a cap on the topics or partitions it owns: what it owns is read to create more."""
@@ -87,7 +91,7 @@ class Tenants:
         if owner is not None and owner.counts_owned:
             return True
         tenant = None if creator is None else self.of_user(creator)
-        return tenant is not None and tenant.topics_only_under_prefix and not tenant.owns(topic)
+        return tenant is not None and tenant.keeps_out(topic)
 
     def owner_of(self, topic: str) -> Tenant | None:
         """The tenant whose topic prefix ``topic`` starts with, if any."""
@@ -133,8 +137,7 @@ def refusals(tenants: Tenants, user: str, creations: Mapping[int, Creation],
     refused = {}
     for index in sorted(creations):
         creation = creations[index]
-        if creator is not None and creation.new_topic and creator.topics_only_under_prefix \
-                and not creator.owns(creation.topic):
+        if creator is not None and creation.new_topic and creator.keeps_out(creation.topic):
             refused[index] = (f"Tenant {creator.name} may create topics only under its prefix "
                               f"'{creator.topic_prefix}': '{creation.topic}' is not.")
             continue
