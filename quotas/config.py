@@ -201,7 +201,7 @@ class QuotaConfig:
         """``modes``: the entities whose entry sets its own mode (the others take ``settings.quota_mode``);
         ``origins``: where each entity's limit of each type was set, as a person reads it (for ``explain``)."""
         self.settings = settings or QuotaSettings()
-        self.tenants = tenants or Tenants()
+        self.tenants = Tenants() if tenants is None else tenants
         self.entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] = dict(entries or {})
         self.modes: Mapping[QuotaEntity, QuotaMode] = dict(modes or {})
         self.origins: Mapping[tuple[QuotaEntity, QuotaType], str] = dict(origins or {})

@@ -77,9 +77,6 @@ class Tenants:
         # bounded: a prefix match for every distinct principal must not grow memory without limit
         self._cached_of_user = lru_cache(maxsize=_USER_CACHE_SIZE)(self._of_user)
 
-    def __bool__(self) -> bool:
-        return bool(self.all)
-
     def of_user(self, user: str) -> Tenant | None:
         """The tenant ``user`` belongs to, if any."""
         return self._cached_of_user(user)

@@ -58,7 +58,7 @@ def test_a_tenant_that_is_not_limited_to_a_prefix_may_say_so_without_one(tmp_pat
 
 
 def test_a_file_without_tenants_has_none_and_overrides_keep_the_files(tmp_path: Path) -> None:
-    assert not tenants_of('[[quota]]\nuser = "a"\nproducer_byte_rate = 1000\n', tmp_path)
+    assert not tenants_of('[[quota]]\nuser = "a"\nproducer_byte_rate = 1000\n', tmp_path).all
     tenants = tenants_of(PAYMENTS, tmp_path)
     altered = overlaid(load_quota_file(tmp_path / "quotas.toml"),
                        {QuotaEntity(user="a"): {QuotaType.PRODUCER_BYTE_RATE: 2000}}, None)
