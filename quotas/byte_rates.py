@@ -1,5 +1,7 @@
 """Byte-rate quotas (KIP-13): ``producer_byte_rate`` and ``consumer_byte_rate`` per user and client id, per topic
-too, and ``request_rate`` (each request recorded as 1): Kafka's sampled rate, a throttle when it is over the quota."""
+too, and ``request_rate`` (each request recorded as 1): Kafka's sampled rate, a throttle when it is over the quota.
+A tenant's budget of these types is charged beside the quota of the principal and client id, the larger throttle
+given, as Kafka gives the largest of the throttles of the sensors a request records to."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import NamedTuple
 
 from quotas.config import QuotaConfig, QuotaKey, QuotaScope, QuotaType, ResolvedQuota, Window
 from quotas.decisions import UNLIMITED, Decision, Requester
-from quotas.entities import IDLE_EXPIRY_MS, EntityState, EntityTable, RateShadow, ThrottleCounters, user_of
+from quotas.entities import IDLE_EXPIRY_MS, EntityState, EntityTable, RateShadow, ThrottleCounters
 from quotas.fleet import SharedUsage
 from quotas.rate import SampledRate, rate_throttle_ms
 
@@ -50,7 +52,12 @@ class ByteRateManager(ThrottleCounters):
         super().__init__()
         self.config = config
         self.quota_type = quota_type
-        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms, user_of)
+        self.entities: EntityTable[QuotaKey, ByteRateState] = EntityTable(idle_expiry_ms, self.holder)
+
+    @staticmethod
+    def holder(key: QuotaKey) -> str:
+        """Who a bucket is held for, as the fleet's publications are sorted (``held_users``): its user."""
+        return key.user
 
     def update_config(self, config: QuotaConfig) -> None:
         self.config = config
@@ -61,7 +68,7 @@ class ByteRateManager(ThrottleCounters):
         window = settings.byte_rate_window
         key = quota.key
         if settings.quota_scope is QuotaScope.BROKER:
-            key = QuotaKey(key.user, key.client_id, broker, key.topic)  # faster than _replace, on every request
+            key = QuotaKey(key.user, key.client_id, broker, key.topic, key.tenant)  # faster than _replace
         state = self.entities.get_or_create(key, now_ms, ByteRateState)
         state.limit = quota.limit
         state.rate.record(size_bytes, now_ms, window)
@@ -117,8 +124,8 @@ class ByteRateManager(ThrottleCounters):
 
     @property
     def held_users(self) -> Container[str]:
-        """The users some bucket of whom this proxy holds: charged here within the idle expiry, the only buckets the
-        fleet's bytes are added to (``absorb``)."""
+        """The users (``holder``) some bucket of whom this proxy holds: charged here within the idle expiry, the only
+        buckets the fleet's bytes are added to (``absorb``)."""
         return self.entities.indexed  # type: ignore[return-value]
 
     def absorb(self, usage: SharedUsage, now_ms: int) -> None:
@@ -150,10 +157,29 @@ class ByteRateManager(ThrottleCounters):
         return FetchWindow(min(enforced) * (window.num - 1) * window.size_s if enforced else None)
 
 
+class TenantBudgets(ByteRateManager):
+    """The budgets of tenants (``QuotaConfig.resolve_tenant``) of one type: a bucket per tenant, whichever of its
+    principals is charged, with the byte rates' math. Charged by the ``ClientQuotaManager`` of the type."""
+
+    @staticmethod
+    def holder(key: QuotaKey) -> str:
+        return key.tenant
+
+
 class ClientQuotaManager(ByteRateManager):
     """``producer_byte_rate`` or ``consumer_byte_rate``: record the bytes (a Produce request's size, a
     Fetch response's), throttle when the rate is above the quota. Kafka runs one of these per type.
-    ``request_rate`` is one too, each request recorded as 1."""
+    ``request_rate`` is one too, each request recorded as 1. The requester's tenant's budget (``tenants``) is
+    charged too."""
+
+    def __init__(self, config: QuotaConfig, quota_type: QuotaType = QuotaType.PRODUCER_BYTE_RATE,
+                 idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+        super().__init__(config, quota_type, idle_expiry_ms)
+        self.tenants = TenantBudgets(config, quota_type, idle_expiry_ms)
+
+    def update_config(self, config: QuotaConfig) -> None:
+        super().update_config(config)
+        self.tenants.update_config(config)
 
     def record(self, requester: Requester, size_bytes: int, now_ms: int) -> Decision:
         return self._record(requester, size_bytes, now_ms, taken_back_when_throttled=False)
@@ -166,15 +192,39 @@ class ClientQuotaManager(ByteRateManager):
 
     def _record(self, requester: Requester, size_bytes: int, now_ms: int, taken_back_when_throttled: bool
                 ) -> Decision:
-        quota = self.config.resolve(self.quota_type, requester.user, requester.client_id)
-        if quota is None:
-            return UNLIMITED
-        return self._charge(quota, size_bytes, now_ms, requester.broker, taken_back_when_throttled)
+        config = self.config
+        quota = config.resolve(self.quota_type, requester.user, requester.client_id)
+        budget = config.resolve_tenant(self.quota_type, requester.user)
+        if budget is None:
+            if quota is None:
+                return UNLIMITED
+            return self._charge(quota, size_bytes, now_ms, requester.broker, taken_back_when_throttled)
+        own = UNLIMITED if quota is None else self._charge(
+            quota, size_bytes, now_ms, requester.broker, taken_back_when_throttled)
+        if not own.admitted:
+            return own  # answered without its records: nothing reached the tenant either
+        shared = self.tenants._charge(budget, size_bytes, now_ms, requester.broker, taken_back_when_throttled)
+        if not shared.admitted:
+            self.take_back(own, size_bytes, now_ms)
+        return _largest([own, shared])
+
+    def take_back_recorded(self, requester: Requester, size_bytes: int, now_ms: int) -> None:
+        """Undo an admitted ``record_unless_throttled`` of ``requester`` (``take_back``), in its own bucket and its
+        tenant's: the answer was refused for another quota's sake."""
+        config = self.config
+        for manager, quota in ((self, config.resolve(self.quota_type, requester.user, requester.client_id)),
+                               (self.tenants, config.resolve_tenant(self.quota_type, requester.user))):
+            if quota is not None:
+                key = quota.key
+                if config.settings.quota_scope is QuotaScope.BROKER:
+                    key = key._replace(broker=requester.broker)
+                manager.take_back(Decision(True, 0, key), size_bytes, now_ms)
 
     def fetch_window(self, user: str, client_id: str) -> FetchWindow | None:
-        """What (user, client_id)'s quota makes of a fetch, or None without one."""
-        quota = self.config.resolve(self.quota_type, user, client_id)
-        return None if quota is None else self._fetch_window([quota])
+        """What (user, client_id)'s quota and its tenant's budget make of a fetch, or None without either."""
+        quotas = [quota for quota in (self.config.resolve(self.quota_type, user, client_id),
+                                      self.config.resolve_tenant(self.quota_type, user)) if quota is not None]
+        return self._fetch_window(quotas) if quotas else None
 
 
 class TopicQuotaManager(ByteRateManager):

@@ -28,6 +28,8 @@ ANONYMOUS = "ANONYMOUS"
 
 
 _IP_TYPES = types_taking(EntityKind.IP)
+TENANT_TYPES = types_taking(EntityKind.TENANT)
+"""The quota types a tenant's budget may set."""
 TOPIC_TYPES = types_taking(EntityKind.TOPIC)
 """The bytes produced to and consumed from a topic."""
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -69,14 +71,22 @@ class QuotaConfigError(ValueError):
 class QuotaEntity:
     """``user``/``client_id``: a name, ``DEFAULT``, or None when that part is absent; or, alone, an
     ``ip`` (an address, or ``DEFAULT``), the entity of Kafka's connection creation rate; or a ``topic``
-    (a name or ``DEFAULT``), alone (one budget for the topic) or with a user (that user's bytes of it)."""
+    (a name or ``DEFAULT``), alone (one budget for the topic) or with a user (that user's bytes of it); or, alone,
+    a ``tenant`` (the name of a ``[[tenant]]``: one budget its principals share)."""
 
     user: str | None = None
     client_id: str | None = None
     ip: str | None = None
     topic: str | None = None
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
+        if self.tenant is not None:
+            if (self.user, self.client_id, self.ip, self.topic) != (None, None, None, None):
+                raise QuotaConfigError("a tenant entity stands alone (no user, client-id, ip or topic)")
+            if not isinstance(self.tenant, str) or not self.tenant:
+                raise QuotaConfigError(f"tenant must be the name of a [[tenant]], got {self.tenant!r}")
+            return
         if self.ip is not None:
             if self.user is not None or self.client_id is not None or self.topic is not None:
                 raise QuotaConfigError("an ip entity stands alone (no user, client-id or topic)")
@@ -97,6 +107,8 @@ class QuotaEntity:
     def describe(self) -> str:
         if self.ip is not None:
             return f"ip={self.ip}"
+        if self.tenant is not None:
+            return f"tenant={self.tenant}"
         parts = []
         if self.user is not None:
             parts.append(f"user={self.user}")
@@ -129,6 +141,8 @@ class QuotaKey(NamedTuple):
     """The upstream broker, for byte-rate quotas in ``broker`` scope (Kafka's: one budget per broker)."""
     topic: str = ""
     """The topic of a topic quota's bucket; "" for every other quota."""
+    tenant: str = ""
+    """The tenant of a tenant's budget (``user`` and ``client_id`` empty); "" for every other quota."""
 
 
 class ResolvedQuota(NamedTuple):
@@ -140,7 +154,7 @@ class ResolvedQuota(NamedTuple):
     """The entity's quotas are observed, not enforced (``QuotaMode.OBSERVE``)."""
     level: int = 0
     """Which of Kafka's eight levels matched, from 1 (user and client id) to 8 (the default client id); for a
-    topic quota, which of its six (``QuotaConfig.resolve_topic``)."""
+    topic quota, which of its six (``QuotaConfig.resolve_topic``); 0 for a tenant's budget."""
 
 
 class IpQuota(NamedTuple):
@@ -190,8 +204,8 @@ _RESOLUTION_CACHE_SIZE = 65_536
 class QuotaConfig:
     """An immutable snapshot of every quota; replaced whole when the configuration changes."""
 
-    __slots__ = ("settings", "entries", "modes", "origins", "tenants", "_by_type", "_by_topic", "_ip_rates",
-                 "_cached_resolve", "_cached_resolve_topic")
+    __slots__ = ("settings", "entries", "modes", "origins", "tenants", "_by_type", "_by_topic", "_by_tenant",
+                 "_ip_rates", "_cached_resolve", "_cached_resolve_topic")
 
     def __init__(self, settings: QuotaSettings | None = None,
                  entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None,
@@ -210,12 +224,15 @@ class QuotaConfig:
             t: {} for t in QuotaType}
         self._by_topic: dict[QuotaType, dict[tuple[str | None, str], tuple[QuotaEntity, float, bool]]] = {
             t: {} for t in TOPIC_TYPES}
+        self._by_tenant: dict[QuotaType, dict[str, tuple[QuotaEntity, float, bool]]] = {t: {} for t in TENANT_TYPES}
         self._ip_rates: dict[str, IpQuota] = {}
         for entity, quotas in self.entries.items():
             observed = self.mode_of(entity) is QuotaMode.OBSERVE
             for quota_type, limit in quotas.items():
                 validate_quota(entity, quota_type, limit)
-                if entity.ip is not None:
+                if entity.tenant is not None:
+                    self._by_tenant[quota_type][entity.tenant] = (entity, float(limit), observed)
+                elif entity.ip is not None:
                     self._ip_rates[entity.ip] = IpQuota(float(limit), entity, observed)
                 elif entity.topic is not None:
                     self._by_topic[quota_type][(entity.user, entity.topic)] = (entity, float(limit), observed)
@@ -230,8 +247,8 @@ class QuotaConfig:
         return self._cached_resolve(quota_type, user, client_id)
 
     def configures(self, quota_type: QuotaType) -> bool:
-        """Some user or client-id entity has a quota of ``quota_type``."""
-        return bool(self._by_type[quota_type])
+        """Some user, client-id or tenant entity has a quota of ``quota_type``."""
+        return bool(self._by_type[quota_type] or self._by_tenant.get(quota_type))
 
     def resolve_topic(self, quota_type: QuotaType, user: str, topic: str) -> ResolvedQuota | None:
         """The topic quota applying to ``user``'s bytes of ``topic`` (``TOPIC_TYPES``), or None.
@@ -241,6 +258,19 @@ class QuotaConfig:
         topic alone and the default topic alone. A quota with a user is a budget per user and topic; one
         without, a budget per topic that every user shares (``QuotaKey.user`` empty)."""
         return self._cached_resolve_topic(quota_type, user, topic)
+
+    def resolve_tenant(self, quota_type: QuotaType, user: str) -> ResolvedQuota | None:
+        """The budget of ``user``'s tenant (``Tenants.of_user``), one bucket every principal of the tenant shares
+        (``QuotaKey.tenant``); None when the user has no tenant or its tenant no budget of ``quota_type``. A tenant
+        named by a budget and no longer in the file (an override set before the file changed) has no principals."""
+        budgets = self._by_tenant.get(quota_type)
+        if not budgets:
+            return None
+        tenant = self.tenants.of_user(user)
+        found = None if tenant is None else budgets.get(tenant.name)
+        if found is None:
+            return None
+        return ResolvedQuota(QuotaKey("", "", "", "", found[0].tenant or ""), found[1], found[0], found[2])
 
     def configures_topics(self, quota_type: QuotaType) -> bool:
         """Some topic entity has a quota of ``quota_type``."""
@@ -295,13 +325,17 @@ class QuotaConfig:
 
 def validate_quota(entity: QuotaEntity, quota_type: QuotaType, limit: Any) -> None:
     spec = QUOTA_TYPES[quota_type]
+    if entity.tenant is not None and quota_type not in TENANT_TYPES:
+        raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
+                               f"(a tenant entity takes {', '.join(sorted(TENANT_TYPES))} only)")
     if entity.topic is not None and quota_type not in TOPIC_TYPES:
         raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
                                f"(a topic entity takes {', '.join(sorted(TOPIC_TYPES))} only)")
     if entity.ip is not None and quota_type not in _IP_TYPES:
         raise QuotaConfigError(f"{quota_type} does not apply to {entity.describe()} "
                                f"(an ip entity takes {', '.join(sorted(_IP_TYPES))} only)")
-    if entity.ip is None and spec.user_only and (entity.user is None or entity.client_id is not None):
+    if entity.ip is None and entity.tenant is None and spec.user_only and (
+            entity.user is None or entity.client_id is not None):
         raise QuotaConfigError(f"{quota_type} applies to users only, not to {entity.describe()}")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
         raise QuotaConfigError(f"{quota_type} must be a number, got {limit!r}")
@@ -325,7 +359,7 @@ _MODE_SETTING = "producer.id.quota.mode"
 _FALSE_POSITIVE_SETTING = "producer.id.quota.false.positive.rate"
 _SCOPE_SETTING = "quota.scope"
 _QUOTA_MODE_SETTING = "quota.mode"
-_ENTITY_KEYS = {"user", "client-id", "ip", "topic"}
+_ENTITY_KEYS = {"user", "client-id", "ip", "topic", "tenant"}
 _ENTRY_MODE_KEY = "mode"
 
 
@@ -400,7 +434,8 @@ def parse_entries(raw_entries: Iterable[Any], where: str = "") -> QuotaEntries:
         if not isinstance(raw, dict):
             raise QuotaConfigError(f"{label}: must be a table")
         try:
-            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"))
+            entity = QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"),
+                                 raw.get("tenant"))
         except QuotaConfigError as error:
             raise QuotaConfigError(f"{label}: {error}") from None
         label = f"{label} ({entity.describe()})"
@@ -450,6 +485,7 @@ def parse_quota_document(document: Mapping[str, Any], source: str, lines: Sequen
             raise QuotaConfigError("'quota' must be an array of tables ([[quota]])")
         entries = parse_entries(raw_entries)
         tenants = parse_tenants(document.get("tenant", []))
+        _check_tenants_named(entries, tenants)
     except (QuotaConfigError, TenantConfigError) as error:
         raise QuotaConfigError(f"{source}: {error}") from None
     known_lines = len(lines) == len(raw_entries)
@@ -459,6 +495,16 @@ def parse_quota_document(document: Mapping[str, Any], source: str, lines: Sequen
         for quota_type in entries.limits[entity]:
             origins[(entity, quota_type)] = where
     return QuotaConfig(settings, entries.limits, entries.modes, origins, tenants)
+
+
+def _check_tenants_named(entries: QuotaEntries, tenants: Tenants) -> None:
+    """Every tenant a ``[[quota]]`` of the file names is one of its ``[[tenant]]`` entries."""
+    for entity, number in entries.numbers.items():
+        if entity.tenant is not None and tenants.named(entity.tenant) is None:
+            names = sorted(tenant.name for tenant in tenants.all)
+            known = f" (the file's tenants: {', '.join(names)})" if names else " (the file has none)"
+            raise QuotaConfigError(f"[[quota]] #{number} ({entity.describe()}): no [[tenant]] is named "
+                                   f"{entity.tenant!r}{known}")
 
 
 def load_quota_file(path: Path) -> QuotaConfig:

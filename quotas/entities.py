@@ -117,10 +117,6 @@ State = TypeVar("State", bound=EntityState)
 Key = TypeVar("Key", bound=Hashable)
 
 
-def user_of(key: QuotaKey) -> str:
-    return key.user
-
-
 class EntityTable(Generic[Key, State]):
     """Per-entity state, least recently used first; idle entries go as new ones arrive."""
 

@@ -19,6 +19,7 @@ from quotas.config import (
     QuotaKey,
     QuotaMode,
     QuotaType,
+    ResolvedQuota,
     normalized_ip,
 )
 from quotas.quota_types import QUOTA_TYPES
@@ -66,7 +67,8 @@ class Explanation(NamedTuple):
         if self.entity is None:
             return {"quota_type": self.quota_type.value, **asked, "quota": None}
         entity = {name: value for name, value in (("user", self.entity.user), ("client-id", self.entity.client_id),
-                                                  ("ip", self.entity.ip), ("topic", self.entity.topic))
+                                                  ("ip", self.entity.ip), ("topic", self.entity.topic),
+                                                  ("tenant", self.entity.tenant))
                   if value is not None}
         return {"quota_type": self.quota_type.value, **asked, "quota": self.limit, "mode": str(self.mode),
                 "entity": entity, "level": self.level, "origin": self.origin}
@@ -153,7 +155,16 @@ def explain(config: QuotaConfig, who: Client) -> list[Explanation]:
     if who.topic is not None:
         explanations.extend(_explain_topic(config, quota_type, who.user, who.topic) for quota_type in QuotaType
                             if quota_type in TOPIC_TYPES)
+    explanations.extend(_explain_tenant_budget(config, quota_type, quota) for quota_type in QuotaType
+                        if (quota := config.resolve_tenant(quota_type, who.user)) is not None)
     return explanations
+
+
+def _explain_tenant_budget(config: QuotaConfig, quota_type: QuotaType, quota: ResolvedQuota) -> Explanation:
+    """A budget of the user's tenant, charged beside the user's quota of the type (the larger throttle given)."""
+    return Explanation(quota_type, quota.entity, quota.limit, config.mode_of(quota.entity),
+                       config.origins.get((quota.entity, quota_type), _UNRECORDED),
+                       f"tenant {quota.key.tenant}'s budget, shared by its principals", quota.key)
 
 
 def _explain_topic(config: QuotaConfig, quota_type: QuotaType, user: str, topic: str) -> Explanation:

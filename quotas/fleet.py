@@ -10,13 +10,14 @@ than the window it would fall into. Pure: no I/O, no clock of its own.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from quotas.config import TOPIC_TYPES, QuotaKey, QuotaType
+from quotas.config import TENANT_TYPES, TOPIC_TYPES, QuotaKey, QuotaType
 from quotas.quota_types import QUOTA_TYPES, FleetSharing, types_shared
 
 FORMAT_VERSION = 1
@@ -29,9 +30,18 @@ MAX_PENDING_ENTRIES = 100_000
 storm of new entities) new ones are counted as dropped rather than held."""
 
 
-HeldUsers = Callable[[QuotaType, bool], Container[str] | None]
-"""The users of the buckets of a quota type (a topic's, when the flag is set) a reader keeps, whose usage by the others
-it adds (``Publication.decode``); None: it keeps them all."""
+class Holder(enum.IntEnum):
+    """Whose bucket a usage entry is, told by its length: a principal's (five elements), a topic's (a sixth, its
+    topic) or a tenant's (a seventh, its tenant, the topic empty)."""
+
+    PRINCIPAL = 5
+    TOPIC = 6
+    TENANT = 7
+
+
+HeldUsers = Callable[[QuotaType, Holder], Container[str] | None]
+"""The users (of a tenant's buckets, the tenants) of the buckets of a quota type a reader keeps, whose usage by the
+others it adds (``Publication.decode``); None: it keeps them all."""
 
 
 class FleetRecordError(ValueError):
@@ -67,7 +77,7 @@ class Publication:
     def encode(self) -> bytes:
         return json.dumps({
             "v": FORMAT_VERSION, "instance": self.instance, "oldest_ms": self.oldest_ms,
-            "usage": [[str(u.quota_type), u.key.user, u.key.client_id, u.amount, u.limit, *_topic_of(u.key)]
+            "usage": [[str(u.quota_type), u.key.user, u.key.client_id, u.amount, u.limit, *_bucket_of(u.key)]
                       for u in self.usage],
             "pids": [[p.user, p.limit, list(p.producer_ids)] for p in self.producer_ids],
         }, separators=(",", ":")).encode()
@@ -97,8 +107,10 @@ class Publication:
         return publication
 
 
-def _topic_of(key: QuotaKey) -> list[str]:
-    """A topic quota's bucket names its topic as a sixth element; the other buckets have five."""
+def _bucket_of(key: QuotaKey) -> list[str]:
+    """A topic quota's bucket names its topic as a sixth element, a tenant's its tenant as a seventh (``Holder``)."""
+    if key.tenant:
+        return ["", key.tenant]
     return [key.topic] if key.topic else []
 
 
@@ -111,25 +123,28 @@ def _usage_entries(entries: list[list[object]], held: HeldUsers | None) -> tuple
     # a member of a fleet of a hundred reads 100,000 entries a second, most of them of buckets it does not keep:
     # those are passed over on their user, before anything is made of them
     users = None if held is None else {
-        name: (held(quota_type, False), held(quota_type, True))
+        name: {holder: held(quota_type, holder) for holder in Holder}
         for name, quota_type in _QUOTA_TYPES.items()}
     usage = []
     for entry in entries:
-        if len(entry) == 5:
+        topic: object = ""
+        tenant: object = ""
+        if len(entry) == Holder.PRINCIPAL:
             kind, user, client, amount, limit = entry
-            topic: object = ""
-        elif len(entry) == 6:
+        elif len(entry) == Holder.TOPIC:
             kind, user, client, amount, limit, topic = entry
+        elif len(entry) == Holder.TENANT:
+            kind, user, client, amount, limit, topic, tenant = entry
         else:
-            raise FleetRecordError(f"a usage entry has {len(entry)} elements, not 5 or 6")
+            raise FleetRecordError(f"a usage entry has {len(entry)} elements, not 5, 6 or 7")
         quota_type = _QUOTA_TYPES[kind]  # type: ignore[index]
         if users is not None:
-            kept = users[kind][len(entry) == 6]  # type: ignore[index]
-            if kept is not None and user not in kept:
+            kept = users[kind][len(entry)]  # type: ignore[index]
+            if kept is not None and (tenant if len(entry) == Holder.TENANT else user) not in kept:
                 continue
         # _make: a NamedTuple's own constructor costs a Python call each; a bucket of a kept user that is not kept
         # itself (another client id) is passed over by ``absorb``
-        key = QuotaKey._make((str(user), str(client), "", str(topic)))
+        key = QuotaKey._make((str(user), str(client), "", str(topic), str(tenant)))
         usage.append(SharedUsage._make((quota_type, key, float(amount), float(limit))))  # type: ignore[arg-type]
     return tuple(usage)
 
@@ -146,6 +161,8 @@ def _check_usage(entry: SharedUsage) -> None:
         raise FleetRecordError(f"usage of type {entry.quota_type} is not shared this way")
     if entry.key.topic and entry.quota_type not in TOPIC_TYPES:
         raise FleetRecordError(f"usage of {entry.key}: a topic's bucket of type {entry.quota_type}")
+    if entry.key.tenant and (entry.quota_type not in TENANT_TYPES or entry.key[:4] != ("", "", "", "")):
+        raise FleetRecordError(f"usage of {entry.key}: a tenant's bucket of type {entry.quota_type}, or naming more")
     if not _positive(entry.limit) or not math.isfinite(entry.amount):
         raise FleetRecordError(f"usage of {entry.key}: limit {entry.limit}, amount {entry.amount}")
     if entry.amount < 0 and not QUOTA_TYPES[entry.quota_type].gives_back:

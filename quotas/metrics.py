@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from quotas.byte_rates import ByteRateManager, TopicQuotaManager
+from quotas.byte_rates import ByteRateManager, TenantBudgets, TopicQuotaManager
 from quotas.config import QuotaKey, QuotaType
 from quotas.connection_quotas import ConnectionQuotas
 from quotas.entities import EntityTable
@@ -32,6 +32,8 @@ _BYTE_RATE_LABELS = [*_ENTITY_LABELS, "broker"]
 _TOPIC_LABELS = ["user", "topic"]
 """A topic quota's bucket: the user is empty for a topic's budget that every user shares."""
 _TOPIC_RATE_LABELS = [*_TOPIC_LABELS, "broker"]
+_TENANT_LABELS = ["tenant"]
+_TENANT_RATE_LABELS = [*_TENANT_LABELS, "broker"]
 MAX_ENTITY_SERIES = 1000
 OTHERS = "<others>"
 """The label values of the series summing the entities beyond the busiest ``MAX_ENTITY_SERIES``."""
@@ -51,15 +53,19 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
 
 
 Manager = ByteRateManager | ControllerMutationQuotaManager | ProducerIdQuotaManager | UserConnectionRateManager
-EntityOf = Callable[[QuotaKey], tuple[str, str]]
+EntityOf = Callable[[QuotaKey], tuple[str, ...]]
 
 
-def _principal(key: QuotaKey) -> tuple[str, str]:
+def _principal(key: QuotaKey) -> tuple[str, ...]:
     return key.user, key.client_id
 
 
-def _topic_entity(key: QuotaKey) -> tuple[str, str]:
+def _topic_entity(key: QuotaKey) -> tuple[str, ...]:
     return key.user, key.topic
+
+
+def _tenant(key: QuotaKey) -> tuple[str, ...]:
+    return (key.tenant,)
 
 
 class _EntityUsage:
@@ -76,11 +82,14 @@ class _EntityUsage:
 
 class QuotaMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, managers: Iterable[Manager], clock_ms: Callable[[], int],
-                 connections: ConnectionQuotas | None = None, topics: Iterable[TopicQuotaManager] = ()) -> None:
+                 connections: ConnectionQuotas | None = None, topics: Iterable[TopicQuotaManager] = (),
+                 tenants: Iterable[TenantBudgets] = ()) -> None:
         """``managers``: one per quota type of user and client-id entities; the families each has are named in
-        ``QUOTA_TYPES``. ``topics``: the byte rates of topic entities."""
+        ``QUOTA_TYPES``. ``topics``: the byte rates of topic entities; ``tenants``: the budgets of tenants (their
+        families under ``kafka_quota_proxy_tenant_``, labelled by tenant: as many series as the file has tenants)."""
         self._managers = list(managers)
         self._topic_managers = list(topics)
+        self._tenant_budgets = list(tenants)
         self._connections = connections
         self._clock_ms = clock_ms
         registry.register(self)
@@ -101,6 +110,11 @@ class QuotaMetrics(Collector):
             assert spec.metric is not None and spec.topic_unit is not None  # the types a topic may set have both
             yield from self._rate_metrics(spec.metric, spec.topic_unit, topics, now_ms,
                                           "kafka_quota_proxy_topic", _topic_entity, _TOPIC_RATE_LABELS)
+        for budgets in self._tenant_budgets:
+            spec = QUOTA_TYPES[budgets.quota_type]
+            assert spec.metric is not None  # the types a tenant may set have one
+            yield from self._rate_metrics(spec.metric, f"{spec.unit} of a tenant's principals", budgets, now_ms,
+                                          "kafka_quota_proxy_tenant", _tenant, _TENANT_RATE_LABELS)
         throttled = CounterMetricFamily("kafka_quota_proxy_throttled_requests",
                                         "Requests answered with a throttle time, by quota type",
                                         labels=["quota_type"])
@@ -112,13 +126,14 @@ class QuotaMetrics(Collector):
             rejected.add_metric([manager.quota_type.value], manager.rejected)
         yield throttled
         yield rejected
-        if self._topic_managers:
-            topic_throttled = CounterMetricFamily("kafka_quota_proxy_topic_throttled_requests",
-                                                  "Requests answered with a topic quota's throttle time",
-                                                  labels=["quota_type"])
-            for topics in self._topic_managers:
-                topic_throttled.add_metric([topics.quota_type.value], topics.throttled)
-            yield topic_throttled
+        for prefix, whose, managers in (("topic", "a topic quota's", self._topic_managers),
+                                        ("tenant", "a tenant's budget's", self._tenant_budgets)):
+            if managers:
+                family = CounterMetricFamily(f"kafka_quota_proxy_{prefix}_throttled_requests",
+                                             f"Requests answered with {whose} throttle time", labels=["quota_type"])
+                for manager in managers:
+                    family.add_metric([manager.quota_type.value], manager.throttled)
+                yield family
         for manager in self._managers:
             if isinstance(manager, ProducerIdQuotaManager):
                 yield CounterMetricFamily("kafka_quota_proxy_producer_ids_admitted",
@@ -138,11 +153,14 @@ class QuotaMetrics(Collector):
             principals.observed.add_metric(labels, connections.observed_throttled)
             principals.observed_ms.add_metric(labels, connections.observed_delay_ms)
         yield from principals.families()
-        if self._topic_managers:
-            topics = _UsageFamilies("kafka_quota_proxy_topic", _TOPIC_LABELS)
-            for topic_manager in self._topic_managers:
-                topics.add(topic_manager, now_ms, _topic_entity)
-            yield from topics.families()
+        for prefix, entity_labels, entity_of, managers in (
+                ("kafka_quota_proxy_topic", _TOPIC_LABELS, _topic_entity, self._topic_managers),
+                ("kafka_quota_proxy_tenant", _TENANT_LABELS, _tenant, self._tenant_budgets)):
+            if managers:
+                families = _UsageFamilies(prefix, entity_labels)
+                for manager in managers:
+                    families.add(manager, now_ms, entity_of)
+                yield from families.families()
 
     @staticmethod
     def _rate_metrics(rate_name: str, what: str, manager: ByteRateManager, now_ms: int,
@@ -162,8 +180,8 @@ class QuotaMetrics(Collector):
             rate.add_metric(labels, value)
             throttle.add_metric(labels, state.last_throttle_ms)
         if others:
-            rate.add_metric([OTHERS] * 3, sum(value for _, value in others))
-            throttle.add_metric([OTHERS] * 3, max(state.last_throttle_ms for state, _ in others))
+            rate.add_metric([OTHERS] * len(labels), sum(value for _, value in others))
+            throttle.add_metric([OTHERS] * len(labels), max(state.last_throttle_ms for state, _ in others))
         yield rate
         yield throttle
 
@@ -195,6 +213,7 @@ class _UsageFamilies:
     two parts of an entity (user and client id, or user and topic)."""
 
     def __init__(self, prefix: str, entity_labels: list[str]) -> None:
+        self._others = (OTHERS,) * len(entity_labels)
         labels = ["quota_type", *entity_labels]
         self.throttled = CounterMetricFamily(f"{prefix}_throttle_time_ms",
                                              "The throttle times given (or asked of a refused request), summed",
@@ -218,9 +237,9 @@ class _UsageFamilies:
             summed.throttle_time_ms = sum(usage.throttle_time_ms for usage, _ in others)
             summed.observed_throttled = sum(usage.observed_throttled for usage, _ in others)
             summed.observed_throttle_ms = sum(usage.observed_throttle_ms for usage, _ in others)
-            kept.append(((OTHERS, OTHERS), summed, summed.ratio))
-        for (first, second), usage, _ in kept:
-            labels = [quota_type, first, second]
+            kept.append((self._others, summed, summed.ratio))
+        for entity, usage, _ in kept:
+            labels = [quota_type, *entity]
             self.ratio.add_metric(labels, usage.ratio)
             if usage.throttle_time_ms:
                 self.throttled.add_metric(labels, usage.throttle_time_ms)
@@ -235,10 +254,10 @@ class _UsageFamilies:
         yield self.observed_ms
 
 
-def _entity_usage(manager: Manager, now_ms: int, entity_of: EntityOf) -> dict[tuple[str, str], _EntityUsage]:
+def _entity_usage(manager: Manager, now_ms: int, entity_of: EntityOf) -> dict[tuple[str, ...], _EntityUsage]:
     window = manager.config.settings.window_for(manager.quota_type)
     entities: EntityTable[Any, Any] = manager.entities
-    usages: dict[tuple[str, str], _EntityUsage] = {}
+    usages: dict[tuple[str, ...], _EntityUsage] = {}
     for key, state in entities.items():
         entity = entity_of(key)
         usage = usages.get(entity)

@@ -26,12 +26,12 @@ _READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
 def entity_fields(entity: QuotaEntity) -> dict[str, str]:
     """The entity's parts as the overrides' JSON names them."""
     return {name: value for name, value in (
-        ("user", entity.user), ("client-id", entity.client_id), ("ip", entity.ip), ("topic", entity.topic))
-        if value is not None}
+        ("user", entity.user), ("client-id", entity.client_id), ("ip", entity.ip), ("topic", entity.topic),
+        ("tenant", entity.tenant)) if value is not None}
 
 
 def _entity(raw: dict[str, str]) -> QuotaEntity:
-    return QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"))
+    return QuotaEntity(raw.get("user"), raw.get("client-id"), raw.get("ip"), raw.get("topic"), raw.get("tenant"))
 
 
 def read_overrides(path: Path) -> Overrides:

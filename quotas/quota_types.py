@@ -32,6 +32,8 @@ class EntityKind(enum.StrEnum):
     CLIENT_ID = "client-id"
     IP = "ip"
     TOPIC = "topic"
+    TENANT = "tenant"
+    """A ``[[tenant]]`` of the quota file: one budget every principal of the tenant shares (the proxy's own)."""
 
 
 class Math(enum.StrEnum):
@@ -85,20 +87,21 @@ class QuotaTypeSpec:
 
 
 _USERS_AND_CLIENTS = frozenset({EntityKind.USER, EntityKind.CLIENT_ID})
+_PRINCIPALS = _USERS_AND_CLIENTS | {EntityKind.TENANT}
 _BYTE_WINDOW = ("byte_rate_window", "quota.window.*")
 
 QUOTA_TYPES: Mapping[QuotaType, QuotaTypeSpec] = {
     QuotaType.PRODUCER_BYTE_RATE: QuotaTypeSpec(
         "bytes/s of Produce requests", "record bytes/s written to a topic", True,
-        _USERS_AND_CLIENTS | {EntityKind.TOPIC},
+        _PRINCIPALS | {EntityKind.TOPIC},
         Math.RATE, *_BYTE_WINDOW, FleetSharing.AMOUNTS_HELD, False, "produce_byte_rate",
         "KIP-13 (`ClientQuotaManager`); topic entities are the proxy's own"),
     QuotaType.CONSUMER_BYTE_RATE: QuotaTypeSpec(
-        "bytes/s of Fetch responses", "record bytes/s read from a topic", True, _USERS_AND_CLIENTS | {EntityKind.TOPIC},
+        "bytes/s of Fetch responses", "record bytes/s read from a topic", True, _PRINCIPALS | {EntityKind.TOPIC},
         Math.RATE, *_BYTE_WINDOW, FleetSharing.AMOUNTS_HELD, False, "consume_byte_rate",
         "KIP-13 (`ClientQuotaManager`); topic entities are the proxy's own"),
     QuotaType.REQUEST_RATE: QuotaTypeSpec(
-        "requests/s, every api but ApiVersions and SASL's", None, False, _USERS_AND_CLIENTS, Math.RATE, *_BYTE_WINDOW,
+        "requests/s, every api but ApiVersions and SASL's", None, False, _PRINCIPALS, Math.RATE, *_BYTE_WINDOW,
         FleetSharing.AMOUNTS_HELD, False, "request_rate", "the proxy's own (Kafka's `request_percentage` is a share "
         "of its threads' time)"),
     QuotaType.CONTROLLER_MUTATION_RATE: QuotaTypeSpec(

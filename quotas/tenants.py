@@ -81,6 +81,9 @@ class Tenants:
         """The tenant ``user`` belongs to, if any."""
         return self._cached_of_user(user)
 
+    def named(self, name: str) -> Tenant | None:
+        return next((tenant for tenant in self.all if tenant.name == name), None)
+
     def governs(self, topic: str, creator: str | None = None) -> bool:
         """A cap may refuse ``topic``: its tenant caps what it owns, or it is outside the prefix ``creator``'s tenant
         creates topics under (``creator``: the principal creating it, when it is created)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from protocol.apis import Api
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess, request_once
-from proxy.handlers.client_quotas import CLIENT_ID, IP, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, TOPIC, USER
+from proxy.handlers.client_quotas import CLIENT_ID, IP, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, TENANT, TOPIC, USER
 from proxy.security.tls import ReloadingContext, TlsConfigError, UpstreamTls
 from proxy.security.users import (
     MECHANISMS,
@@ -37,7 +37,7 @@ from quotas.config import ANONYMOUS, QuotaConfig, QuotaConfigError, load_quota_f
 from quotas.explain import explain, explain_tenant, parse_client
 from quotas.overrides import OVERRIDES_FILE, overlaid, read_overrides
 
-_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP, "topics": TOPIC}
+_ENTITY_TYPES = {"users": USER, "clients": CLIENT_ID, "ips": IP, "topics": TOPIC, "tenants": TENANT}
 _CLIENT_QUOTAS_VERSION = 1
 _TIMEOUT_S = 30.0
 _MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -245,6 +245,6 @@ def _number(value: float) -> str:
 
 
 def _describe_entity(components: list[Any]) -> str:
-    words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip", TOPIC: "topic"}
+    words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip", TOPIC: "topic", TENANT: "tenant"}
     return " and ".join(f"the default {words[entity_type]}" if match == MATCH_DEFAULT
                         else f"{words[entity_type]} '{name}'" for entity_type, match, name in components)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -38,7 +38,7 @@ from proxy.settings.definitions import Table, TableKey
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.byte_rates import ByteRateManager, ClientQuotaManager
 from quotas.config import QuotaType
-from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Publication, UsageShare
+from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Holder, Publication, SharedUsage, UsageShare
 from quotas.mutations import ControllerMutationQuotaManager
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Fleet(Collector):
         self._quotas = quotas
         self._urgent = asyncio.Event()
         self.share = UsageShare(settings.publish_interval_ms / 1000, self._urgent.set)
-        for manager in (*quotas.managers.values(), *quotas.topic_managers.values()):
+        for manager in (*quotas.managers.values(), *quotas.topic_managers.values(), *quotas.tenant_budgets.values()):
             manager.share = self.share
 
         def client() -> ClusterClient:
@@ -266,21 +266,26 @@ class Fleet(Collector):
         settings = quotas.config.settings
         # looked up once a publication, not once an entry: a member of a fleet of a hundred reads a hundred
         # thousand entries a second
-        absorbers = {quota_type: (manager.absorb, quotas.topic_managers[quota_type].absorb
-                                  if quota_type in quotas.topic_managers else None)
+        absorbers = {quota_type: (manager.absorb, _absorb_of(quotas.topic_managers.get(quota_type)),
+                                  _absorb_of(quotas.tenant_budgets.get(quota_type)))
                      for quota_type, manager in quotas.managers.items()
                      if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager)
                      and age_s <= settings.window_for(quota_type).length_s}  # else it left the window already
         for usage in publication.usage:
             absorb = absorbers.get(usage.quota_type)
             if absorb is not None:
-                (absorb[1] if usage.key.topic else absorb[0])(usage, now)  # type: ignore[misc]
+                key = usage.key
+                (absorb[2] if key.tenant else absorb[1] if key.topic else absorb[0])(usage, now)  # type: ignore[misc]
         for shared in publication.producer_ids:
             quotas.producer_ids.absorb_producer_ids(shared, now)
 
-    def _held_users(self, quota_type: QuotaType, topic: bool) -> Container[str] | None:
+    def _held_users(self, quota_type: QuotaType, holder: Holder) -> Container[str] | None:
         """Another's usage of a rate is kept only for the buckets charged here (``ByteRateManager.absorb``)."""
-        manager = (self._quotas.topic_managers if topic else self._quotas.managers).get(quota_type)
+        quotas = self._quotas
+        managers: Mapping[QuotaType, object] = (
+            quotas.topic_managers if holder is Holder.TOPIC else quotas.tenant_budgets if holder is Holder.TENANT
+            else quotas.managers)
+        manager = managers.get(quota_type)
         return manager.held_users if isinstance(manager, ByteRateManager) else None
 
     def members(self) -> int:
@@ -319,3 +324,7 @@ class Fleet(Collector):
                                     "How old another member's usage was when this proxy added it (from the start "
                                     "of the interval it covers): the staleness of the fleet's sum",
                                     buckets=self._usage_age.buckets(), sum_value=self._usage_age.sum)
+
+
+def _absorb_of(manager: ByteRateManager | None) -> Callable[[SharedUsage, int], None] | None:
+    return None if manager is None else manager.absorb

@@ -30,7 +30,11 @@ USER = "user"
 CLIENT_ID = "client-id"
 IP = "ip"
 TOPIC = "topic"
-_PROXY_ENTITY_TYPES = {USER, CLIENT_ID, IP, TOPIC}
+TENANT = "tenant"
+_PROXY_ENTITY_TYPES = {USER, CLIENT_ID, IP, TOPIC, TENANT}
+_STANDING_ALONE = (IP, TENANT)
+_PROXY_ONLY_ENTITY_TYPES = {TOPIC, TENANT}
+"""Entity types the cluster does not know (it refuses a filter naming one)."""
 _PROXY_KEYS = {str(quota_type) for quota_type in QuotaType}
 
 
@@ -45,13 +49,18 @@ def entity_key(components: Iterable[Any]) -> EntityKey:
 
 
 def quota_entity(key: EntityKey) -> QuotaEntity:
-    """The proxy's entity for a user/client-id, ip or topic entity key (raises QuotaConfigError otherwise)."""
+    """The proxy's entity for a user/client-id, ip, topic or tenant entity key (raises QuotaConfigError otherwise)."""
     names = dict(key)
-    if len(names) != len(key) or not names or set(names) - _PROXY_ENTITY_TYPES or (IP in names and len(names) > 1):
-        raise QuotaConfigError("an entity is a user, a client-id or both, an ip alone, or a topic with or without "
-                               "a user, each named once")
+    if len(names) != len(key) or not names or set(names) - _PROXY_ENTITY_TYPES or (
+            len(names) > 1 and any(alone in names for alone in _STANDING_ALONE)):
+        raise QuotaConfigError("an entity is a user, a client-id or both, an ip alone, a topic with or without "
+                               "a user, or a tenant alone, each named once")
     if IP in names:
         return QuotaEntity(ip=DEFAULT if names[IP] is None else names[IP])
+    if TENANT in names:
+        if names[TENANT] is None:
+            raise QuotaConfigError("a tenant entity names its tenant (there is no default tenant)")
+        return QuotaEntity(tenant=names[TENANT])
 
     def part(entity_type: str) -> str | None:
         if entity_type not in names:
@@ -65,6 +74,8 @@ def quota_entity(key: EntityKey) -> QuotaEntity:
 def _components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
     if entity.ip is not None:
         return [(IP, None if entity.ip == DEFAULT else entity.ip)]
+    if entity.tenant is not None:
+        return [(TENANT, entity.tenant)]
     return [(entity_type, None if name == DEFAULT else name) for entity_type, name in (
         (USER, entity.user), (CLIENT_ID, entity.client_id), (TOPIC, entity.topic)) if name is not None]
 
@@ -152,6 +163,8 @@ class ClientQuotaHandlers:
             return 0, None
         try:
             entity = quota_entity(key)
+            if entity.tenant is not None and self._quotas.config.tenants.named(entity.tenant) is None:
+                raise QuotaConfigError(f"no [[tenant]] of the quota file is named {entity.tenant!r}")
             entry_changes: dict[QuotaType, float | None] = {}
             for op in ops:
                 quota_type = QuotaType(op.key)
@@ -192,8 +205,8 @@ class ClientQuotaHandlers:
             return _describe_response(version, merged, upstream.throttle_time_ms, 0, None)
 
         async def forward_if_served() -> Outcome:
-            # the cluster has no topic entities (it refuses a filter naming one): only the proxy's answer
-            if any(c.entity_type == TOPIC for c in request.components) or (
+            # the cluster has no topic or tenant entities (it refuses a filter naming one): only the proxy's answer
+            if any(c.entity_type in _PROXY_ONLY_ENTITY_TYPES for c in request.components) or (
                     Api.DESCRIBE_CLIENT_QUOTAS not in await self._cluster_api_keys()):
                 return local_answer(header, _describe_response(version, ours, 0, 0, None))
             return Forward(on_response=OnResponse(finish=merge))

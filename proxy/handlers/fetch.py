@@ -183,7 +183,7 @@ class ConsumedBytes:
             if topic_decision.admitted:
                 self._usage.topic_bytes(user, sizes, fetched=True)
             else:
-                manager.take_back(decision, size, now)
+                manager.take_back_recorded(requester, size, now)
                 decision = decision._replace(admitted=False)
         throttle_ms = max(decision.throttle_ms, topic_decision.throttle_ms)
         self._usage.fetch(user, client_id, size if decision.admitted else 0, throttle_ms)

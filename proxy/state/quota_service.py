@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from allocator.durable import WriteErrors, write_durably
 from proxy.files.watched_file import WatchedFile
-from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
+from quotas.byte_rates import ByteRateManager, ClientQuotaManager, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
 from quotas.explain import Client, explain, explain_tenant
@@ -78,12 +78,15 @@ class QuotaService:
         self.topic_managers: dict[QuotaType, TopicQuotaManager] = {
             manager.quota_type: manager for manager in (self.produce_topics, self.fetch_topics)}
         """The byte rates of topic entities."""
+        self.tenant_budgets = {quota_type: manager.tenants for quota_type, manager in self.managers.items()
+                               if isinstance(manager, ClientQuotaManager)}
+        """The budgets of tenants, charged by the managers of their types."""
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         """Kafka's: the listener's and each IP's."""
         self.user_connections = UserConnectionRateManager(config)
         self._observers: list[Callable[[QuotaConfig], None]] = []
         QuotaMetrics(registry, [*self.managers.values(), self.user_connections], now_ms, self.connections,
-                     self.topic_managers.values())
+                     self.topic_managers.values(), self.tenant_budgets.values())
 
     @property
     def config(self) -> QuotaConfig:
@@ -108,8 +111,11 @@ class QuotaService:
         for explanation in explain(self.config, who):
             answer = explanation.as_json()
             if explanation.limit is not None:
-                manager = managers.get(explanation.quota_type) if explanation.topic is None else \
-                    self.topic_managers[explanation.quota_type]
+                manager: QuotaManager | ByteRateManager | None = managers.get(explanation.quota_type)
+                if explanation.topic is not None:
+                    manager = self.topic_managers[explanation.quota_type]
+                elif explanation.key is not None and explanation.key.tenant:
+                    manager = self.tenant_budgets[explanation.quota_type]
                 if explanation.key is None:  # an IP's
                     rate = None if who.ip is None else self.connections.rate_of(who.ip, now)
                 elif manager is None:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from protocol.apis import Api
+from tests.integration.test_fleet import produce_throttle_ms
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable
+from tests.integration.test_produce_quotas import create_topic
 from tests.support import (
     Cluster,
     ProxyProcess,
@@ -168,3 +170,27 @@ def test_a_clients_api_versions_request_does_not_change_what_the_proxy_forwards(
         assert cluster_quotas(broker, user) == {"request_percentage": 1.0}
     finally:
         remove_cluster_quota(broker, user, "request_percentage")  # leave the shared cluster as it was
+
+
+def test_a_tenants_budget_is_set_described_enforced_and_removed_with_the_quotas_command(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[[tenant]]\nname = "ops"\nusers = ["ANONYMOUS"]\n')
+    proxy = own_proxy("--quota-file", str(quota_file), *admin_config(tmp_path))
+    create_topic(broker.bootstrap, topic)
+    assert produce_throttle_ms(proxy, topic) == 0
+    altered = quotas_command(proxy, "alter", "--entity-type", "tenants", "--entity-name", "ops",
+                             "--add-config", "producer_byte_rate=100000")
+    assert altered.returncode == 0, altered.stderr
+    assert "Completed updating config for tenant 'ops'" in altered.stdout
+    described = quotas_command(proxy, "describe", "--entity-type", "tenants")
+    assert described.stdout.strip() == "Quota configs for tenant 'ops' are producer_byte_rate=100000"
+    assert produce_throttle_ms(proxy, topic) > 0  # 1 MiB over at least 10 s: above 100 kB/s
+    unknown = quotas_command(proxy, "alter", "--entity-type", "tenants", "--entity-name", "nobody",
+                             "--add-config", "producer_byte_rate=100000")
+    assert unknown.returncode == 1 and "no [[tenant]] of the quota file is named 'nobody'" in unknown.stderr
+    removed = quotas_command(proxy, "alter", "--entity-type", "tenants", "--entity-name", "ops",
+                             "--delete-config", "producer_byte_rate")
+    assert removed.returncode == 0, removed.stderr
+    assert quotas_command(proxy, "describe", "--entity-type", "tenants").stdout == ""
+    assert produce_throttle_ms(proxy, topic) == 0

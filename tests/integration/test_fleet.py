@@ -35,9 +35,10 @@ THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3,  # type: ignore[no-untyped-def]
-                quotas_topic: str | None = None, first: int = 0) -> list[ProxyProcess]:
+                quotas_topic: str | None = None, first: int = 0, arguments: tuple[str, ...] = ()
+                ) -> list[ProxyProcess]:
     """``members`` proxies sharing a fresh usage topic (and quota topic, unless named), with ``quotas`` in cluster
-    scope; ANONYMOUS may set quotas (``[admin]``)."""
+    scope; ANONYMOUS may set quotas (``[admin]``). ``arguments``: more of each member's command line."""
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text(quotas.replace("[settings]\n", '[settings]\n"quota.scope" = "cluster"\n'))
     usage_topic = f"usage-{uuid.uuid4().hex[:8]}"
@@ -48,7 +49,7 @@ def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3,  # typ
         config.write_text(f'[fleet]\ntopic = "{usage_topic}"\nquotas-topic = "{quotas_topic}"\n'
                           f'instance-id = "proxy-{member}"\npublish-interval-ms = 200\n'
                           '[admin]\nprincipals = ["User:ANONYMOUS"]\n')
-        proxies.append(own_proxy("--quota-file", str(quota_file), "--config", str(config)))
+        proxies.append(own_proxy("--quota-file", str(quota_file), "--config", str(config), *arguments))
     for proxy in proxies:
         proxy.wait_for_log("fleet: can read the usage topic", timeout_s=30)
         proxy.wait_for_log("client quotas: can read the quota topic", timeout_s=30)

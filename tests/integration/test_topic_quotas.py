@@ -174,11 +174,11 @@ def topic_throttles(proxy: ProxyProcess, quota_type: str) -> float:
 
 
 def held_to_the_model(what: str, elapsed_s: float, throttles_ms: list[int], request_bytes: list[list[int]],
-                      window_num: int = WINDOWS, fetch: bool = False) -> None:
+                      window_num: int = WINDOWS, fetch: bool = False, rate: float = RATE) -> None:
     """Held at least as long as Kafka's model says (the proxy throttles by its own clock from the bytes it charged: a
     busy machine only adds time), and given no more throttle in all than the model gives clients that come back the
     moment their throttle ends (a bound on the time above would be one on the machine's speed)."""
-    expected = kafka_quota_model(request_bytes, RATE, window_num=window_num, fetch=fetch)
+    expected = kafka_quota_model(request_bytes, rate, window_num=window_num, fetch=fetch)
     given_ms = sum(throttles_ms)
     summary = (f"{what}: {elapsed_s:.2f} s, {given_ms} ms of throttle given; Kafka's model {expected.elapsed_s:.2f} s, "
                f"{expected.throttle_ms} ms")
@@ -424,47 +424,78 @@ Client = Callable[..., Arrivals]
 """``(bootstrap, topic, records, **settings)``: a client writing or reading ``records`` records of the topic."""
 
 
-def held_as_kafka_holds(own_proxy, broker: Cluster, tmp_path: Path, topic: str,  # type: ignore[no-untyped-def]
-                        quota_type: str, librdkafka: Client, kafka_python: Client, written: bool) -> None:
+class Lane(NamedTuple):
+    """A topic, written or read through the proxy by librdkafka as one user and kafka-python as another."""
+
+    topic: str
+    users: tuple[str, str]
+
+
+class SharedBudget(NamedTuple):
+    """A budget of the proxy's that two users share, and what it is measured against."""
+
+    proxy: ProxyProcess
+    held: Lane
+    """The two users on a topic, under the budget."""
+    free: Lane
+    """Under none."""
+    throttled: Callable[[], float]
+    """The requests the budget has throttled so far (a metric of the proxy's)."""
+
+
+def held_as_kafka_holds(broker: Cluster, topic: str, budget: SharedBudget, quota_type: str, librdkafka: Client,
+                        kafka_python: Client, written: bool, what: str) -> None:
     """The same two clients, librdkafka and kafka-python (each with its own way with a throttle), under Kafka's own
     ``quota_type`` quota shared by both (a client id's, the nearest Kafka has) and, at the same time, through the
-    proxy under the topic's, as two users: the proxy's time within 10% of Kafka's, Kafka's windows on both sides.
-    Then the same clients of the proxy on another topic: no topic quota throttles them. ``written``: the topics
+    proxy under its shared ``budget``, as two users: the proxy's time within 10% of Kafka's, Kafka's windows on both
+    sides. Then the same clients of the proxy on the free lane: the budget throttles nothing. ``written``: the topics
     are filled first, straight to the cluster (the clients read them)."""
     records = KAFKA_PER_USER // len(MESSAGE)
     kafka_topic = f"{topic}-kafka"
     create_topic(broker.bootstrap, kafka_topic)
-    proxy, limited, free, _ = topics_proxy(own_proxy, broker, tmp_path, topic, windows=11)
-    for name in (kafka_topic, limited, free) if written else ():
+    proxy, held, free = budget.proxy, budget.held, budget.free
+    for name in {kafka_topic, held.topic, free.topic} if written else ():
         write_directly(broker.bootstrap, name, records)
+
+    def through_the_proxy(lane: Lane) -> list[Arrivals]:
+        arrivals, _ = side_by_side(
+            lambda: librdkafka(proxy.bootstrap, lane.topic, records, **sasl(lane.users[0])),
+            lambda: kafka_python(proxy.bootstrap, lane.topic, records, **kafka_python_sasl(lane.users[1])))
+        return arrivals  # type: ignore[no-any-return]
+
     with broker_quotas(broker, (Quota((("client-id", SHARED_CLIENT),), quota_type, RATE),)):
         (under_kafka, under_proxy), _ = side_by_side(
             lambda: side_by_side(
                 lambda: librdkafka(broker.bootstrap, kafka_topic, records, **{"client.id": SHARED_CLIENT}),
                 lambda: kafka_python(broker.bootstrap, kafka_topic, records, client_id=SHARED_CLIENT)),
-            lambda: side_by_side(lambda: librdkafka(proxy.bootstrap, limited, records, **sasl("alice")),
-                                 lambda: kafka_python(proxy.bootstrap, limited, records, **kafka_python_sasl("bob"))))
-    kafka_s, proxy_s = spread_s(under_kafka[0], records), spread_s(under_proxy[0], records)
-    print(f"{quota_type}, librdkafka and kafka-python: {proxy_s:.2f} s through the proxy's topic quota, "
+            lambda: through_the_proxy(held))
+    kafka_s, proxy_s = spread_s(under_kafka[0], records), spread_s(under_proxy, records)
+    print(f"{quota_type}, librdkafka and kafka-python: {proxy_s:.2f} s through the proxy's {what}, "
           f"{kafka_s:.2f} s under Kafka's quota")
     assert 1 - MODEL_TOLERANCE <= proxy_s / kafka_s <= 1 + MODEL_TOLERANCE
-    throttled = topic_throttles(proxy, quota_type)
+    throttled = budget.throttled()
     assert throttled > 0
-    arrivals, _ = side_by_side(lambda: librdkafka(proxy.bootstrap, free, records, **sasl("alice")),
-                               lambda: kafka_python(proxy.bootstrap, free, records, **kafka_python_sasl("bob")))
-    spread_s(arrivals, records)
-    assert topic_throttles(proxy, quota_type) == throttled
+    spread_s(through_the_proxy(free), records)
+    assert budget.throttled() == throttled
+
+
+def topics_budget(own_proxy, broker: Cluster, tmp_path: Path, topic: str,  # type: ignore[no-untyped-def]
+                  quota_type: str) -> SharedBudget:
+    proxy, limited, free, _ = topics_proxy(own_proxy, broker, tmp_path, topic, windows=11)
+    return SharedBudget(proxy, Lane(limited, USERS), Lane(free, USERS), lambda: topic_throttles(proxy, quota_type))
 
 
 def test_librdkafka_and_kafka_python_producers_of_two_users_share_the_topics_budget_as_kafka_shares_a_quota(
         own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
-    held_as_kafka_holds(own_proxy, broker, tmp_path, topic, "producer_byte_rate", produce_with_librdkafka,
-                        produce_with_kafka_python, written=False)
+    budget = topics_budget(own_proxy, broker, tmp_path, topic, "producer_byte_rate")
+    held_as_kafka_holds(broker, topic, budget, "producer_byte_rate", produce_with_librdkafka,
+                        produce_with_kafka_python, written=False, what="topic quota")
 
 
 def test_consumers_of_two_users_share_the_topics_budget_as_kafka_shares_a_quota(
         own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
     """Kafka's throttled-empty-answer rule on both sides. librdkafka fetches by topic id (Fetch v13+), which the
     proxy names through the cluster's metadata."""
-    held_as_kafka_holds(own_proxy, broker, tmp_path, topic, "consumer_byte_rate", read_with_librdkafka,
-                        read_with_kafka_python, written=True)
+    budget = topics_budget(own_proxy, broker, tmp_path, topic, "consumer_byte_rate")
+    held_as_kafka_holds(broker, topic, budget, "consumer_byte_rate", read_with_librdkafka,
+                        read_with_kafka_python, written=True, what="topic quota")

@@ -210,3 +210,41 @@ def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_c
     answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
     assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
             for entry in answer.entries] == [([("topic", "orders")], [("producer_byte_rate", 1e6)])]
+
+
+def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described_without_the_cluster(
+        tmp_path: Path) -> None:
+    assert quota_entity((("tenant", "payments"),)) == QuotaEntity(tenant="payments")
+    for bad in ((("tenant", "payments"), ("user", "alice")), (("tenant", None),)):
+        with pytest.raises(QuotaConfigError, match="tenant"):
+            quota_entity(bad)
+    quotas = service(tmp_path, '[[tenant]]\nname = "payments"\nuser-prefix = "pay-"\n')
+
+    async def every_api() -> frozenset[int]:
+        return frozenset({Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS})
+
+    handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}))
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": "tenant", "entity_name": "payments"}],
+         "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
+        {"entity": [{"entity_type": "tenant", "entity_name": "search"}],
+         "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
+        {"entity": [{"entity_type": "tenant", "entity_name": "payments"}],
+         "ops": [{"key": "producer_ids_rate", "value": 5.0, "remove": False}]}])
+    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
+    assert isinstance(outcome, Respond)  # nothing of it forwarded
+    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
+    assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST, INVALID_REQUEST]
+    assert "no [[tenant]] of the quota file is named 'search'" in answer.entries[1].error_message
+    assert "producer_ids_rate does not apply to tenant=payments" in answer.entries[2].error_message
+    # saved, and in force for every principal of the tenant
+    budget = service(tmp_path, '[[tenant]]\nname = "payments"\nuser-prefix = "pay-"\n').config.resolve_tenant(
+        BYTES, "pay-api")
+    assert budget is not None and budget.limit == 1e6
+    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
+                           components=[{"entity_type": "tenant", "match_type": MATCH_ANY, "match": None}])
+    described = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
+    assert isinstance(described, Respond)
+    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
+    assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
+            for entry in answer.entries] == [([("tenant", "payments")], [("producer_byte_rate", 1e6)])]

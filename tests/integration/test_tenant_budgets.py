@@ -1,0 +1,127 @@
+"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` that every principal of a ``[[tenant]]`` shares.
+
+Kafka has no tenant; its nearest is a quota two clients share (a client id's). Raw pipelined producers of two
+principals of one tenant are held together to Kafka's model (``kafka_quota_model``: two connections charging one
+rate) while a principal of another tenant writes at the same time unthrottled; then a user quota set inside the
+tenant (the file reloaded) holds that user to its own, smaller rate. librdkafka and kafka-python producers of the
+tenant's two principals are compared with the same two clients under Kafka's own quota in the same run. Two proxies
+of a fleet, one principal through each, hold them to the tenant's one rate too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_fleet import start_fleet
+from tests.integration.test_produce_quotas import create_topic, metrics
+from tests.integration.test_sasl import add_user
+from tests.integration.test_topic_quotas import (
+    PER_USER,
+    RATE,
+    WINDOWS,
+    Lane,
+    SharedBudget,
+    held_as_kafka_holds,
+    held_to_the_model,
+    pipelined_produce,
+    produce_with_kafka_python,
+    produce_with_librdkafka,
+    side_by_side,
+)
+from tests.support import Cluster, ProxyProcess, record_batch
+
+pytestmark = pytest.mark.integration
+TENANT_USERS = ("alice", "bob")
+OTHER_TENANT_USER = "carol"
+TENANTS = (f'[[tenant]]\nname = "payments"\nusers = ["{TENANT_USERS[0]}", "{TENANT_USERS[1]}"]\n'
+           f'[[tenant]]\nname = "search"\nusers = ["{OTHER_TENANT_USER}"]\n'
+           f'[[quota]]\ntenant = "payments"\nproducer_byte_rate = {RATE}\n')
+OWN_RATE = RATE // 4
+"""bob's own quota, set inside the tenant."""
+
+
+def users_file(tmp_path: Path) -> Path:
+    path = tmp_path / "users.toml"
+    for user in (*TENANT_USERS, OTHER_TENANT_USER):
+        add_user(path, user, "PLAIN")
+    return path
+
+
+def quota_text(windows: int) -> str:
+    return f'[settings]\n"quota.window.num" = {windows}\n"quota.window.size.seconds" = 1\n{TENANTS}'
+
+
+def tenant_throttles(proxy: ProxyProcess) -> float:
+    return metrics(proxy).get('kafka_quota_proxy_tenant_throttled_requests_total{quota_type="producer_byte_rate"}',
+                              0.0)
+
+
+def user_throttles(proxy: ProxyProcess) -> float:
+    return metrics(proxy).get('kafka_quota_proxy_throttled_requests_total{quota_type="producer_byte_rate"}', 0.0)
+
+
+BATCHES = [record_batch([bytes(99_900)]) for _ in range(PER_USER // 100_000)]
+
+
+def test_raw_pipelined_producers_of_one_tenant_share_its_budget_and_a_user_quota_inside_it_holds(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(quota_text(WINDOWS))
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    create_topic(broker.bootstrap, topic)
+    users = (*TENANT_USERS, OTHER_TENANT_USER)
+    barrier = threading.Barrier(len(users))
+    answers, _ = side_by_side(*[lambda user=user: pipelined_produce(proxy, user, topic, BATCHES, barrier)
+                                for user in users])
+    *tenant_answers, other_answers = answers
+    # the last answer of either: both principals' bytes went at the tenant's one rate, as Kafka's model says
+    elapsed_s = max(at for answered in tenant_answers for _, at in answered)
+    held_to_the_model("two raw producers of a tenant", elapsed_s,
+                      [ms for answered in tenant_answers for ms, _ in answered],
+                      [[len(batch) for batch in BATCHES]] * len(TENANT_USERS))
+    assert all(any(throttle_ms for throttle_ms, _ in answered) for answered in tenant_answers), "each throttled"
+    assert [throttle_ms for throttle_ms, _ in other_answers] == [0] * len(BATCHES), "another tenant's slowed"
+    assert tenant_throttles(proxy) > 0 and user_throttles(proxy) == 0
+
+    # bob's own quota, a quarter of the tenant's, set in the file: it holds him to it, and the budget stays far
+    quota_file.write_text(quota_text(WINDOWS) + f'[[quota]]\nuser = "bob"\nproducer_byte_rate = {OWN_RATE}\n')
+    proxy.wait_for_log("reloaded 2 quota entries", timeout_s=30)
+    time.sleep(WINDOWS + 1)  # the tenant's samples out of its window
+    tenant_throttled = tenant_throttles(proxy)
+    own_batches = BATCHES[:len(BATCHES) // 3]
+    answered = pipelined_produce(proxy, "bob", topic, own_batches, threading.Barrier(1))
+    held_to_the_model("bob under his own quota", answered[-1][1], [ms for ms, _ in answered],
+                      [[len(batch) for batch in own_batches]], rate=OWN_RATE)
+    assert user_throttles(proxy) > 0 and tenant_throttles(proxy) == tenant_throttled
+
+
+def test_librdkafka_and_kafka_python_producers_of_a_tenant_share_its_budget_as_kafka_shares_a_quota(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(quota_text(11))
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    create_topic(broker.bootstrap, topic)
+    budget = SharedBudget(proxy, Lane(topic, TENANT_USERS), Lane(topic, (OTHER_TENANT_USER, OTHER_TENANT_USER)),
+                          lambda: tenant_throttles(proxy))
+    held_as_kafka_holds(broker, topic, budget, "producer_byte_rate", produce_with_librdkafka,
+                        produce_with_kafka_python, written=False, what="tenant's budget")
+
+
+def test_two_proxies_of_a_fleet_hold_the_principals_of_a_tenant_to_its_one_budget(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    members = start_fleet(own_proxy, tmp_path, quota_text(WINDOWS), members=2,
+                          arguments=("--sasl-users", str(users_file(tmp_path))))
+    create_topic(broker.bootstrap, topic)
+    barrier = threading.Barrier(len(TENANT_USERS))
+    answers, _ = side_by_side(*[lambda member=member, user=user: pipelined_produce(member, user, topic, BATCHES,
+                                                                                     barrier)
+                                for member, user in zip(members, TENANT_USERS, strict=True)])
+    elapsed_s = max(at for answered in answers for _, at in answered)
+    held_to_the_model("two raw producers of a tenant, through two proxies", elapsed_s,
+                      [ms for answered in answers for ms, _ in answered],
+                      [[len(batch) for batch in BATCHES]] * len(TENANT_USERS))
+    assert all(tenant_throttles(member) > 0 for member in members)

@@ -1,0 +1,289 @@
+"""A tenant's budget: one bucket every principal of a ``[[tenant]]`` shares, charged beside their own quotas."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from quotas.byte_rates import ClientQuotaManager
+from quotas.config import (
+    QuotaConfig,
+    QuotaConfigError,
+    QuotaEntity,
+    QuotaKey,
+    QuotaMode,
+    QuotaScope,
+    QuotaSettings,
+    QuotaType,
+    parse_quota_document,
+)
+from quotas.decisions import Requester
+from quotas.explain import explain, parse_client
+from quotas.fleet import FleetRecordError, Holder, Publication, SharedUsage
+from quotas.metrics import QuotaMetrics
+from quotas.overrides import overlaid
+from quotas.tenants import Tenant, Tenants
+from tests.unit.quotas.clock import FakeClock
+
+PRODUCE = QuotaType.PRODUCER_BYTE_RATE
+FETCH = QuotaType.CONSUMER_BYTE_RATE
+REQUESTS = QuotaType.REQUEST_RATE
+KIB = 1024
+PAYMENTS = Tenant("payments", frozenset({"pay-api"}), user_prefix="pay-")
+SEARCH = Tenant("search", frozenset({"indexer"}))
+
+
+def budgets(entries: dict[QuotaEntity, dict[QuotaType, float]], tenants: tuple[Tenant, ...] = (PAYMENTS, SEARCH),
+            **settings: object) -> QuotaConfig:
+    return QuotaConfig(QuotaSettings(**settings), entries, tenants=Tenants(tenants))  # type: ignore[arg-type]
+
+
+def load(text: str) -> QuotaConfig:
+    return parse_quota_document(tomllib.loads(text), "quotas.toml")
+
+
+# ---- the quota file -----------------------------------------------------------------------------------------
+
+FILE = """
+[[tenant]]
+name = "payments"
+user-prefix = "pay-"
+
+[[quota]]
+tenant = "payments"
+producer_byte_rate = 1048576
+consumer_byte_rate = 2097152
+request_rate = 100
+"""
+
+
+def test_a_tenants_budget_is_read_from_the_file_and_resolved_for_each_of_its_principals() -> None:
+    config = load(FILE)
+    for user in ("pay-api", "pay-batch"):
+        budget = config.resolve_tenant(PRODUCE, user)
+        assert budget is not None
+        assert (budget.key, budget.limit, budget.entity) == (
+            QuotaKey("", "", "", "", "payments"), 1048576, QuotaEntity(tenant="payments"))
+    assert config.resolve_tenant(REQUESTS, "pay-api") is not None
+    assert config.resolve_tenant(PRODUCE, "alice") is None  # no tenant
+    assert config.resolve(PRODUCE, "pay-api", "") is None  # a budget is not the user's own quota
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[[tenant]]\nname = "payments"\nusers = ["a"]\n[[quota]]\ntenant = "paymnts"\nrequest_rate = 5\n',
+     "quotas.toml: [[quota]] #1 (tenant=paymnts): no [[tenant]] is named 'paymnts' (the file's tenants: payments)"),
+    ('[[quota]]\ntenant = "payments"\nrequest_rate = 5\n', "no [[tenant]] is named 'payments' (the file has none)"),
+    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nuser = "a"\nrequest_rate = 5\n',
+     "[[quota]] #1: a tenant entity stands alone"),
+    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\ncontroller_mutation_rate = 5\n',
+     "controller_mutation_rate does not apply to tenant=t (a tenant entity takes consumer_byte_rate, "
+     "producer_byte_rate, request_rate only)"),
+    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nrequest_rate = -5\n',
+     "request_rate must be positive"),
+    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = ""\nrequest_rate = 5\n',
+     "tenant must be the name of a [[tenant]]"),
+])
+def test_bad_budgets_are_refused_with_the_file_and_entry_named(text: str, message: str) -> None:
+    with pytest.raises(QuotaConfigError, match="quotas.toml") as refused:
+        load(text)
+    assert message in str(refused.value)
+
+
+# ---- the budget, shared ----------------------------------------------------------------------------------
+
+def _throttles(manager: ClientQuotaManager, users: list[str], clock: FakeClock, rounds: int = 24) -> list[int]:
+    """Each user sends 256 KiB a 500 ms, one after another; the throttles given."""
+    throttles = []
+    for _ in range(rounds):
+        for user in users:
+            throttles.append(manager.record(Requester(user, f"{user}-client"), 256 * KIB, clock()).throttle_ms)
+        clock.advance(500)
+    return throttles
+
+
+def test_two_principals_of_a_tenant_share_its_budget_as_one_principal_would_be_held_to_it() -> None:
+    tenant = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}}))
+    shared = _throttles(tenant, ["pay-api", "pay-batch"], FakeClock())
+    # the same bytes, sent by one user under a quota of the same size: Kafka's model of the shared budget
+    alone = ClientQuotaManager(budgets({QuotaEntity(user="one"): {PRODUCE: 512 * KIB}}))
+    model = _throttles(alone, ["one", "one"], FakeClock())
+    assert shared == model and any(model)
+    assert tenant.tenants.throttled == sum(1 for throttle in model if throttle)
+    assert tenant.throttled == 0 and len(tenant.entities) == 0  # no quota of their own: no bucket of their own
+
+
+def test_a_principal_of_another_tenant_or_of_none_is_not_slowed_by_the_budget() -> None:
+    manager = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}}))
+    assert any(_throttles(manager, ["pay-api", "pay-batch"], FakeClock()))
+    clock = FakeClock(100_000)
+    assert not any(_throttles(manager, ["indexer", "alice"], clock))
+
+
+def test_a_users_own_quota_inside_the_tenant_still_holds_and_the_larger_throttle_is_given() -> None:
+    entries = {QuotaEntity(tenant="payments"): {PRODUCE: 4096 * KIB},
+               QuotaEntity(user="pay-batch"): {PRODUCE: 128 * KIB}}
+    manager = ClientQuotaManager(budgets(entries))
+    clock = FakeClock()
+    own = ClientQuotaManager(budgets({QuotaEntity(user="pay-batch"): {PRODUCE: 128 * KIB}}))
+    own_clock = FakeClock()
+    for _ in range(24):
+        decision = manager.record(Requester("pay-batch"), 256 * KIB, clock())
+        alone = own.record(Requester("pay-batch"), 256 * KIB, own_clock())
+        assert decision.throttle_ms == alone.throttle_ms  # the tenant's budget is far: the user's quota decides
+        if decision.throttle_ms:
+            assert decision.key == QuotaKey("pay-batch", "")
+        clock.advance(500)
+        own_clock.advance(500)
+    assert manager.throttled > 0 and manager.tenants.throttled == 0
+    # and the other way round: the tenant's budget throttles more than pay-api's own, generous quota
+    entries = {QuotaEntity(tenant="payments"): {PRODUCE: 128 * KIB}, QuotaEntity(user="pay-api"): {PRODUCE: 4096 * KIB}}
+    manager = ClientQuotaManager(budgets(entries))
+    throttles = _throttles(manager, ["pay-api"], FakeClock())
+    assert throttles[-1] > 0 and manager.throttled == 0
+
+
+def test_a_fetch_over_the_tenants_budget_is_answered_empty_and_taken_back_from_every_bucket() -> None:
+    entries = {QuotaEntity(tenant="payments"): {FETCH: 100 * KIB}, QuotaEntity(user="pay-api"): {FETCH: 10_000 * KIB}}
+    manager = ClientQuotaManager(budgets(entries), FETCH)
+    clock = FakeClock()
+    assert manager.record_unless_throttled(Requester("pay-batch"), 900 * KIB, clock()).admitted  # 900 KiB of 1 MiB
+    refused = manager.record_unless_throttled(Requester("pay-api"), 900 * KIB, clock())
+    assert not refused.admitted and refused.throttle_ms > 0
+    assert refused.key == QuotaKey("", "", "", "", "payments")
+    # the refused answer's bytes are in neither the tenant's rate nor pay-api's own
+    assert manager.tenants.rate_of(QuotaKey("", "", "", "", "payments"), clock()) == pytest.approx(90 * KIB)
+    assert manager.rate_of(QuotaKey("pay-api", ""), clock()) == 0
+    # an answer a topic quota refuses is taken back from both
+    assert manager.record_unless_throttled(Requester("pay-api"), 10 * KIB, clock()).admitted
+    manager.take_back_recorded(Requester("pay-api"), 10 * KIB, clock())
+    assert manager.rate_of(QuotaKey("pay-api", ""), clock()) == 0
+    assert manager.tenants.rate_of(QuotaKey("", "", "", "", "payments"), clock()) == pytest.approx(90 * KIB)
+
+
+def test_a_fetch_is_capped_by_the_smaller_window_of_the_users_quota_and_the_tenants_budget() -> None:
+    entries = {QuotaEntity(tenant="payments"): {FETCH: 100 * KIB}, QuotaEntity(user="pay-api"): {FETCH: 1000 * KIB}}
+    manager = ClientQuotaManager(budgets(entries), FETCH)
+    window = manager.fetch_window("pay-api", "")
+    assert window is not None and window.cap_bytes == 100 * KIB * 10  # (num - 1) x size x the smaller limit
+    assert manager.fetch_window("indexer", "") is None
+
+
+def test_an_observed_budget_lets_everything_through_and_counts_what_it_would_have_done() -> None:
+    config = budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}})
+    observed = QuotaConfig(config.settings, config.entries, {QuotaEntity(tenant="payments"): QuotaMode.OBSERVE},
+                           tenants=config.tenants)
+    manager = ClientQuotaManager(observed)
+    clock = FakeClock()
+    decisions = []
+    for _ in range(48):
+        decisions += [manager.record(Requester(user), 256 * KIB, clock()) for user in ("pay-api", "pay-batch")]
+        clock.advance(250)
+    assert len(decisions) == 96 and all(decision.admitted and decision.throttle_ms == 0 for decision in decisions)
+    assert any(decision.observed_ms for decision in decisions)
+    state = manager.tenants.entities.get(QuotaKey("", "", "", "", "payments"))
+    assert state is not None and state.observed_throttled > 0
+
+
+def test_in_broker_scope_a_tenant_has_a_budget_per_broker_as_its_users_do() -> None:
+    for scope, keys in ((QuotaScope.BROKER, {"b1", "b2"}), (QuotaScope.PROXY, {""})):
+        manager = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}},
+                                             quota_scope=scope))
+        clock = FakeClock()
+        for broker in ("b1", "b2"):
+            manager.record(Requester("pay-api", "", broker), KIB, clock())
+        assert {key.broker for key, _ in manager.tenants.entities.items()} == keys
+
+
+def test_a_principal_moved_to_another_tenant_on_reload_is_charged_to_its_new_tenants_budget() -> None:
+    entries = {QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}, QuotaEntity(tenant="search"): {PRODUCE: 512 * KIB}}
+    manager = ClientQuotaManager(budgets(entries))
+    clock = FakeClock()
+    manager.record(Requester("pay-api"), 100 * KIB, clock())
+    moved = (Tenant("payments", frozenset(), user_prefix="pay-x"), Tenant("search", frozenset({"indexer", "pay-api"})))
+    manager.update_config(budgets(entries, moved))
+    manager.record(Requester("pay-api"), 200 * KIB, clock())
+    now = clock()
+    assert manager.tenants.rate_of(QuotaKey("", "", "", "", "payments"), now) == pytest.approx(10 * KIB)
+    assert manager.tenants.rate_of(QuotaKey("", "", "", "", "search"), now) == pytest.approx(20 * KIB)
+
+
+def test_an_override_of_a_tenant_no_longer_in_the_file_applies_to_nobody() -> None:
+    file_config = budgets({}, (PAYMENTS,))
+    config = overlaid(file_config, {QuotaEntity(tenant="search"): {REQUESTS: 5}}, "client-quotas.json")
+    assert config.resolve_tenant(REQUESTS, "indexer") is None
+    config = overlaid(budgets({}, (PAYMENTS, SEARCH)), {QuotaEntity(tenant="search"): {REQUESTS: 5}},
+                      "client-quotas.json")
+    assert config.resolve_tenant(REQUESTS, "indexer") is not None
+
+
+# ---- the operator's surface -----------------------------------------------------------------------------
+
+def test_explain_names_the_tenants_budget_beside_the_users_quota() -> None:
+    config = load(FILE + '\n[[quota]]\nuser = "pay-api"\nproducer_byte_rate = 4096\n')
+    lines = [explanation.text() for explanation in explain(config, parse_client("pay-api", "app"))]
+    assert any(line.startswith("producer_byte_rate") and "user=pay-api (level 3 of 8" in line for line in lines)
+    budget_lines = [line for line in lines if "tenant=payments" in line]
+    assert len(budget_lines) == 3
+    assert budget_lines[0].split()[:3] == ["producer_byte_rate", "1048576", "enforce"]
+    assert "(tenant payments's budget, shared by its principals), set in quotas.toml [[quota]] #1" in budget_lines[0]
+    as_json = [explanation.as_json() for explanation in explain(config, parse_client("pay-api", "app"))]
+    assert {"quota_type": "request_rate", "quota": 100.0, "mode": "enforce", "entity": {"tenant": "payments"},
+            "level": "tenant payments's budget, shared by its principals",
+            "origin": "quotas.toml [[quota]] #1"} in as_json
+    assert not any("tenant" in line for line in
+                   (explanation.text() for explanation in explain(config, parse_client("alice", "app"))))
+
+
+def test_metrics_have_a_series_per_tenant() -> None:
+    registry = CollectorRegistry()
+    manager = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}}))
+    clock = FakeClock()
+    QuotaMetrics(registry, [manager], clock, tenants=[manager.tenants])
+    _throttles(manager, ["pay-api", "pay-batch"], clock)
+    scraped = generate_latest(registry).decode()
+    assert 'kafka_quota_proxy_tenant_produce_byte_rate{broker="",tenant="payments"}' in scraped
+    assert 'kafka_quota_proxy_tenant_usage_ratio{quota_type="producer_byte_rate",tenant="payments"}' in scraped
+    assert 'kafka_quota_proxy_tenant_throttle_time_ms_total{quota_type="producer_byte_rate",tenant="payments"}' \
+        in scraped
+    assert 'kafka_quota_proxy_tenant_throttled_requests_total{quota_type="producer_byte_rate"}' in scraped
+
+
+# ---- a fleet ------------------------------------------------------------------------------------------------
+
+def test_a_tenants_usage_goes_through_the_fleet_and_is_kept_by_members_holding_its_bucket() -> None:
+    key = QuotaKey("", "", "", "", "payments")
+    publication = Publication("a", 1, (SharedUsage(PRODUCE, key, 100.0, 512.0),
+                                       SharedUsage(PRODUCE, QuotaKey("pay-api", ""), 5.0, 9.0)))
+    assert Publication.decode(publication.encode()) == publication
+
+    def held(quota_type: QuotaType, holder: Holder) -> set[str]:
+        return {"payments"} if holder is Holder.TENANT else set()
+
+    assert Publication.decode(publication.encode(), held).usage == (publication.usage[0],)
+    assert Publication.decode(publication.encode(), lambda quota_type, holder: set()).usage == ()
+    # what a member adds is its tenant's bucket here
+    manager = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}}))
+    clock = FakeClock()
+    manager.record(Requester("pay-api"), KIB, clock())
+    manager.tenants.absorb(publication.usage[0], clock())
+    assert manager.tenants.rate_of(key, clock()) == pytest.approx((KIB + 100) / 10)
+
+
+@pytest.mark.parametrize("entry", [
+    ["controller_mutation_rate", "", "", 1.0, 5.0, "", "payments"],
+    ["producer_byte_rate", "pay-api", "", 1.0, 5.0, "", "payments"],
+    ["producer_byte_rate", "", "", -1.0, 5.0, "", "payments"],
+])
+def test_a_tenants_usage_that_no_member_publishes_is_refused(entry: list[object]) -> None:
+    record = json.dumps({"v": 1, "instance": "a", "oldest_ms": 1, "usage": [entry], "pids": []}).encode()
+    with pytest.raises(FleetRecordError):
+        Publication.decode(record)
+
+
+def test_a_tenants_request_rate_alone_makes_requests_counted() -> None:
+    """The request-rate handler reads no client id unless ``configures`` says a request rate is set somewhere."""
+    config = budgets({QuotaEntity(tenant="payments"): {REQUESTS: 5}})
+    assert config.configures(REQUESTS) and not config.configures(PRODUCE)
