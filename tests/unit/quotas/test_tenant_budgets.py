@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -287,3 +288,20 @@ def test_a_tenants_request_rate_alone_makes_requests_counted() -> None:
     """The request-rate handler reads no client id unless ``configures`` says a request rate is set somewhere."""
     config = budgets({QuotaEntity(tenant="payments"): {REQUESTS: 5}})
     assert config.configures(REQUESTS) and not config.configures(PRODUCE)
+
+
+def test_the_documented_platform_teams_setup_loads_and_holds_what_the_docs_say() -> None:
+    page = (Path(__file__).parents[3] / "docs" / "quotas.md").read_text()
+    section = page[page.index("### A platform team's setup"):]
+    start = section.index("```toml\n") + len("```toml\n")
+    config = load(section[start:section.index("```\n", start)])
+    payments = config.resolve_tenant(PRODUCE, "pay-api")
+    assert payments is not None and payments.limit == 20 * 1024 * KIB
+    assert config.resolve_tenant(PRODUCE, "pay-reports") == payments
+    batch = config.resolve(PRODUCE, "pay-batch", "job")
+    assert batch is not None and batch.limit == 5 * 1024 * KIB
+    assert config.resolve_tenant(PRODUCE, "pay-batch") == payments
+    search = config.resolve_tenant(PRODUCE, "indexer")
+    assert search is not None and search.key.tenant == "search" and config.resolve_tenant(PRODUCE, "query") == search
+    assert config.resolve_tenant(PRODUCE, "alice") is None
+    assert config.settings.quota_scope is QuotaScope.CLUSTER

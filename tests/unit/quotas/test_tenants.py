@@ -184,7 +184,7 @@ def test_creations_in_flight_count_until_their_own_answer_or_a_minute() -> None:
 
 def test_the_documented_tenants_load(tmp_path: Path) -> None:
     page = (Path(__file__).parents[3] / "docs" / "quotas.md").read_text()
-    section = page[page.index("## Tenants and their caps"):]
+    section = page[page.index("## Tenants: one budget"):]
     example = section[section.index("```toml\n") + len("```toml\n"):section.index("```\n", section.index("```toml"))]
     tenants = tenants_of(example, tmp_path)
     assert [tenant.name for tenant in tenants.all] == ["payments", "search"]
