@@ -24,6 +24,7 @@ from quotas.entities import EntityTable
 from quotas.mutations import ControllerMutationQuotaManager
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.quota_types import QUOTA_TYPES
+from quotas.tenants import Holdings, Tenants
 from quotas.user_connections import UserConnectionRateManager
 
 _ENTITY_LABELS = ["user", "client_id"]
@@ -83,13 +84,15 @@ class _EntityUsage:
 class QuotaMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, managers: Iterable[Manager], clock_ms: Callable[[], int],
                  connections: ConnectionQuotas | None = None, topics: Iterable[TopicQuotaManager] = (),
-                 tenants: Iterable[TenantBudgets] = ()) -> None:
+                 tenants: Iterable[TenantBudgets] = (), holdings: Holdings | None = None) -> None:
         """``managers``: one per quota type of user and client-id entities; the families each has are named in
         ``QUOTA_TYPES``. ``topics``: the byte rates of topic entities; ``tenants``: the budgets of tenants (their
-        families under ``kafka_quota_proxy_tenant_``, labelled by tenant: as many series as the file has tenants)."""
+        families under ``kafka_quota_proxy_tenant_``, labelled by tenant: as many series as the file has tenants);
+        ``holdings``: what capped tenants owned when last counted, shown beside their caps."""
         self._managers = list(managers)
         self._topic_managers = list(topics)
         self._tenant_budgets = list(tenants)
+        self._holdings = holdings
         self._connections = connections
         self._clock_ms = clock_ms
         registry.register(self)
@@ -134,6 +137,8 @@ class QuotaMetrics(Collector):
                 for manager in managers:
                     family.add_metric([manager.quota_type.value], manager.throttled)
                 yield family
+        if self._holdings is not None and self._managers:
+            yield from self._tenant_holdings(self._holdings, self._managers[0].config.tenants)
         for manager in self._managers:
             if isinstance(manager, ProducerIdQuotaManager):
                 yield CounterMetricFamily("kafka_quota_proxy_producer_ids_admitted",
@@ -157,10 +162,32 @@ class QuotaMetrics(Collector):
                 ("kafka_quota_proxy_topic", _TOPIC_LABELS, _topic_entity, self._topic_managers),
                 ("kafka_quota_proxy_tenant", _TENANT_LABELS, _tenant, self._tenant_budgets)):
             if managers:
-                families = _UsageFamilies(prefix, entity_labels)
+                # a tenant's counters from zero: as few series as tenants, and a dashboard's rate has them at once
+                families = _UsageFamilies(prefix, entity_labels, zeros=managers is self._tenant_budgets)
                 for manager in managers:
                     families.add(manager, now_ms, entity_of)
                 yield from families.families()
+
+    @staticmethod
+    def _tenant_holdings(holdings: Holdings, tenants: Tenants) -> Iterator[Metric]:
+        """Each capped tenant's caps, and what it owned when last counted (a creation judged against them)."""
+        families = {what: (GaugeMetricFamily(f"kafka_quota_proxy_tenant_{what}",
+                                             f"The {what} under a capped tenant's topic prefix when a creation was "
+                                             "last judged against its caps", labels=_TENANT_LABELS),
+                           GaugeMetricFamily(f"kafka_quota_proxy_tenant_max_{what}", f"A tenant's cap on its {what}",
+                                             labels=_TENANT_LABELS))
+                    for what in ("topics", "partitions")}
+        for tenant in tenants.all:
+            counted = holdings.counted.get(tenant.name)
+            for (owned, cap), held, limit in zip(families.values(), counted or (None, None),
+                                                 (tenant.max_topics, tenant.max_partitions), strict=True):
+                if limit is not None:
+                    cap.add_metric([tenant.name], limit)
+                    if held is not None:
+                        owned.add_metric([tenant.name], held)
+        for owned, cap in families.values():
+            yield owned
+            yield cap
 
     @staticmethod
     def _rate_metrics(rate_name: str, what: str, manager: ByteRateManager, now_ms: int,
@@ -212,8 +239,10 @@ class _UsageFamilies:
     """``{prefix}_usage_ratio`` and the throttle and observed counters beside it, labelled by quota type and the
     two parts of an entity (user and client id, or user and topic)."""
 
-    def __init__(self, prefix: str, entity_labels: list[str]) -> None:
+    def __init__(self, prefix: str, entity_labels: list[str], zeros: bool = False) -> None:
+        """``zeros``: the counters of every entity, not only of those with a count."""
         self._others = (OTHERS,) * len(entity_labels)
+        self._zeros = zeros
         labels = ["quota_type", *entity_labels]
         self.throttled = CounterMetricFamily(f"{prefix}_throttle_time_ms",
                                              "The throttle times given (or asked of a refused request), summed",
@@ -241,9 +270,9 @@ class _UsageFamilies:
         for entity, usage, _ in kept:
             labels = [quota_type, *entity]
             self.ratio.add_metric(labels, usage.ratio)
-            if usage.throttle_time_ms:
+            if usage.throttle_time_ms or self._zeros:
                 self.throttled.add_metric(labels, usage.throttle_time_ms)
-            if usage.observed_throttled:
+            if usage.observed_throttled or self._zeros:
                 self.observed.add_metric(labels, usage.observed_throttled)
                 self.observed_ms.add_metric(labels, usage.observed_throttle_ms)
 

@@ -117,6 +117,19 @@ Owned = Mapping[str, int]
 """What a tenant owns: each of its topics with its partitions."""
 
 
+class Holdings:
+    """What each capped tenant owned when it was last counted (a creation judged against its caps), for the
+    metrics: (topics, partitions)."""
+
+    __slots__ = ("counted",)
+
+    def __init__(self) -> None:
+        self.counted: dict[str, tuple[int, int]] = {}
+
+    def count(self, tenant: str, owned: Owned) -> None:
+        self.counted[tenant] = (len(owned), sum(owned.values()))
+
+
 class Creation(NamedTuple):
     """One entry of CreateTopics (``new_topic``) or CreatePartitions that Kafka's own checks let through."""
 

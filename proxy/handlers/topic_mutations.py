@@ -220,6 +220,8 @@ class TopicMutationHandler:
         in_cluster = {name: topic.partitions for name, topic in every_topic.items()}
         owned = {tenant.name: self._creations_in_flight.owned_with(tenant, in_cluster, caller.now_ms)
                  for tenant in tenants_to_count(tenants, [creation.topic for creation in creations.values()])}
+        for name, counted in owned.items():
+            self._quotas.holdings.count(name, counted)
         return {index: (entries[index], TopicError(POLICY_VIOLATION, message))
                 for index, message in refusals(tenants, caller.user, creations, owned).items()}
 

@@ -31,6 +31,7 @@ from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager
 from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, overrides_document, read_overrides
 from quotas.producer_id_quota import ProducerIdQuotaManager
+from quotas.tenants import Holdings
 from quotas.user_connections import UserConnectionRateManager
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,11 @@ class QuotaService:
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         """Kafka's: the listener's and each IP's."""
         self.user_connections = UserConnectionRateManager(config)
+        self.holdings = Holdings()
+        """What each capped tenant owned when last counted (the topic mutation handler counts it)."""
         self._observers: list[Callable[[QuotaConfig], None]] = []
         QuotaMetrics(registry, [*self.managers.values(), self.user_connections], now_ms, self.connections,
-                     self.topic_managers.values(), self.tenant_budgets.values())
+                     self.topic_managers.values(), self.tenant_budgets.values(), self.holdings)
 
     @property
     def config(self) -> QuotaConfig:

@@ -73,10 +73,21 @@ producer_ids_rate = 0.2
 ip = "<default>"
 connection_creation_rate = 1
 mode = "observe"
+
+[[tenant]]
+name = "platform"
+users = ["ANONYMOUS"]
+topic-prefix = "rollout-"
+max_partitions = 100000
+
+[[quota]]
+tenant = "platform"
+request_rate = 100000
 """
 """Far below what the traffic sends: 50 kB/s has 500 kB of credit, 0.2 producer IDs/s two IDs, one mutation/s
 eleven mutations, one connection/s ten connections. The ``enforced`` client is enforced and every connection's IP
-observed whatever the file's mode (the switch to enforce must not close the test's own connections)."""
+observed whatever the file's mode (the switch to enforce must not close the test's own connections). The traffic's
+tenant has a request-rate budget and a partition cap it never reaches: the dashboard's tenant panels read them."""
 NEW_CONNECTIONS = 15
 OBSERVED_RECORDS, PIPELINED_PRODUCERS = 1500, 6
 

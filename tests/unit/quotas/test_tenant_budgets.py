@@ -26,7 +26,7 @@ from quotas.explain import explain, parse_client
 from quotas.fleet import FleetRecordError, Holder, Publication, SharedUsage
 from quotas.metrics import QuotaMetrics
 from quotas.overrides import overlaid
-from quotas.tenants import Tenant, Tenants
+from quotas.tenants import Holdings, Tenant, Tenants
 from tests.unit.quotas.clock import FakeClock
 
 PRODUCE = QuotaType.PRODUCER_BYTE_RATE
@@ -238,11 +238,28 @@ def test_explain_names_the_tenants_budget_beside_the_users_quota() -> None:
                    (explanation.text() for explanation in explain(config, parse_client("alice", "app"))))
 
 
-def test_metrics_have_a_series_per_tenant() -> None:
+def test_metrics_have_a_series_per_tenant_and_its_holdings_beside_its_caps() -> None:
     registry = CollectorRegistry()
-    manager = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}}))
+    capped = (Tenant("payments", frozenset({"pay-api"}), user_prefix="pay-", topic_prefix="payments.",
+                     max_partitions=200), SEARCH)
+    manager = ClientQuotaManager(budgets({QuotaEntity(tenant="payments"): {PRODUCE: 512 * KIB}}, capped))
     clock = FakeClock()
-    QuotaMetrics(registry, [manager], clock, tenants=[manager.tenants])
+    holdings = Holdings()
+    QuotaMetrics(registry, [manager], clock, tenants=[manager.tenants], holdings=holdings)
+    manager.record(Requester("pay-api"), KIB, clock())
+    scraped = generate_latest(registry).decode()
+    # its counters from zero, before any throttle: a dashboard's rate of them has series at once
+    assert 'kafka_quota_proxy_tenant_throttle_time_ms_total{quota_type="producer_byte_rate",tenant="payments"} 0.0' \
+        in scraped
+    assert 'kafka_quota_proxy_tenant_observed_throttle_time_ms_total{quota_type="producer_byte_rate",' \
+        'tenant="payments"} 0.0' in scraped
+    assert 'kafka_quota_proxy_tenant_max_partitions{tenant="payments"} 200.0' in scraped
+    assert "kafka_quota_proxy_tenant_partitions{" not in scraped  # not counted yet
+    assert "kafka_quota_proxy_tenant_max_topics{" not in scraped and 'tenant="search"' not in scraped
+    holdings.count("payments", {"payments.a": 12, "payments.b": 3})
+    scraped = generate_latest(registry).decode()
+    assert 'kafka_quota_proxy_tenant_partitions{tenant="payments"} 15.0' in scraped
+    assert "kafka_quota_proxy_tenant_topics{" not in scraped  # no cap on its topics
     _throttles(manager, ["pay-api", "pay-batch"], clock)
     scraped = generate_latest(registry).decode()
     assert 'kafka_quota_proxy_tenant_produce_byte_rate{broker="",tenant="payments"}' in scraped

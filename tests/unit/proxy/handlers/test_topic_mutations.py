@@ -395,6 +395,7 @@ def test_creations_in_flight_count_for_the_requests_behind_them_until_answered(t
     assert forwarded(first).replacement is None
     assert policy_violations(second) == {
         "p.b": "Tenant payments owns 7 partition(s) under 'p.'; 4 more would be over its cap of 10."}
+    assert mutations.quotas.holdings.counted == {"payments": (2, 7)}  # what the metrics show beside the cap
     finished(first, Api.CREATE_TOPICS, 7, throttle_time_ms=0, topics=[created("p.a", error_code=TOPIC_ALREADY_EXISTS)])
     assert forwarded(create_topics(mutations, new_topic("p.b", 4), client_id="other")).replacement is None
 
