@@ -121,6 +121,8 @@ class ByteRateManager(ThrottleCounters):
         state.rate.record(-size_bytes, now_ms, window)
         if state.shadow is not None:
             state.shadow.rate.record(-size_bytes, state.shadow.arrival(now_ms), window)
+        if self.share is not None:  # published with the charge, which has not gone out yet (the same moment)
+            self.share.withdrawn(self.quota_type, decision.key, size_bytes)
 
     @property
     def held_users(self) -> Container[str]:

@@ -244,6 +244,15 @@ class UsageShare:
             entry.rate = rate
         self._check_urgent(entry.this_interval, limit)
 
+    def withdrawn(self, quota_type: QuotaType, key: QuotaKey, amount: float) -> None:
+        """Take back ``amount`` of what was charged to a bucket and is not published yet (a fetch answered without
+        its records, for another quota's sake): the others must not count bytes the client never got. Never below
+        zero: what went out already stays."""
+        entry = self.usage.get((quota_type, key))
+        if entry is not None:
+            entry.amount = max(0.0, entry.amount - amount)
+            entry.this_interval = max(0.0, entry.this_interval - amount)
+
     def _check_urgent(self, amount: float, limit: float) -> None:
         if self.on_urgent is not None and amount >= limit * self.urgent_after_s:
             self.on_urgent()

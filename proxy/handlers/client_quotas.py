@@ -163,7 +163,9 @@ class ClientQuotaHandlers:
             return 0, None
         try:
             entity = quota_entity(key)
-            if entity.tenant is not None and self._quotas.config.tenants.named(entity.tenant) is None:
+            # a removal is let through: an override of a tenant the file no longer has can still be taken away
+            if entity.tenant is not None and not all(op.remove for op in ops) and \
+                    self._quotas.config.tenants.named(entity.tenant) is None:
                 raise QuotaConfigError(f"no [[tenant]] of the quota file is named {entity.tenant!r}")
             entry_changes: dict[QuotaType, float | None] = {}
             for op in ops:

@@ -6,17 +6,20 @@ import inspect
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from proxy.state.quota_service import QuotaService
 from quotas.byte_rates import ClientQuotaManager, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, validate_quota
 from quotas.mutations import ControllerMutationQuotaManager
 from quotas.producer_id_quota import ProducerIdQuotaManager
-from quotas.quota_types import QUOTA_TYPES, EntityKind, Math, QuotaType, markdown_table
+from quotas.quota_types import QUOTA_TYPES, EntityKind, Math, QuotaType, markdown_table, types_taking
 from quotas.user_connections import UserConnectionRateManager
 
 QUOTAS_PAGE = Path(__file__).parents[3] / "docs" / "quotas.md"
 ENTITIES = {EntityKind.USER: QuotaEntity("alice"), EntityKind.CLIENT_ID: QuotaEntity(None, "app"),
-            EntityKind.IP: QuotaEntity(ip="10.0.0.7"), EntityKind.TOPIC: QuotaEntity(topic="orders")}
+            EntityKind.IP: QuotaEntity(ip="10.0.0.7"), EntityKind.TOPIC: QuotaEntity(topic="orders"),
+            EntityKind.TENANT: QuotaEntity(tenant="payments")}
 
 
 def test_the_documentation_holds_the_table() -> None:
@@ -43,6 +46,11 @@ def test_an_entity_takes_a_type_exactly_when_the_table_says_so(quota_type: Quota
     if spec.integral:
         with pytest.raises(QuotaConfigError, match="whole number"):
             validate_quota(ENTITIES[next(iter(spec.entities))], quota_type, 2.5)
+
+
+def test_the_types_a_tenant_takes_are_those_a_tenants_budget_is_charged_for() -> None:
+    service = QuotaService(None, CollectorRegistry())
+    assert set(service.tenant_budgets) == types_taking(EntityKind.TENANT)
 
 
 def test_each_managers_math_is_the_tables() -> None:

@@ -23,7 +23,7 @@ from quotas.config import (
 )
 from quotas.decisions import Requester
 from quotas.explain import explain, parse_client
-from quotas.fleet import FleetRecordError, Holder, Publication, SharedUsage
+from quotas.fleet import FleetRecordError, Holder, Publication, SharedUsage, UsageShare
 from quotas.metrics import QuotaMetrics
 from quotas.overrides import overlaid
 from quotas.tenants import Holdings, Tenant, Tenants
@@ -322,3 +322,22 @@ def test_the_documented_platform_teams_setup_loads_and_holds_what_the_docs_say()
     assert search is not None and search.key.tenant == "search" and config.resolve_tenant(PRODUCE, "query") == search
     assert config.resolve_tenant(PRODUCE, "alice") is None
     assert config.settings.quota_scope is QuotaScope.CLUSTER
+
+
+def test_bytes_taken_back_from_a_fetch_are_not_published_to_the_fleet() -> None:
+    """A fetch the tenant's budget throttles is answered without records: the principal's own bucket gives its bytes
+    back, and the fleet, which would otherwise count them at every other member, is not told them."""
+    entries = {QuotaEntity(tenant="payments"): {FETCH: 100 * KIB}, QuotaEntity(user="pay-api"): {FETCH: 10_000 * KIB}}
+    manager = ClientQuotaManager(budgets(entries, quota_scope=QuotaScope.CLUSTER), FETCH)
+    share = UsageShare()
+    manager.share = manager.tenants.share = share
+    clock = FakeClock()
+    assert manager.record_unless_throttled(Requester("pay-api"), 900 * KIB, clock()).admitted
+    assert not manager.record_unless_throttled(Requester("pay-api"), 900 * KIB, clock()).admitted
+    published = {(usage.key.user, usage.key.tenant): usage.amount for publication in share.take("a", 0)
+                 for usage in publication.usage}
+    assert published == {("pay-api", ""): 900 * KIB, ("", "payments"): 900 * KIB}
+    # an answer refused for a topic quota's sake: taken back from both, and from what goes to the fleet
+    manager.record_unless_throttled(Requester("pay-batch"), KIB, clock.advance(60_000))
+    manager.take_back_recorded(Requester("pay-batch"), KIB, clock())
+    assert share.take("a", 0) == []

@@ -248,3 +248,23 @@ def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described
     answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
     assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
             for entry in answer.entries] == [([("tenant", "payments")], [("producer_byte_rate", 1e6)])]
+
+
+def test_a_budget_of_a_tenant_the_file_no_longer_has_may_still_be_removed(tmp_path: Path) -> None:
+    text = '[[tenant]]\nname = "payments"\nusers = ["pay"]\n[[tenant]]\nname = "search"\nusers = ["indexer"]\n'
+    quotas = service(tmp_path, text)
+    asyncio.run(quotas.override({QuotaEntity(tenant="search"): {BYTES: 1e6}}))
+    quotas = service(tmp_path, text.split("[[tenant]]\nname = \"search\"")[0])  # the file lost the tenant
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
+
+    def alter(**op: object) -> int:
+        frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+            {"entity": [{"entity_type": "tenant", "entity_name": "search"}], "ops": [op]}])
+        outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
+        assert isinstance(outcome, Respond)
+        return int(decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:]).entries[0].error_code)
+
+    assert QuotaEntity(tenant="search") in quotas.config.entries  # kept, applying to nobody
+    assert alter(key="producer_byte_rate", value=5.0, remove=False) == INVALID_REQUEST
+    assert alter(key="producer_byte_rate", value=0.0, remove=True) == 0
+    assert QuotaEntity(tenant="search") not in quotas.config.entries
