@@ -271,6 +271,14 @@ PRINCIPAL_COLUMNS = (
                                                                         "rate"),
     Column("mutation_rate_p99", "mutations p99", "rate"), Column("mutation_rate_max", "mutations max", "rate"),
     Column("rejections", "rejections", "count"), Column("recommendation", "recommendation", "text"))
+TENANT_COLUMNS = (
+    Column("tenant", "tenant", "text"), Column("principals", "principals", "count"),
+    Column("seconds", "seconds with traffic", "count"), Column("total_bytes", "produced", "bytes"),
+    Column("total_fetch_bytes", "fetched", "bytes"), Column("byte_rate_p99", "produce p99", "byte_rate"),
+    Column("byte_rate_max", "produce max", "byte_rate"), Column("producer_budget", "produce budget", "byte_rate"),
+    Column("fetch_byte_rate_p99", "fetch p99", "byte_rate"), Column("fetch_byte_rate_max", "fetch max", "byte_rate"),
+    Column("consumer_budget", "fetch budget", "byte_rate"), Column("throttle_ms", "throttle given (ms)", "count"),
+    Column("recommendation", "recommendation", "text"))
 TOP_COLUMNS = (PRINCIPAL_COLUMNS[0], PRINCIPAL_COLUMNS[1], PRINCIPAL_COLUMNS[3], PRINCIPAL_COLUMNS[4],
                PRINCIPAL_COLUMNS[5], PRINCIPAL_COLUMNS[7], PRINCIPAL_COLUMNS[9], PRINCIPAL_COLUMNS[10])
 _SCALES = ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
@@ -333,7 +341,7 @@ th[data-order=asc]::after{content:" \\25B2"}img{max-width:100%}.note{color:#555}
 
 def write_report(out_dir: Path, usage: DataFrame, summary: list[dict[str, Any]], churners: list[dict[str, Any]],
                  malformed: int, lines: int, quotas: QuotasInForce, block_hours: list[dict[str, Any]],
-                 broker_block_hours: list[dict[str, Any]]) -> Path:
+                 broker_block_hours: list[dict[str, Any]], tenants: list[dict[str, Any]]) -> Path:
     busiest = sorted(summary, key=lambda row: -(row["total_bytes"] + row["total_fetch_bytes"]))
     charted = busiest[:CHARTED_PRINCIPALS]
     spans = {(row["user"], row["client_id"]): (row["first_time"], row["last_time"]) for row in charted}
@@ -392,6 +400,10 @@ and client id). Rates are per second with traffic; percentiles are exact. Click 
 <p class="note">The quota in force is the one at the principal's last second, from the usage log (or, before its
 first line of them, the quota file and overrides given to the report); its chart shows every change.</p>
 {table(PRINCIPAL_COLUMNS, summary, "principals")}
+<h2>Tenants</h2>
+{table(TENANT_COLUMNS, tenants, "tenants") if tenants else "<p>No line names a tenant.</p>"}
+<p class="note">All a tenant's principals together, per second with traffic; the budget in force at its last second.
+<a href="recommended-tenant-budgets.toml">Recommended budgets</a>, for the quota file that defines the tenants.</p>
 <h2>Usage against the quota in force over time</h2>
 <p>The {counted(len(charted), "principal")} with the most bytes produced and fetched. Each point is the busiest
 second of its step; shading marks steps in which the principal was throttled; the dashed line is the quota in force,

@@ -14,9 +14,11 @@ headroom view of ``kafka_quota_proxy_usage_ratio``: for each rate, the quota tha
 principal N% of the time (``THROTTLED_SHARES``);
 per user the new PIDs per hour (top churners, from the usage log and, when given, the PID
 ledger's first-seen times); per topic (from its lines, written while a topic quota measured it) the same
-percentiles of the bytes all users wrote to it and read from it per second; and a quota file
+percentiles of the bytes all users wrote to it and read from it per second; per tenant (the ``tenant`` its
+principals' lines name) the same of the bytes all its principals wrote and read per second; and a quota file
 recommending p99 x headroom, rounded up, per principal and per topic, for those with at least ``--min-seconds``
-seconds with traffic (fewer say nothing about a p99: they get the reason instead of a quota).
+seconds with traffic (fewer say nothing about a p99: they get the reason instead of a quota), and the tenants' budgets
+likewise (``recommended-tenant-budgets.toml``, to add to the quota file that defines the tenants).
 
 The quota each principal had, drawn on its chart and listed in the table, is read from the usage log's lines of the
 quotas in force (``QUOTAS_FIELD``, written by the proxy as they change); before the log's first such line (a log of
@@ -70,6 +72,7 @@ from quotas.usage_record import (  # noqa: E402
     BLOCK_FIELDS,
     QUOTA_ENTRY_FIELDS,
     QUOTAS_FIELD,
+    TENANT_FIELD,
     TOPIC_FIELDS,
     USAGE_FIELDS,
 )
@@ -79,6 +82,7 @@ USAGE_SCHEMA = StructType([
     StructField("time", LongType()),
     StructField("user", StringType()),
     StructField("client_id", StringType()),
+    StructField(TENANT_FIELD, StringType()),
     *(StructField(counter, LongType()) for counter in COUNTERS),
     StructField("broker_id", LongType()),
     *(StructField(counter, LongType()) for counter in BLOCK_FIELDS),
@@ -93,6 +97,8 @@ RATES = {"bytes": "byte_rate", "fetch_bytes": "fetch_byte_rate", "new_pids": "ne
          "mutations": "mutation_rate"}
 TOPIC_RATES = {"topic_bytes": "byte_rate", "topic_fetch_bytes": "fetch_byte_rate"}
 """A topic's columns in the usage log and its rates in the report."""
+TENANT_RATES = {"bytes": "byte_rate", "fetch_bytes": "fetch_byte_rate"}
+"""A tenant's columns (its principals' summed each second) and its rates in the report."""
 PERCENTILES = (0.5, 0.95, 0.99)
 THROTTLED_SHARES = (0.01, 0.05, 0.1)
 """For each, per principal and rate (``{rate}_quota_over_{N}pct``): the lowest quota its rate was over in no more
@@ -123,6 +129,8 @@ class Report:
     broker_block_hours: list[dict[str, Any]]
     topics: list[dict[str, Any]]
     """Per topic under a topic quota: its rates' percentiles and max, all users together."""
+    tenants: list[dict[str, Any]]
+    """Per tenant: its rates' percentiles and max, all its principals together, and its budgets in force."""
 
 
 def spark_session(master: str | None, driver_memory: str | None = None, kafka_connector: str | None = None
@@ -172,8 +180,10 @@ def read_usage(spark: SparkSession, usage: Sources, kafka_options: Mapping[str, 
 
 def one_line_per_second(usage: DataFrame) -> DataFrame:
     """The clients' lines with those of the same (user, client id, second) added up: several proxies of a fleet each
-    write their own (a proxy stopping may write a second twice)."""
-    return usage.groupBy("user", "client_id", "time").agg(*(F.sum(counter).alias(counter) for counter in COUNTERS))
+    write their own (a proxy stopping may write a second twice). Their tenant is the one any of them names (the
+    members of a fleet read one quota file)."""
+    return usage.groupBy("user", "client_id", "time").agg(*(F.sum(counter).alias(counter) for counter in COUNTERS),
+                                                          F.max(TENANT_FIELD).alias(TENANT_FIELD))
 
 
 def split_lines(usage: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
@@ -249,17 +259,35 @@ def summarize_topics(topic_lines: DataFrame) -> DataFrame:
     """Per topic: the bytes every user wrote to it and read from it, per second with traffic, as exact
     percentiles and max (what a topic quota, shared by every user, would have to carry)."""
     per_second = topic_lines.groupBy("topic", "time").agg(*(F.sum(column).alias(column) for column in TOPIC_RATES))
-    aggregates = [F.count(F.lit(1)).alias("seconds")]
-    for column, rate in TOPIC_RATES.items():
+    return _per_second_percentiles(per_second, "topic", TOPIC_RATES)
+
+
+def summarize_tenants(usage_lines: DataFrame) -> DataFrame:
+    """Per tenant: the bytes all its principals wrote and read, per second with traffic, as exact percentiles and max
+    (what the tenant's one budget would have to carry); its principals, the throttle they were given in all, and its
+    last second."""
+    members = usage_lines.where(F.col(TENANT_FIELD).isNotNull())
+    per_second = members.groupBy(TENANT_FIELD, "time").agg(*(F.sum(column).alias(column) for column in TENANT_RATES),
+                                                           F.sum("throttle_ms").alias("throttle_ms"))
+    principals = members.groupBy(TENANT_FIELD).agg(F.countDistinct("user").alias("principals"))
+    return _per_second_percentiles(per_second, TENANT_FIELD, TENANT_RATES, F.sum("throttle_ms").alias("throttle_ms"),
+                                   F.max("time").alias("last_time")).join(principals, TENANT_FIELD).orderBy(
+                                       TENANT_FIELD)
+
+
+def _per_second_percentiles(per_second: DataFrame, key: str, rates: Mapping[str, str], *more: Any) -> DataFrame:
+    """Per ``key``: its seconds, and each of ``rates``' columns' exact percentiles, max and total (and ``more``)."""
+    aggregates = [F.count(F.lit(1)).alias("seconds"), *more]
+    for column, rate in rates.items():
         aggregates.append(F.percentile(F.col(column), list(PERCENTILES)).alias(f"{rate}_percentiles"))
         aggregates.append(F.max(column).alias(f"{rate}_max"))
         aggregates.append(F.sum(column).alias(f"total_{column}"))
-    summary = per_second.groupBy("topic").agg(*aggregates)
-    for rate in TOPIC_RATES.values():
+    summary = per_second.groupBy(key).agg(*aggregates)
+    for rate in rates.values():
         for index, fraction in enumerate(PERCENTILES):
             summary = summary.withColumn(f"{rate}_p{round(fraction * 100)}", F.col(f"{rate}_percentiles")[index])
         summary = summary.drop(f"{rate}_percentiles")
-    return summary.orderBy("topic")
+    return summary.orderBy(key)
 
 
 def throttling_quota_column(rate: str, share: float) -> str:
@@ -337,16 +365,38 @@ def recommended_quotas(summary: list[dict[str, Any]], headroom: float,
     for user, p99 in sorted(per_user_pids.items()):
         if p99 > 0 and too_little_data(per_user_seconds[user], min_seconds) is None:
             lines += ["", "[[quota]]", f"user = {json.dumps(user)}", f"producer_ids_rate = {math.ceil(p99 * headroom)}"]
-    for row in topics:
+    lines += _byte_rate_entries("topic", topics, headroom, min_seconds)
+    return "\n".join(lines) + "\n"
+
+
+def recommended_tenant_budgets(tenants: Sequence[dict[str, Any]], headroom: float,
+                               min_seconds: int = MIN_SECONDS) -> str:
+    """The tenants' budgets as ``[[quota]] tenant = ...`` entries, p99 x headroom rounded up of the bytes all a
+    tenant's principals wrote and read per second, for those with at least ``min_seconds`` seconds with traffic. They
+    go into the quota file whose ``[[tenant]]`` entries define the tenants (alone, a budget of an undefined tenant is
+    refused)."""
+    lines = [f"# Recommended by `kafka-quota-proxy report`: p99 of each tenant's rates (all its principals together)"
+             f" x {headroom:g}, rounded up,",
+             f"# where there are at least {min_seconds:,} seconds with traffic. Add them to the quota file that"
+             " defines these tenants ([[tenant]])."]
+    return "\n".join(lines + _byte_rate_entries(TENANT_FIELD, tenants, headroom, min_seconds)) + "\n"
+
+
+def _byte_rate_entries(entity: str, rows: Sequence[dict[str, Any]], headroom: float, min_seconds: int) -> list[str]:
+    """A ``[[quota]]`` of ``entity = row[entity]`` per row with enough data, its byte rates p99 x headroom (a rate
+    whose p99 is 0 gets none); a comment with the reason for a row without enough."""
+    lines: list[str] = []
+    for row in rows:
+        named = f"{entity} = {json.dumps(row[entity])}"
         reason = too_little_data(int(row.get("seconds", min_seconds)), min_seconds)
         if reason is not None:
-            lines += ["", f"# topic = {json.dumps(row['topic'])}: no recommendation: {reason}"]
+            lines += ["", f"# {named}: no recommendation: {reason}"]
             continue
         values = {"producer_byte_rate": row["byte_rate_p99"], "consumer_byte_rate": row["fetch_byte_rate_p99"]}
         body = [f"{key} = {math.ceil(value * headroom)}" for key, value in values.items() if value and value > 0]
         if body:
-            lines += ["", "[[quota]]", f"topic = {json.dumps(row['topic'])}", *body]
-    return "\n".join(lines) + "\n"
+            lines += ["", "[[quota]]", named, *body]
+    return lines
 
 
 # ---- the job ------------------------------------------------------------------------------------
@@ -376,17 +426,26 @@ def run(spark: SparkSession, usage: Sources | str, out_dir: Path, ledger_dir: st
     block_hours = [row.asDict() for row in cluster_block_hours(blocks).collect()]
     per_broker = [row.asDict() for row in broker_block_hours(blocks).collect()]
     topics = [row.asDict() for row in summarize_topics(topic_lines).collect()]
+    tenants = [row.asDict() for row in summarize_tenants(usage_lines).collect()]
+    for row in tenants:
+        for quota_type, column in ((QuotaType.PRODUCER_BYTE_RATE, "producer_budget"),
+                                   (QuotaType.CONSUMER_BYTE_RATE, "consumer_budget")):
+            row[column] = quotas.tenant_budget(quota_type, row[TENANT_FIELD], row["last_time"])
+        row["recommendation"] = too_little_data(row["seconds"], min_seconds) or "recommended"
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_csv(out_dir / "summary.csv", summary)  # from the rows collected: no second aggregation
     _write_csv(out_dir / "producer-id-blocks.csv", per_broker)
     _write_csv(out_dir / "topics.csv", topics, ["topic"])
+    _write_csv(out_dir / "tenants.csv", tenants, [TENANT_FIELD])
     (out_dir / "summary.json").write_text(json.dumps(
         {"lines": lines, "malformed_lines": malformed, "principals": summary, "pid_churners": top,
          "producer_id_blocks_per_hour": block_hours, "producer_id_blocks_per_broker_hour": per_broker,
-         "topics": topics}, indent=1))
+         "topics": topics, "tenants": tenants}, indent=1))
     (out_dir / "recommended-quotas.toml").write_text(recommended_quotas(summary, headroom, topics, min_seconds))
-    write_report(out_dir, usage_lines, summary, top, malformed, lines, quotas, block_hours, per_broker)
-    return Report(summary, top, malformed, lines, block_hours, per_broker, topics)
+    (out_dir / "recommended-tenant-budgets.toml").write_text(recommended_tenant_budgets(tenants, headroom,
+                                                                                         min_seconds))
+    write_report(out_dir, usage_lines, summary, top, malformed, lines, quotas, block_hours, per_broker, tenants)
+    return Report(summary, top, malformed, lines, block_hours, per_broker, topics, tenants)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], header: list[str] | None = None) -> None:
@@ -460,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka-quota-proxy report: {reason}", file=sys.stderr)
         return 2
     print(f"{report.lines} usage lines ({report.malformed_lines} malformed), {len(report.summary)} principals, "
-          f"{len(report.topics)} topics; report in {args.out / 'report.html'}")
+          f"{len(report.topics)} topics, {len(report.tenants)} tenants; report in {args.out / 'report.html'}")
     return 0
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from quotas.config import QuotaConfig, QuotaType, load_quota_file
+from quotas.config import QuotaConfig, QuotaEntity, QuotaType, load_quota_file
 from quotas.overrides import overlaid, read_overrides
 from quotas.quota_types import QUOTA_TYPES
 from quotas.usage_record import snapshot_config
@@ -67,6 +67,11 @@ class QuotasInForce:
             if not steps or step[1:] != steps[-1][1:]:
                 steps.append(step)
         return steps
+
+    def tenant_budget(self, quota_type: QuotaType, tenant: str, time_s: int) -> float | None:
+        """The budget of ``quota_type`` the tenant had at ``time_s``, or None."""
+        config = self._at(time_s)
+        return None if config is None else config.entries.get(QuotaEntity(tenant=tenant), {}).get(quota_type)
 
     def _at(self, time_s: int) -> QuotaConfig | None:
         """The snapshot in force at ``time_s``: the last at or before it, else ``given``."""

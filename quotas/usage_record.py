@@ -1,10 +1,10 @@
 """The usage log's record: shared by the proxy, which writes it, and the reporting job, which reads it.
 
-One JSON line per (user, client id) for each second with traffic: ``time`` (epoch seconds),
-``user``, ``client_id`` and these counters; one per (user, client id, broker id) for each second
-in which producer-ID blocks were handed out; and one per (user, topic) for each second with bytes of a
-topic under a topic quota; and, with ``quotas`` instead of a user, the quotas in force from that second on
-(``quota_snapshot``). A field added here is a column of the report; lines written before it existed read it
+One JSON line per (user, client id) for each second with traffic: ``time`` (epoch seconds), ``user``,
+``client_id``, ``tenant`` when the user belongs to one (``TENANT_FIELD``) and these counters; one per (user, client
+id, broker id) for each second in which producer-ID blocks were handed out; and one per (user, topic) for each second
+with bytes of a topic under a topic quota; and, with ``quotas`` instead of a user, the quotas in force from that second
+on (``quota_snapshot``). A field added here is a column of the report; lines written before it existed read it
 as 0.
 """
 
@@ -33,32 +33,37 @@ their own, which also carry ``broker_id`` (the requesting broker) and none of US
 ``broker_id`` is a block line, any other a client's."""
 
 
+TENANT_FIELD = "tenant"
+"""The ``[[tenant]]`` a client line's user belonged to in that second, as the quota file then said; absent for a user
+of none."""
+
 QUOTAS_FIELD = "quotas"
 """A line ``{"time": T, "quotas": [...]}`` lists every quota in force from second T on (``quota_snapshot``): the
 proxy writes one when they change (the quota file reloaded, AlterClientQuotas) and at the top of each hourly
 file, so a report of any hours knows the quota each principal had, and where it was set."""
 
-QUOTA_ENTRY_FIELDS = ("user", "client_id", "ip", "topic", "quota_type", "limit", "mode", "source")
-"""One quota of a ``QUOTAS_FIELD`` line: its entity (the parts it has; ``<default>`` for a default), type, limit,
-mode (``enforce``, ``observe``) and where it was set (the quota file's entry, or AlterClientQuotas)."""
+QUOTA_ENTRY_FIELDS = ("user", "client_id", "ip", "topic", "tenant", "quota_type", "limit", "mode", "source")
+"""One quota of a ``QUOTAS_FIELD`` line: its entity (the parts it has; ``<default>`` for a default; a tenant's budget
+names its tenant), type, limit, mode (``enforce``, ``observe``) and where it was set (the quota file's entry, or
+AlterClientQuotas)."""
 
 
 def quota_snapshot(config: QuotaConfig) -> list[dict[str, Any]]:
     """Every quota of ``config``, as a ``QUOTAS_FIELD`` line lists them."""
     return [{"user": entity.user, "client_id": entity.client_id, "ip": entity.ip, "topic": entity.topic,
-             "quota_type": str(quota_type), "limit": limit, "mode": str(config.mode_of(entity)),
-             "source": config.origins.get((entity, quota_type), "")}
+             "tenant": entity.tenant, "quota_type": str(quota_type), "limit": limit,
+             "mode": str(config.mode_of(entity)), "source": config.origins.get((entity, quota_type), "")}
             for entity, quotas in config.entries.items() for quota_type, limit in quotas.items()]
 
 
 def snapshot_config(snapshot: Iterable[Mapping[str, Any]]) -> QuotaConfig:
-    """The quotas a ``quota_snapshot`` lists, to resolve a principal's (raises QuotaConfigError when one is not a
-    valid quota)."""
+    """The quotas a ``quota_snapshot`` lists, to resolve a principal's, or to find a tenant's budget (its tenants'
+    principals are not in it); raises QuotaConfigError when one is not a valid quota."""
     entries: dict[QuotaEntity, dict[QuotaType, float]] = {}
     modes: dict[QuotaEntity, QuotaMode] = {}
     origins: dict[tuple[QuotaEntity, QuotaType], str] = {}
     for quota in snapshot:
-        entity = QuotaEntity(quota["user"], quota["client_id"], quota["ip"], quota["topic"])
+        entity = QuotaEntity(quota["user"], quota["client_id"], quota["ip"], quota["topic"], quota.get("tenant"))
         quota_type = QuotaType(quota["quota_type"])
         entries.setdefault(entity, {})[quota_type] = float(quota["limit"])
         modes[entity] = QuotaMode(quota["mode"])

@@ -25,9 +25,11 @@ from typing import NamedTuple
 
 from allocator.durable import AppendOnlyFile, WriteErrors
 from quotas.config import QuotaConfig
+from quotas.tenants import Tenants
 from quotas.usage_record import (
     BLOCK_FIELDS,
     QUOTAS_FIELD,
+    TENANT_FIELD,
     TOPIC_FIELDS,
     USAGE_FIELDS,
     quota_snapshot,
@@ -52,6 +54,8 @@ class UsageSecond(NamedTuple):
     """(user, client id, broker id) -> BLOCK_FIELDS."""
     topics: dict[tuple[str, str], list[int]]
     """(user, topic) -> TOPIC_FIELDS."""
+    tenants: dict[str, str]
+    """user -> the tenant it belonged to in the second, for the users of ``counters`` that belong to one."""
     quotas: str | None
     """The quotas in force, as the JSON array of a ``QUOTAS_FIELD`` line (None before they were given)."""
     quotas_changed: bool
@@ -72,6 +76,8 @@ class UsageLog:
         """Seconds the writer could not write yet (its thread only)."""
         self._current_file = ""
         self._quotas: str | None = None
+        self._tenants = Tenants()
+        """Of the quotas in force: whose tenant each client line's user is."""
         self._quotas_changed = False
         self._quotas_written_to = ""
         """The file the quotas in force were last written to (the writer's thread only)."""
@@ -138,6 +144,7 @@ class UsageLog:
     def quotas_in_force(self, config: QuotaConfig) -> None:
         """The quotas changed (or were loaded): they are written with the second that ends next."""
         self._quotas = json.dumps(quota_snapshot(config), separators=(",", ":"))
+        self._tenants = config.tenants
         self._quotas_changed = True
 
     # ---- the writer ---------------------------------------------------------------------------
@@ -151,7 +158,11 @@ class UsageLog:
         """Hand the counters gathered so far to the writer, stamped ``epoch_s``."""
         if not self._counters and not self._blocks and not self._topics and not self._quotas_changed:
             return
-        second = UsageSecond(epoch_s, self._counters, self._blocks, self._topics, self._quotas, self._quotas_changed)
+        tenants = self._tenants
+        members = {user: tenant.name for user, _ in self._counters if (tenant := tenants.of_user(user)) is not None} \
+            if tenants.all else {}
+        second = UsageSecond(epoch_s, self._counters, self._blocks, self._topics, members, self._quotas,
+                             self._quotas_changed)
         self._counters, self._blocks, self._topics = {}, {}, {}
         self._quotas_changed = False
         try:
@@ -182,7 +193,9 @@ class UsageLog:
         while self._unwritten:
             second = self._unwritten[0]
             name = usage_file_name(second.epoch_s)
+            tenants = second.tenants
             lines = [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id,
+                                 **({TENANT_FIELD: tenants[user]} if user in tenants else {}),
                                  **dict(zip(USAGE_FIELDS, counters, strict=True))}, separators=(",", ":"))
                      for (user, client_id), counters in second.counters.items()]
             lines += [json.dumps({"time": second.epoch_s, "user": user, "client_id": client_id, "broker_id": broker_id,

@@ -389,3 +389,45 @@ def test_a_fleets_lines_of_one_second_are_one_second_of_their_sum(spark: SparkSe
                  since_s=START + 5, until_s=START + 15)
     (alice,) = window.summary
     assert (alice["first_time"], alice["last_time"], alice["seconds"], window.lines) == (START + 5, START + 14, 10, 20)
+
+
+def test_tenants_get_their_principals_bytes_summed_per_second_and_a_recommended_budget(spark: SparkSession,
+                                                                                      tmp_path: Path) -> None:
+    """A tenant's p99 is that of the bytes all its principals wrote per second: what its one budget would carry. Its
+    budget in force is read from the usage log's lines of the quotas in force."""
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    start = 1_790_000_000
+    budget = {"user": None, "client_id": None, "ip": None, "topic": None, "tenant": "payments",
+              "quota_type": "producer_byte_rate", "limit": 5000.0, "mode": "enforce", "source": "quotas.toml line 9"}
+    lines: list[dict[str, Any]] = [{"time": start, "quotas": [budget]}]
+    written: dict[int, int] = {}
+    for second in range(100):
+        for user, client_id, size in (("pay-api", "a", 1000 * (second + 1)), ("pay-batch", "b", 300),
+                                      ("pay-batch", "c", 200)):
+            lines.append({"time": start + second, "user": user, "client_id": client_id, "tenant": "payments",
+                          "bytes": size, "fetch_bytes": 0, "throttle_ms": 1})
+            written[second] = written.get(second, 0) + size
+    lines.append({"time": start, "user": "idx", "client_id": "x", "tenant": "search", "bytes": 0, "fetch_bytes": 9})
+    lines.append({"time": start, "user": "alice", "client_id": "x", "bytes": 7})  # of no tenant
+    (usage / usage_file_name(start)).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = run(spark, str(usage), tmp_path / "out", headroom=2.0, min_seconds=50)
+    payments, search = result.tenants
+    per_second = list(written.values())
+    assert (payments["tenant"], payments["principals"], payments["seconds"]) == ("payments", 2, 100)
+    assert payments["total_bytes"] == sum(per_second) and payments["byte_rate_max"] == max(per_second)
+    assert payments["byte_rate_p99"] == exact_percentile(per_second, 0.99)
+    assert payments["throttle_ms"] == 300 and payments["producer_budget"] == 5000.0
+    assert payments["consumer_budget"] is None and payments["recommendation"] == "recommended"
+    assert (search["principals"], search["fetch_byte_rate_max"]) == (1, 9)
+    assert search["recommendation"].startswith("1 seconds with traffic")
+    recommended = (tmp_path / "out" / "recommended-tenant-budgets.toml").read_text()
+    assert '# tenant = "search": no recommendation' in recommended
+    quota_file = tmp_path / "quotas.toml"  # added to the quota file that defines the tenants, it loads
+    quota_file.write_text('[[tenant]]\nname = "payments"\nuser-prefix = "pay-"\n'
+                          '[[tenant]]\nname = "search"\nusers = ["idx"]\n' + recommended)
+    produce = load_quota_file(quota_file).resolve_tenant(QuotaType.PRODUCER_BYTE_RATE, "pay-anyone")
+    assert produce is not None and produce.limit == math.ceil(exact_percentile(per_second, 0.99) * 2)
+    with (tmp_path / "out" / "tenants.csv").open() as file:
+        assert [row["tenant"] for row in csv.DictReader(file)] == ["payments", "search"]
+    assert 'id="tenants"' in (tmp_path / "out" / "report.html").read_text()

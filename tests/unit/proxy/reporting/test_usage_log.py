@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,9 +87,11 @@ def test_the_quotas_in_force_head_every_file_and_follow_each_change(tmp_path: Pa
     assert [(line["time"], QUOTAS_FIELD in line) for line in second] == [(START + HOUR, True), (START + HOUR, False),
                                                                           (START + HOUR + 5, True)]
     assert first[0][QUOTAS_FIELD] == second[0][QUOTAS_FIELD] == [
-        {"user": "alice", "client_id": None, "ip": None, "topic": None, "quota_type": "producer_byte_rate",
+        {"user": "alice", "client_id": None, "ip": None, "topic": None, "tenant": None,
+         "quota_type": "producer_byte_rate",
          "limit": 1_000_000, "mode": "enforce", "source": "quotas.toml [[quota]] #1"},
-        {"user": None, "client_id": None, "ip": None, "topic": "<default>", "quota_type": "consumer_byte_rate",
+        {"user": None, "client_id": None, "ip": None, "topic": "<default>", "tenant": None,
+         "quota_type": "consumer_byte_rate",
          "limit": 5_000_000, "mode": "observe", "source": "quotas.toml [[quota]] #2"}]
     assert second[-1][QUOTAS_FIELD][0]["limit"] == 2_000_000
 
@@ -160,3 +163,25 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_a_client_line_names_the_tenant_its_user_belonged_to_in_that_second(tmp_path: Path) -> None:
+    text = '[[tenant]]\nname = "payments"\nuser-prefix = "pay-"\n[[quota]]\ntenant = "payments"\nrequest_rate = 5\n'
+    usage = UsageLog(tmp_path / "usage")
+    usage.start()
+    usage.quotas_in_force(parse_quota_document(tomllib.loads(text), "quotas.toml"))
+    usage.produce("pay-api", "app", 10, 0, 0, False)
+    usage.produce("alice", "app", 10, 0, 0, False)
+    usage.end_second(START)
+    moved = text.replace('user-prefix = "pay-"', 'users = ["alice"]')
+    usage.quotas_in_force(parse_quota_document(tomllib.loads(moved), "quotas.toml"))
+    usage.produce("pay-api", "app", 10, 0, 0, False)
+    usage.produce("alice", "app", 10, 0, 0, False)
+    usage.stop(START + 1)
+    lines = read_lines(tmp_path / "usage")[usage_file_name(START)]
+    assert [(line["time"], line["user"], line.get("tenant")) for line in lines if "user" in line] == [
+        (START, "pay-api", "payments"), (START, "alice", None), (START + 1, "pay-api", None),
+        (START + 1, "alice", "payments")]
+    budgets = [quota for line in lines if QUOTAS_FIELD in line for quota in line[QUOTAS_FIELD]]  # type: ignore[union-attr]
+    assert budgets[0]["tenant"] == "payments" and budgets[0]["quota_type"] == "request_rate"
+    assert snapshot_config(budgets[:1]).entries == {QuotaEntity(tenant="payments"): {QuotaType.REQUEST_RATE: 5.0}}
