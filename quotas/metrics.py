@@ -21,7 +21,7 @@ from quotas.byte_rates import ByteRateManager, TenantBudgets, TopicQuotaManager
 from quotas.config import QuotaKey, QuotaType
 from quotas.connection_quotas import ConnectionQuotas
 from quotas.entities import EntityTable
-from quotas.mutations import ControllerMutationQuotaManager
+from quotas.mutations import MutationBuckets, TenantMutationBudgets
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.quota_types import QUOTA_TYPES
 from quotas.tenants import Holdings, Tenants
@@ -53,12 +53,16 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
     return kept, [(state, value) for _, state, value in measured if id(state) not in kept_keys]
 
 
-Manager = ByteRateManager | ControllerMutationQuotaManager | ProducerIdQuotaManager | UserConnectionRateManager
+Manager = ByteRateManager | MutationBuckets | ProducerIdQuotaManager | UserConnectionRateManager
 EntityOf = Callable[[QuotaKey], tuple[str, ...]]
 
 
 def _principal(key: QuotaKey) -> tuple[str, ...]:
     return key.user, key.client_id
+
+
+def _user(key: QuotaKey) -> tuple[str, ...]:
+    return (key.user,)
 
 
 def _topic_entity(key: QuotaKey) -> tuple[str, ...]:
@@ -84,7 +88,8 @@ class _EntityUsage:
 class QuotaMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, managers: Iterable[Manager], clock_ms: Callable[[], int],
                  connections: ConnectionQuotas | None = None, topics: Iterable[TopicQuotaManager] = (),
-                 tenants: Iterable[TenantBudgets] = (), holdings: Holdings | None = None) -> None:
+                 tenants: Iterable[TenantBudgets | TenantMutationBudgets] = (), holdings: Holdings | None = None
+                 ) -> None:
         """``managers``: one per quota type of user and client-id entities; the families each has are named in
         ``QUOTA_TYPES``. ``topics``: the byte rates of topic entities; ``tenants``: the budgets of tenants (their
         families under ``kafka_quota_proxy_tenant_``, labelled by tenant: as many series as the file has tenants);
@@ -106,7 +111,8 @@ class QuotaMetrics(Collector):
             if isinstance(manager, ByteRateManager):
                 yield from self._rate_metrics(spec.metric, spec.unit, manager, now_ms)
             elif not isinstance(manager, UserConnectionRateManager):
-                yield from self._bucket_metrics(spec.metric, spec.unit, manager, now_ms,
+                yield from self._bucket_metrics(f"kafka_quota_proxy_{spec.metric}", spec.unit, manager, now_ms,
+                                                _user if spec.user_only else _principal,
                                                 ["user"] if spec.user_only else _ENTITY_LABELS)
         for topics in self._topic_managers:
             spec = QUOTA_TYPES[topics.quota_type]
@@ -116,8 +122,13 @@ class QuotaMetrics(Collector):
         for budgets in self._tenant_budgets:
             spec = QUOTA_TYPES[budgets.quota_type]
             assert spec.metric is not None  # the types a tenant may set have one
-            yield from self._rate_metrics(spec.metric, f"{spec.unit} of a tenant's principals", budgets, now_ms,
-                                          "kafka_quota_proxy_tenant", _tenant, _TENANT_RATE_LABELS)
+            what = f"{spec.unit} of a tenant's principals"
+            if isinstance(budgets, TenantBudgets):
+                yield from self._rate_metrics(spec.metric, what, budgets, now_ms, "kafka_quota_proxy_tenant", _tenant,
+                                              _TENANT_RATE_LABELS)
+            else:
+                yield from self._bucket_metrics(f"kafka_quota_proxy_tenant_{spec.metric}", what, budgets, now_ms,
+                                                _tenant, _TENANT_LABELS)
         throttled = CounterMetricFamily("kafka_quota_proxy_throttled_requests",
                                         "Requests answered with a throttle time, by quota type",
                                         labels=["quota_type"])
@@ -213,17 +224,19 @@ class QuotaMetrics(Collector):
         yield throttle
 
     @staticmethod
-    def _bucket_metrics(prefix: str, what: str, manager: ControllerMutationQuotaManager | ProducerIdQuotaManager,
-                        now_ms: int, labels: list[str]) -> Iterator[Metric]:
-        rate = GaugeMetricFamily(f"kafka_quota_proxy_{prefix}_rate", f"{what.capitalize()} per second", labels=labels)
-        tokens = GaugeMetricFamily(f"kafka_quota_proxy_{prefix}_tokens",
-                                   f"Tokens left for {what}; below zero means throttling", labels=labels)
-        throttle = GaugeMetricFamily(f"kafka_quota_proxy_{prefix}_throttle_time_ms",
-                                     f"Last throttle time given for {what}", labels=labels)
+    def _bucket_metrics(prefix: str, what: str,
+                        manager: MutationBuckets | ProducerIdQuotaManager,
+                        now_ms: int, entity_of: EntityOf, labels: list[str]) -> Iterator[Metric]:
+        """``{prefix}_rate``, ``_tokens`` and ``_throttle_time_ms`` of each bucket, labelled ``entity_of`` it."""
+        rate = GaugeMetricFamily(f"{prefix}_rate", f"{what.capitalize()} per second", labels=labels)
+        tokens = GaugeMetricFamily(f"{prefix}_tokens", f"Tokens left for {what}; below zero means throttling",
+                                   labels=labels)
+        throttle = GaugeMetricFamily(f"{prefix}_throttle_time_ms", f"Last throttle time given for {what}",
+                                     labels=labels)
         window = manager.config.settings.window_for(manager.quota_type)
         kept, others = busiest(manager.entities.items(), lambda state: state.rate.measure(now_ms, window))
         for key, state, value in kept:
-            values = [key.user, key.client_id][:len(labels)]
+            values = list(entity_of(key))
             rate.add_metric(values, value)
             tokens.add_metric(values, state.bucket.measure(state.limit, window, now_ms))
             throttle.add_metric(values, state.last_throttle_ms)

@@ -1,5 +1,6 @@
 """The controller mutation rate (KIP-599): a token bucket per user and client id, charged the partitions a request
-creates or deletes."""
+creates or deletes; and a tenant's budget of it, a bucket its principals share, charged beside (a topic admitted only
+when both admit it, the larger throttle given)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from quotas.config import QuotaConfig, QuotaType, ResolvedQuota
 from quotas.decisions import MutationDecision, Requester
 from quotas.entities import IDLE_EXPIRY_MS, BucketManager, BucketState
 from quotas.fleet import SharedUsage
-from quotas.token_bucket import BucketQuota, PermissiveQuota, StrictQuota, UnboundedQuota
+from quotas.token_bucket import BucketStrategy, PermissiveQuota, StrictQuota, record_into_all
 
 
 class PartitionMutations(NamedTuple):
@@ -22,58 +23,39 @@ class PartitionMutations(NamedTuple):
     """The request's version is strict (KIP-599: a topic is refused once the bucket is below zero)."""
 
 
-class ControllerMutationQuotaManager(BucketManager):
-    """``controller_mutation_rate``: per-topic admission, strict or permissive by request version."""
+class MutationBuckets(BucketManager):
+    """What the mutation buckets of principals and of tenants share: their observe mode and the fleet's usage."""
 
     quota_type = QuotaType.CONTROLLER_MUTATION_RATE
 
-    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
-        super().__init__(config, idle_expiry_ms)
+    def absorb(self, usage: SharedUsage, now_ms: int) -> None:
+        """Another fleet member's mutations (or, negative, what it gave back) taken from this bucket too."""
+        self._charge_shared(self._state_of(usage.key, usage.limit, now_ms), usage.amount, now_ms)
 
-    def record(self, requester: Requester, mutations: PartitionMutations, now_ms: int) -> MutationDecision:
-        """Charge each topic's partition mutations in request order, as Kafka's ``ReplicationControlManager``
-        calls ``ControllerRequestContext.applyPartitionChangeQuota`` per topic, recording into the
-        ``StrictControllerMutationQuota`` or ``PermissiveControllerMutationQuota`` that
-        ``ControllerMutationQuotaManager.newQuotaFor`` picks by request version.
-
-        Strict: a topic is rejected when the bucket is already below zero, otherwise admitted
-        whatever its size. Permissive: every topic is admitted; the response is throttled when
-        the bucket ends below zero.
-        """
-        quota = self.config.resolve(self.quota_type, requester.user, requester.client_id)
-        window = self.config.settings.mutation_window
-        state = None if quota is None else self._state(quota, now_ms)
-        counts, strict = mutations
-        if quota is not None and state is not None and quota.observed:
-            return self._observe(quota, state, counts, strict, now_ms)
-        strategy: BucketQuota
-        if quota is None or state is None:
-            strategy = UnboundedQuota()
-        elif strict:
-            strategy = StrictQuota(state.bucket, quota.limit, window)
-        else:
-            strategy = PermissiveQuota(state.bucket, quota.limit, window)
-        admitted = tuple(strategy.record(count, now_ms) for count in counts)
+    def _charge_admitted(self, quota: ResolvedQuota, state: BucketState, strategy: BucketStrategy,
+                         counts: Sequence[float], admitted: Sequence[bool], now_ms: int) -> None:
+        """An enforced bucket's rate, fleet and counters after its request's topics were judged (``strategy``
+        recorded the admitted ones into its bucket)."""
+        window = self.window
+        charged = 0.0
+        for count, topic_admitted in zip(counts, admitted, strict=True):
+            if topic_admitted:
+                state.rate.record(count, now_ms, window)
+                charged += count
+        self._shared(quota.key, charged, quota.limit)
         throttle_ms = strategy.throttle_ms(now_ms)
-        if quota is not None and state is not None:
-            charged = 0.0
-            for count, topic_admitted in zip(counts, admitted, strict=True):
-                if topic_admitted:
-                    state.rate.record(count, now_ms, window)
-                    charged += count
-            self._shared(quota.key, charged, quota.limit)
-            if throttle_ms:
-                state.enforced(throttle_ms)
-                self.throttled += 1
-            if not all(admitted):
-                self.rejected += 1
-        return MutationDecision(all(admitted), throttle_ms, None if quota is None else quota.key, admitted)
+        if throttle_ms:
+            state.enforced(throttle_ms)
+            self.throttled += 1
+        if strategy.refusals:
+            self.rejected += 1
 
     def _observe(self, quota: ResolvedQuota, state: BucketState, mutations: Sequence[float], strict: bool,
-                 now_ms: int) -> MutationDecision:
+                 now_ms: int) -> tuple[int, int]:
         """Every topic admitted and charged; enforcement's decisions taken on the shadow timeline, where the
         topics it would have refused are sent again when the throttle ends, until all are admitted (Kafka's
-        admin client retries THROTTLING_QUOTA_EXCEEDED so), the throttles of every round adding up."""
+        admin client retries THROTTLING_QUOTA_EXCEEDED so), the throttles of every round adding up. The throttle
+        enforcement would have given, and the topics it would have refused at first."""
         window = self.window
         total = sum(mutations)
         state.bucket.record(total, quota.limit, window, now_ms)
@@ -100,18 +82,78 @@ class ControllerMutationQuotaManager(BucketManager):
 
         throttle_ms = shadow.served(now_ms, served_at, retries=None)
         state.observed(throttle_ms, refused_first > 0)
-        return MutationDecision(True, 0, quota.key, (True,) * len(mutations), throttle_ms, refused_first)
+        return throttle_ms, max(refused_first, 0)
 
+
+class TenantMutationBudgets(MutationBuckets):
+    """Tenants' ``controller_mutation_rate`` budgets: a bucket per tenant, charged by the
+    ``ControllerMutationQuotaManager`` with each of its principals' own."""
+
+
+class ControllerMutationQuotaManager(MutationBuckets):
+    """``controller_mutation_rate``: per-topic admission, strict or permissive by request version."""
+
+    def __init__(self, config: QuotaConfig, idle_expiry_ms: int = IDLE_EXPIRY_MS) -> None:
+        super().__init__(config, idle_expiry_ms)
+        self.tenants = TenantMutationBudgets(config, idle_expiry_ms)
+
+    def update_config(self, config: QuotaConfig) -> None:
+        super().update_config(config)
+        self.tenants.update_config(config)
+
+    def _buckets(self, requester: Requester) -> list[tuple[MutationBuckets, ResolvedQuota]]:
+        """The requester's quota and its tenant's budget, those that apply."""
+        config = self.config
+        return [(manager, quota) for manager, quota in (
+            (self, config.resolve(self.quota_type, requester.user, requester.client_id)),
+            (self.tenants, config.resolve_tenant(self.quota_type, requester.user))) if quota is not None]
+
+    def record(self, requester: Requester, mutations: PartitionMutations, now_ms: int) -> MutationDecision:
+        """Charge each topic's partition mutations in request order, as Kafka's ``ReplicationControlManager``
+        calls ``ControllerRequestContext.applyPartitionChangeQuota`` per topic, recording into the
+        ``StrictControllerMutationQuota`` or ``PermissiveControllerMutationQuota`` that
+        ``ControllerMutationQuotaManager.newQuotaFor`` picks by request version.
+
+        Strict: a topic is rejected when the bucket is already below zero, otherwise admitted
+        whatever its size. Permissive: every topic is admitted; the response is throttled when
+        the bucket ends below zero.
+
+        With the tenant's budget beside the principal's quota, a topic is admitted when both enforced buckets admit
+        it and charged to both, and the larger throttle is given. An observed bucket is charged what the enforced
+        ones admitted, and says what enforcement would have done.
+        """
+        counts, strict = mutations
+        window = self.window
+        enforced: list[tuple[MutationBuckets, ResolvedQuota, BucketState, BucketStrategy]] = []
+        observed: list[tuple[MutationBuckets, ResolvedQuota, BucketState]] = []
+        for manager, quota in self._buckets(requester):
+            state = manager._state(quota, now_ms)
+            if quota.observed:
+                observed.append((manager, quota, state))
+            else:
+                strategy: BucketStrategy = (StrictQuota if strict else PermissiveQuota)(state.bucket, quota.limit,
+                                                                                        window)
+                enforced.append((manager, quota, state, strategy))
+        strategies = [strategy for *_, strategy in enforced]
+        admitted = tuple(record_into_all(strategies, count, now_ms) for count in counts)
+        throttles = [(strategy.throttle_ms(now_ms), quota.key) for _, quota, _, strategy in enforced]
+        for manager, quota, state, strategy in enforced:
+            manager._charge_admitted(quota, state, strategy, counts, admitted, now_ms)
+        observed_ms = refusals = 0
+        for manager, quota, state in observed:
+            would_ms, would_refuse = manager._observe(
+                quota, state, [count for count, topic_admitted in zip(counts, admitted, strict=True)
+                               if topic_admitted], strict, now_ms)
+            observed_ms, refusals = max(observed_ms, would_ms), max(refusals, would_refuse)
+            throttles.append((0, quota.key))
+        throttle_ms, key = max(throttles, key=lambda throttle: throttle[0], default=(0, None))
+        return MutationDecision(all(admitted), throttle_ms, key, admitted, observed_ms, refusals)
 
     def correct(self, requester: Requester, permits: float, now_ms: int) -> None:
         """Charge (or, negative, give back) mutations learnt after the request was admitted: what a
         request really cost once the cluster said how many partitions ``num_partitions = -1`` meant."""
-        quota = self.config.resolve(self.quota_type, requester.user, requester.client_id)
-        if quota is None or not permits:
+        if not permits:
             return
-        self._charge_shared(self._state(quota, now_ms), permits, now_ms)
-        self._shared(quota.key, permits, quota.limit)
-
-    def absorb(self, usage: SharedUsage, now_ms: int) -> None:
-        """Another fleet member's mutations (or, negative, what it gave back) taken from this bucket too."""
-        self._charge_shared(self._state_of(usage.key, usage.limit, now_ms), usage.amount, now_ms)
+        for manager, quota in self._buckets(requester):
+            manager._charge_shared(manager._state(quota, now_ms), permits, now_ms)
+            manager._shared(quota.key, permits, quota.limit)

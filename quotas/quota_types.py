@@ -105,7 +105,7 @@ QUOTA_TYPES: Mapping[QuotaType, QuotaTypeSpec] = {
         FleetSharing.AMOUNTS_HELD, False, "request_rate", "the proxy's own (Kafka's `request_percentage` is a share "
         "of its threads' time)"),
     QuotaType.CONTROLLER_MUTATION_RATE: QuotaTypeSpec(
-        "partition mutations/s", None, False, _USERS_AND_CLIENTS, Math.TOKEN_BUCKET, "mutation_window",
+        "partition mutations/s", None, False, _PRINCIPALS, Math.TOKEN_BUCKET, "mutation_window",
         "controller.quota.window.*", FleetSharing.AMOUNTS, True, "controller_mutation",
         "KIP-599 (`ControllerMutationQuotaManager`)"),
     QuotaType.PRODUCER_IDS_RATE: QuotaTypeSpec(

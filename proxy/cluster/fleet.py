@@ -39,7 +39,7 @@ from proxy.state.quota_service import QuotaService, now_ms
 from quotas.byte_rates import ByteRateManager, ClientQuotaManager
 from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Holder, Publication, SharedUsage, UsageShare
-from quotas.mutations import ControllerMutationQuotaManager
+from quotas.mutations import ControllerMutationQuotaManager, MutationBuckets
 
 log = logging.getLogger(__name__)
 
@@ -326,5 +326,5 @@ class Fleet(Collector):
                                     buckets=self._usage_age.buckets(), sum_value=self._usage_age.sum)
 
 
-def _absorb_of(manager: ByteRateManager | None) -> Callable[[SharedUsage, int], None] | None:
+def _absorb_of(manager: ByteRateManager | MutationBuckets | None) -> Callable[[SharedUsage, int], None] | None:
     return None if manager is None else manager.absorb

@@ -144,7 +144,8 @@ class TopicMutationHandler:
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         client_id = header.client_id or ""
         config = self._quotas.config
-        limited = config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
+        limited = (config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
+                   or config.resolve_tenant(QuotaType.CONTROLLER_MUTATION_RATE, caller.user) is not None)
         tenants_capped = config.tenants.capped
         if not (limited or tenants_capped or self._reserved_topics):
             return FORWARD

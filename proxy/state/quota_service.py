@@ -23,12 +23,12 @@ from prometheus_client import CollectorRegistry
 
 from allocator.durable import WriteErrors, write_durably
 from proxy.files.watched_file import WatchedFile
-from quotas.byte_rates import ByteRateManager, ClientQuotaManager, TopicQuotaManager
+from quotas.byte_rates import ByteRateManager, ClientQuotaManager, TenantBudgets, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
 from quotas.connection_quotas import ConnectionLimits, ConnectionQuotas
 from quotas.explain import Client, explain, explain_tenant
 from quotas.metrics import QuotaMetrics
-from quotas.mutations import ControllerMutationQuotaManager
+from quotas.mutations import ControllerMutationQuotaManager, TenantMutationBudgets
 from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, overrides_document, read_overrides
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.tenants import Holdings
@@ -79,8 +79,9 @@ class QuotaService:
         self.topic_managers: dict[QuotaType, TopicQuotaManager] = {
             manager.quota_type: manager for manager in (self.produce_topics, self.fetch_topics)}
         """The byte rates of topic entities."""
-        self.tenant_budgets = {quota_type: manager.tenants for quota_type, manager in self.managers.items()
-                               if isinstance(manager, ClientQuotaManager)}
+        self.tenant_budgets: dict[QuotaType, TenantBudgets | TenantMutationBudgets] = {
+            quota_type: manager.tenants for quota_type, manager in self.managers.items()
+            if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager)}
         """The budgets of tenants, charged by the managers of their types."""
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         """Kafka's: the listener's and each IP's."""
@@ -114,7 +115,8 @@ class QuotaService:
         for explanation in explain(self.config, who):
             answer = explanation.as_json()
             if explanation.limit is not None:
-                manager: QuotaManager | ByteRateManager | None = managers.get(explanation.quota_type)
+                manager: QuotaManager | ByteRateManager | TenantMutationBudgets | None = managers.get(
+                    explanation.quota_type)
                 if explanation.topic is not None:
                     manager = self.topic_managers[explanation.quota_type]
                 elif explanation.key is not None and explanation.key.tenant:

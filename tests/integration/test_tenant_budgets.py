@@ -1,4 +1,5 @@
-"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` that every principal of a ``[[tenant]]`` shares.
+"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` (and ``controller_mutation_rate``) that every
+principal of a ``[[tenant]]`` shares.
 
 Kafka has no tenant; its nearest is a quota two clients share (a client id's). Raw pipelined producers of two
 principals of one tenant are held together to Kafka's model (``kafka_quota_model``: two connections charging one
@@ -15,8 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.test_fleet import start_fleet
+from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable, create
 from tests.integration.test_produce_quotas import create_topic, metrics
 from tests.integration.test_sasl import add_user
 from tests.integration.test_topic_quotas import (
@@ -27,9 +30,11 @@ from tests.integration.test_topic_quotas import (
     SharedBudget,
     held_as_kafka_holds,
     held_to_the_model,
+    logged_in,
     pipelined_produce,
     produce_with_kafka_python,
     produce_with_librdkafka,
+    sasl,
     side_by_side,
 )
 from tests.support import Cluster, ProxyProcess, record_batch
@@ -125,3 +130,26 @@ def test_two_proxies_of_a_fleet_hold_the_principals_of_a_tenant_to_its_one_budge
                       [ms for answered in answers for ms, _ in answered],
                       [[len(batch) for batch in BATCHES]] * len(TENANT_USERS))
     assert all(tenant_throttles(member) > 0 for member in members)
+
+
+def test_a_tenants_mutation_budget_is_shared_by_its_principals_raw_frames_and_librdkafka(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """One partition a second, eleven of burst, for alice and bob together: alice's 12 partitions (strict CreateTopics
+    v7, raw frames) leave nothing for bob's librdkafka AdminClient (CreateTopics v4, permissive: created, throttled),
+    and alice's next topic is refused; carol, of another tenant, creates hers."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(f"{TENANTS}controller_mutation_rate = 1\n")
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    with logged_in(proxy, "alice") as sock:
+        assert create(sock, "raw", creatable(f"{topic}-alice", 12)) == [0]
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap, **sasl("bob")})
+    admin.create_topics([NewTopic(f"{topic}-bob", 1, 1)], operation_timeout=30)[f"{topic}-bob"].result(timeout=60)
+    throttled = 'kafka_quota_proxy_tenant_throttled_requests_total{quota_type="controller_mutation_rate"}'
+    assert metrics(proxy)[throttled] == 1
+    with logged_in(proxy, "alice") as sock:
+        assert create(sock, "raw", creatable(f"{topic}-alice-again", 1)) == [THROTTLING_QUOTA_EXCEEDED]
+    with logged_in(proxy, OTHER_TENANT_USER) as sock:
+        assert create(sock, "raw", creatable(f"{topic}-carol", 12)) == [0]
+    rejected = metrics(proxy)
+    assert rejected['kafka_quota_proxy_tenant_usage_ratio{quota_type="controller_mutation_rate",tenant="payments"}'] > 0
+    assert rejected['kafka_quota_proxy_rejected_requests_total{quota_type="controller_mutation_rate"}'] == 0

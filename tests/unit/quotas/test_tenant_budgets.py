@@ -21,10 +21,11 @@ from quotas.config import (
     QuotaType,
     parse_quota_document,
 )
-from quotas.decisions import Requester
+from quotas.decisions import MutationDecision, Requester
 from quotas.explain import explain, parse_client
 from quotas.fleet import FleetRecordError, Holder, Publication, SharedUsage, UsageShare
 from quotas.metrics import QuotaMetrics
+from quotas.mutations import ControllerMutationQuotaManager, PartitionMutations
 from quotas.overrides import overlaid
 from quotas.tenants import Holdings, Tenant, Tenants
 from tests.unit.quotas.clock import FakeClock
@@ -79,9 +80,9 @@ def test_a_tenants_budget_is_read_from_the_file_and_resolved_for_each_of_its_pri
     ('[[quota]]\ntenant = "payments"\nrequest_rate = 5\n', "no [[tenant]] is named 'payments' (the file has none)"),
     ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nuser = "a"\nrequest_rate = 5\n',
      "[[quota]] #1: a tenant entity stands alone"),
-    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\ncontroller_mutation_rate = 5\n',
-     "controller_mutation_rate does not apply to tenant=t (a tenant entity takes consumer_byte_rate, "
-     "producer_byte_rate, request_rate only)"),
+    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nproducer_ids_rate = 5\n',
+     "producer_ids_rate does not apply to tenant=t (a tenant entity takes consumer_byte_rate, "
+     "controller_mutation_rate, producer_byte_rate, request_rate only)"),
     ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nrequest_rate = -5\n',
      "request_rate must be positive"),
     ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = ""\nrequest_rate = 5\n',
@@ -291,7 +292,6 @@ def test_a_tenants_usage_goes_through_the_fleet_and_is_kept_by_members_holding_i
 
 
 @pytest.mark.parametrize("entry", [
-    ["controller_mutation_rate", "", "", 1.0, 5.0, "", "payments"],
     ["producer_byte_rate", "pay-api", "", 1.0, 5.0, "", "payments"],
     ["producer_byte_rate", "", "", -1.0, 5.0, "", "payments"],
 ])
@@ -341,3 +341,77 @@ def test_bytes_taken_back_from_a_fetch_are_not_published_to_the_fleet() -> None:
     manager.record_unless_throttled(Requester("pay-batch"), KIB, clock.advance(60_000))
     manager.take_back_recorded(Requester("pay-batch"), KIB, clock())
     assert share.take("a", 0) == []
+
+
+# ---- a tenant's controller mutation rate ------------------------------------------------------------------
+
+MUTATIONS = QuotaType.CONTROLLER_MUTATION_RATE
+
+
+def test_a_tenants_principals_share_its_mutation_bucket_as_one_principal_would() -> None:
+    """Strict (CreateTopics v6+): a topic is refused once the bucket is below zero, whoever of the tenant asks."""
+    def run(manager: ControllerMutationQuotaManager, users: tuple[str, str]) -> list[MutationDecision]:
+        clock = FakeClock()
+        return [manager.record(Requester(users[0], "admin"), PartitionMutations([12], True), clock()),
+                manager.record(Requester(users[1], "admin"), PartitionMutations([1, 1], True), clock()),
+                manager.record(Requester(users[1], "admin"), PartitionMutations([1], True), clock.advance(1000))]
+
+    shared = run(ControllerMutationQuotaManager(budgets({QuotaEntity(tenant="payments"): {MUTATIONS: 1}})),
+                 ("pay-api", "pay-batch"))
+    alone = run(ControllerMutationQuotaManager(budgets({QuotaEntity(user="one"): {MUTATIONS: 1}})), ("one", "one"))
+    assert [(d.topics_admitted, d.throttle_ms) for d in shared] == [(d.topics_admitted, d.throttle_ms) for d in alone]
+    assert [d.topics_admitted for d in shared] == [(True,), (False, False), (True,)]
+    other = ControllerMutationQuotaManager(budgets({QuotaEntity(tenant="payments"): {MUTATIONS: 1}}))
+    other.record(Requester("pay-api"), PartitionMutations([12], True), 0)
+    assert other.record(Requester("indexer"), PartitionMutations([12], True), 0).admitted  # another tenant's
+
+
+def test_a_topic_is_admitted_only_when_the_users_quota_and_the_tenants_budget_both_admit_it() -> None:
+    entries = {QuotaEntity(tenant="payments"): {MUTATIONS: 1}, QuotaEntity(user="pay-api"): {MUTATIONS: 100}}
+    manager = ControllerMutationQuotaManager(budgets(entries))
+    clock = FakeClock()
+    assert manager.record(Requester("pay-batch"), PartitionMutations([12], True), clock()).admitted
+    refused = manager.record(Requester("pay-api"), PartitionMutations([5], True), clock())
+    assert (refused.topics_admitted, refused.throttle_ms) == ((False,), 1000)
+    assert refused.key == QuotaKey("", "", "", "", "payments")
+    own = manager.entities.get(QuotaKey("pay-api", ""))
+    assert own is not None and own.bucket.tokens == 1100  # not charged for the topic its tenant refused
+    assert (manager.rejected, manager.tenants.rejected) == (0, 1)
+    # permissive (older versions): admitted and charged to both; the larger throttle given
+    permissive = manager.record(Requester("pay-api"), PartitionMutations([5], False), clock())
+    assert permissive.admitted and permissive.throttle_ms == 6000 and own.bucket.tokens == 1095
+    # a correction once the cluster answered reaches both
+    manager.correct(Requester("pay-api"), -5, clock())
+    tenant_bucket = manager.tenants.entities.get(QuotaKey("", "", "", "", "payments"))
+    assert tenant_bucket is not None and tenant_bucket.bucket.tokens == -1 and own.bucket.tokens == 1100
+
+
+def test_an_observed_tenant_mutation_budget_is_charged_what_the_enforced_quota_admitted() -> None:
+    entries = {QuotaEntity(tenant="payments"): {MUTATIONS: 1}, QuotaEntity(user="pay-api"): {MUTATIONS: 1}}
+    config = budgets(entries)
+    manager = ControllerMutationQuotaManager(QuotaConfig(config.settings, config.entries, {
+        QuotaEntity(tenant="payments"): QuotaMode.OBSERVE}, tenants=config.tenants))
+    clock = FakeClock()
+    assert manager.record(Requester("pay-api"), PartitionMutations([12], True), clock()).admitted
+    decision = manager.record(Requester("pay-api"), PartitionMutations([3, 4], True), clock())
+    assert decision.topics_admitted == (False, False) and decision.throttle_ms == 1000  # the user's quota
+    tenant_bucket = manager.tenants.entities.get(QuotaKey("", "", "", "", "payments"))
+    assert tenant_bucket is not None and tenant_bucket.bucket.tokens == -1  # 12 charged, the refused 7 not
+    observed = manager.record(Requester("pay-batch"), PartitionMutations([2], True), clock())
+    assert observed.admitted and observed.throttle_ms == 0 and observed.observed_ms > 0
+    assert observed.observed_refusals == 1
+
+
+def test_a_tenants_mutation_bucket_has_its_metrics_and_takes_the_fleets_usage() -> None:
+    registry = CollectorRegistry()
+    manager = ControllerMutationQuotaManager(budgets({QuotaEntity(tenant="payments"): {MUTATIONS: 1}}))
+    clock = FakeClock()
+    QuotaMetrics(registry, [manager], clock, tenants=[manager.tenants])
+    manager.record(Requester("pay-api"), PartitionMutations([12], True), clock())
+    key = QuotaKey("", "", "", "", "payments")
+    manager.tenants.absorb(SharedUsage(MUTATIONS, key, -2.0, 1.0), clock())  # a member gave two back
+    scraped = generate_latest(registry).decode()
+    assert 'kafka_quota_proxy_tenant_controller_mutation_tokens{tenant="payments"} 1.0' in scraped
+    assert 'kafka_quota_proxy_tenant_usage_ratio{quota_type="controller_mutation_rate",tenant="payments"}' in scraped
+    publication = Publication("a", 1, (SharedUsage(MUTATIONS, key, -2.0, 1.0),))
+    assert Publication.decode(publication.encode()) == publication  # a tenant's tokens given back travel too

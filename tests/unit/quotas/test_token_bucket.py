@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quotas.config import Window
-from quotas.token_bucket import PermissiveQuota, StrictQuota, TokenBucket, UnboundedQuota, burst
+from quotas.token_bucket import PermissiveQuota, StrictQuota, TokenBucket, burst, record_into_all
 
 T0 = 1_700_000_000_000
 
@@ -40,10 +40,21 @@ def test_refill_is_linear_and_capped_at_the_burst() -> None:
     assert bucket.measure(2, window, T0 + 60_000) == 22
 
 
-def test_unbounded_quota_admits_everything() -> None:
-    quota = UnboundedQuota()
-    assert all(quota.record(10**9, T0) for _ in range(3))
-    assert quota.throttle_ms(T0) == 0
+def test_without_a_bucket_everything_is_admitted() -> None:
+    assert all(record_into_all([], 10**9, T0) for _ in range(3))
+
+
+def test_an_item_recorded_into_several_buckets_is_refused_by_any_and_charged_to_none_then() -> None:
+    window = Window(10, 1)
+    roomy, spent = TokenBucket(10, window, T0), TokenBucket(10, window, T0)
+    spent.record(110, 10, window, T0)
+    strategies = [StrictQuota(roomy, 10, window), StrictQuota(spent, 10, window)]
+    assert record_into_all(strategies, 5, T0) is False
+    assert roomy.tokens == 100 and spent.tokens == -10  # the roomy bucket was not charged for a refused item
+    assert [strategy.throttle_ms(T0) for strategy in strategies] == [0, 1000]
+    assert [strategy.refusals for strategy in strategies] == [0, 1]
+    assert record_into_all(strategies, 5, T0 + 1000) is True  # refilled to 0: admitted, charged to both
+    assert (roomy.tokens, spent.tokens) == (95, -5)
 
 
 @given(st.floats(0.1, 1000), st.lists(st.tuples(st.integers(0, 5000), st.floats(0, 5000)), max_size=50))
