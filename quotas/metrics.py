@@ -22,7 +22,7 @@ from quotas.config import QuotaKey, QuotaType
 from quotas.connection_quotas import ConnectionQuotas
 from quotas.entities import EntityTable
 from quotas.mutations import MutationBuckets, TenantMutationBudgets
-from quotas.producer_id_quota import ProducerIdQuotaManager
+from quotas.producer_id_quota import ProducerIdBuckets, ProducerIdQuotaManager, TenantProducerIdBudgets
 from quotas.quota_types import QUOTA_TYPES
 from quotas.tenants import Holdings, Tenants
 from quotas.user_connections import UserConnectionRateManager
@@ -53,7 +53,7 @@ def busiest(entities: Iterable[tuple[Any, State]], rate: Callable[[State], float
     return kept, [(state, value) for _, state, value in measured if id(state) not in kept_keys]
 
 
-Manager = ByteRateManager | MutationBuckets | ProducerIdQuotaManager | UserConnectionRateManager
+Manager = ByteRateManager | MutationBuckets | ProducerIdBuckets | UserConnectionRateManager
 EntityOf = Callable[[QuotaKey], tuple[str, ...]]
 
 
@@ -88,8 +88,8 @@ class _EntityUsage:
 class QuotaMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, managers: Iterable[Manager], clock_ms: Callable[[], int],
                  connections: ConnectionQuotas | None = None, topics: Iterable[TopicQuotaManager] = (),
-                 tenants: Iterable[TenantBudgets | TenantMutationBudgets] = (), holdings: Holdings | None = None
-                 ) -> None:
+                 tenants: Iterable[TenantBudgets | TenantMutationBudgets | TenantProducerIdBudgets] = (),
+                 holdings: Holdings | None = None) -> None:
         """``managers``: one per quota type of user and client-id entities; the families each has are named in
         ``QUOTA_TYPES``. ``topics``: the byte rates of topic entities; ``tenants``: the budgets of tenants (their
         families under ``kafka_quota_proxy_tenant_``, labelled by tenant: as many series as the file has tenants);
@@ -148,6 +148,13 @@ class QuotaMetrics(Collector):
                 for manager in managers:
                     family.add_metric([manager.quota_type.value], manager.throttled)
                 yield family
+        if self._tenant_budgets:  # a byte rate's throttles are never refusals: the bucket types' are
+            rejected = CounterMetricFamily("kafka_quota_proxy_tenant_rejected_requests",
+                                           "Requests (or their topics) a tenant's budget refused with "
+                                           "THROTTLING_QUOTA_EXCEEDED", labels=["quota_type"])
+            for manager in self._tenant_budgets:
+                rejected.add_metric([manager.quota_type.value], manager.rejected)
+            yield rejected
         if self._holdings is not None and self._managers:
             yield from self._tenant_holdings(self._holdings, self._managers[0].config.tenants)
         for manager in self._managers:
@@ -225,7 +232,7 @@ class QuotaMetrics(Collector):
 
     @staticmethod
     def _bucket_metrics(prefix: str, what: str,
-                        manager: MutationBuckets | ProducerIdQuotaManager,
+                        manager: MutationBuckets | ProducerIdBuckets,
                         now_ms: int, entity_of: EntityOf, labels: list[str]) -> Iterator[Metric]:
         """``{prefix}_rate``, ``_tokens`` and ``_throttle_time_ms`` of each bucket, labelled ``entity_of`` it."""
         rate = GaugeMetricFamily(f"{prefix}_rate", f"{what.capitalize()} per second", labels=labels)

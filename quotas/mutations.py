@@ -108,6 +108,10 @@ class ControllerMutationQuotaManager(MutationBuckets):
             (self, config.resolve(self.quota_type, requester.user, requester.client_id)),
             (self.tenants, config.resolve_tenant(self.quota_type, requester.user))) if quota is not None]
 
+    def applies(self, requester: Requester) -> bool:
+        """A quota of the requester's or a budget of its tenant's: its mutations are charged."""
+        return bool(self._buckets(requester))
+
     def record(self, requester: Requester, mutations: PartitionMutations, now_ms: int) -> MutationDecision:
         """Charge each topic's partition mutations in request order, as Kafka's ``ReplicationControlManager``
         calls ``ControllerRequestContext.applyPartitionChangeQuota`` per topic, recording into the

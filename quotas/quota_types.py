@@ -109,7 +109,8 @@ QUOTA_TYPES: Mapping[QuotaType, QuotaTypeSpec] = {
         "controller.quota.window.*", FleetSharing.AMOUNTS, True, "controller_mutation",
         "KIP-599 (`ControllerMutationQuotaManager`)"),
     QuotaType.PRODUCER_IDS_RATE: QuotaTypeSpec(
-        "new producer IDs/s", None, False, frozenset({EntityKind.USER}), Math.TOKEN_BUCKET, "producer_id_window",
+        "new producer IDs/s", None, False, frozenset({EntityKind.USER, EntityKind.TENANT}), Math.TOKEN_BUCKET,
+        "producer_id_window",
         "producer.id.quota.window.*", FleetSharing.IDS, False, "producer_id", "KIP-936 (never shipped in Kafka)"),
     QuotaType.CONNECTION_CREATION_RATE: QuotaTypeSpec(
         "new connections/s (logins/s of a user)", None, True, frozenset({EntityKind.USER, EntityKind.IP}), Math.RATE,

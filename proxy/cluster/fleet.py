@@ -39,7 +39,7 @@ from proxy.state.quota_service import QuotaService, now_ms
 from quotas.byte_rates import ByteRateManager, ClientQuotaManager
 from quotas.config import QuotaType
 from quotas.fleet import MAX_PENDING_ENTRIES, FleetRecordError, Holder, Publication, SharedUsage, UsageShare
-from quotas.mutations import ControllerMutationQuotaManager, MutationBuckets
+from quotas.mutations import ControllerMutationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ class Fleet(Collector):
         # looked up once a publication, not once an entry: a member of a fleet of a hundred reads a hundred
         # thousand entries a second
         absorbers = {quota_type: (manager.absorb, _absorb_of(quotas.topic_managers.get(quota_type)),
-                                  _absorb_of(quotas.tenant_budgets.get(quota_type)))
+                                  manager.tenants.absorb)
                      for quota_type, manager in quotas.managers.items()
                      if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager)
                      and age_s <= settings.window_for(quota_type).length_s}  # else it left the window already
@@ -326,5 +326,5 @@ class Fleet(Collector):
                                     buckets=self._usage_age.buckets(), sum_value=self._usage_age.sum)
 
 
-def _absorb_of(manager: ByteRateManager | MutationBuckets | None) -> Callable[[SharedUsage, int], None] | None:
+def _absorb_of(manager: ByteRateManager | None) -> Callable[[SharedUsage, int], None] | None:
     return None if manager is None else manager.absorb

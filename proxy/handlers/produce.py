@@ -68,7 +68,7 @@ class ProduceHandler:
 
     def _checks_producer_ids(self, user: str) -> bool:
         """A producer-ID quota applies (or every PID is recorded)."""
-        return self._scan_all or self._quotas.config.resolve(QuotaType.PRODUCER_IDS_RATE, user, "") is not None
+        return self._scan_all or self._quotas.producer_ids.applies(user)
 
     def _scans_batches(self, user: str) -> bool:
         """Producer IDs are checked, or a topic quota exists: the batch headers must be read."""

@@ -73,7 +73,6 @@ from proxy.decision.outcome import (
 )
 from proxy.reporting.usage_log import UsageLog
 from proxy.state.quota_service import QuotaService
-from quotas.config import QuotaType
 from quotas.decisions import Requester
 from quotas.mutations import PartitionMutations
 from quotas.tenants import Creation, CreationsInFlight, refusals, tenants_to_count
@@ -144,8 +143,7 @@ class TopicMutationHandler:
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         client_id = header.client_id or ""
         config = self._quotas.config
-        limited = (config.resolve(QuotaType.CONTROLLER_MUTATION_RATE, caller.user, client_id) is not None
-                   or config.resolve_tenant(QuotaType.CONTROLLER_MUTATION_RATE, caller.user) is not None)
+        limited = self._quotas.mutations.applies(Requester(caller.user, client_id))
         tenants_capped = config.tenants.capped
         if not (limited or tenants_capped or self._reserved_topics):
             return FORWARD

@@ -30,7 +30,7 @@ from quotas.explain import Client, explain, explain_tenant
 from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager, TenantMutationBudgets
 from quotas.overrides import OVERRIDES_FILE, Overrides, overlaid, overrides_document, read_overrides
-from quotas.producer_id_quota import ProducerIdQuotaManager
+from quotas.producer_id_quota import ProducerIdQuotaManager, TenantProducerIdBudgets
 from quotas.tenants import Holdings
 from quotas.user_connections import UserConnectionRateManager
 
@@ -41,6 +41,7 @@ STORE = "client-quotas"
 """The overrides' name in ``kafka_quota_proxy_state_write_errors_total``."""
 
 QuotaManager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
+TenantBudget = TenantBudgets | TenantMutationBudgets | TenantProducerIdBudgets
 OverrideChanges = Mapping[QuotaEntity, Mapping[QuotaType, float | None]]
 
 
@@ -79,9 +80,8 @@ class QuotaService:
         self.topic_managers: dict[QuotaType, TopicQuotaManager] = {
             manager.quota_type: manager for manager in (self.produce_topics, self.fetch_topics)}
         """The byte rates of topic entities."""
-        self.tenant_budgets: dict[QuotaType, TenantBudgets | TenantMutationBudgets] = {
-            quota_type: manager.tenants for quota_type, manager in self.managers.items()
-            if isinstance(manager, ClientQuotaManager | ControllerMutationQuotaManager)}
+        self.tenant_budgets: dict[QuotaType, TenantBudget] = {
+            quota_type: manager.tenants for quota_type, manager in self.managers.items()}
         """The budgets of tenants, charged by the managers of their types."""
         self.connections = ConnectionQuotas(connection_limits or ConnectionLimits(), config.settings.byte_rate_window)
         """Kafka's: the listener's and each IP's."""
@@ -115,8 +115,7 @@ class QuotaService:
         for explanation in explain(self.config, who):
             answer = explanation.as_json()
             if explanation.limit is not None:
-                manager: QuotaManager | ByteRateManager | TenantMutationBudgets | None = managers.get(
-                    explanation.quota_type)
+                manager: QuotaManager | ByteRateManager | TenantBudget | None = managers.get(explanation.quota_type)
                 if explanation.topic is not None:
                     manager = self.topic_managers[explanation.quota_type]
                 elif explanation.key is not None and explanation.key.tenant:

@@ -1,5 +1,5 @@
-"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` (and ``controller_mutation_rate``) that every
-principal of a ``[[tenant]]`` shares.
+"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` (and ``controller_mutation_rate``, and
+``producer_ids_rate``) that every principal of a ``[[tenant]]`` shares.
 
 Kafka has no tenant; its nearest is a quota two clients share (a client id's). Raw pipelined producers of two
 principals of one tenant are held together to Kafka's model (``kafka_quota_model``: two connections charging one
@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.test_fleet import start_fleet
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable, create
 from tests.integration.test_produce_quotas import create_topic, metrics
+from tests.integration.test_produce_refusals import idempotent_request, partition_errors
 from tests.integration.test_sasl import add_user
 from tests.integration.test_topic_quotas import (
     PER_USER,
@@ -37,7 +39,7 @@ from tests.integration.test_topic_quotas import (
     sasl,
     side_by_side,
 )
-from tests.support import Cluster, ProxyProcess, record_batch
+from tests.support import Cluster, ProxyProcess, new_producer_id, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
 TENANT_USERS = ("alice", "bob")
@@ -153,3 +155,42 @@ def test_a_tenants_mutation_budget_is_shared_by_its_principals_raw_frames_and_li
     rejected = metrics(proxy)
     assert rejected['kafka_quota_proxy_tenant_usage_ratio{quota_type="controller_mutation_rate",tenant="payments"}'] > 0
     assert rejected['kafka_quota_proxy_rejected_requests_total{quota_type="controller_mutation_rate"}'] == 0
+
+
+def test_a_tenants_producer_id_budget_is_shared_by_its_principals_raw_frames_and_librdkafka(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """Reject mode, a burst of ten new producer IDs refilled one every 100 seconds, for alice and bob together:
+    alice's ten (raw frames) and bob's librdkafka idempotent producer (the bucket at zero admits one more) use it up,
+    so bob's next InitProducerId is throttled and its ID refused; carol, of another tenant, is not held back."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text('[settings]\n"producer.id.quota.window.num" = 2\n'
+                          '"producer.id.quota.window.size.seconds" = 500\n'
+                          f'"producer.id.quota.mode" = "reject"\n{TENANTS}producer_ids_rate = 0.01\n')
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    create_topic(broker.bootstrap, topic)
+
+    def new_ids(user: str, count: int) -> list[int]:
+        """Each of ``count`` new producer IDs' first batch, on a connection of ``user``'s: its error."""
+        with logged_in(proxy, user) as sock:
+            errors = []
+            for sequence in range(count):
+                sock.sendall(idempotent_request(topic, new_producer_id(sock).producer_id, 0, sequence))
+                (error,) = partition_errors(read_frame(sock)).values()
+                errors.append(error)
+            return errors
+
+    assert new_ids("alice", 10) == [0] * 10
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True, **sasl("bob")})
+    delivered: list[object] = []
+    producer.produce(topic, b"bob", on_delivery=lambda error, _: delivered.append(error))
+    assert producer.flush(60) == 0 and delivered == [None]
+    with logged_in(proxy, "bob") as sock:  # the tenant's bucket below zero: a hundred seconds until an ID fits
+        answer = new_producer_id(sock)
+    assert 90_000 <= answer.throttle_time_ms <= 100_000  # and the connection muted for it, as Kafka mutes it
+    with logged_in(proxy, "bob") as sock:  # a producer that does not wait is refused
+        sock.sendall(idempotent_request(topic, answer.producer_id, 0, 0))
+        assert partition_errors(read_frame(sock)) == {0: THROTTLING_QUOTA_EXCEEDED}
+    assert new_ids(OTHER_TENANT_USER, 3) == [0] * 3
+    seen = metrics(proxy)
+    assert seen['kafka_quota_proxy_tenant_rejected_requests_total{quota_type="producer_ids_rate"}'] == 1
+    assert seen['kafka_quota_proxy_rejected_requests_total{quota_type="producer_ids_rate"}'] == 0

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from quotas.byte_rates import ClientQuotaManager
 from quotas.config import (
+    PidQuotaMode,
     QuotaConfig,
     QuotaConfigError,
     QuotaEntity,
@@ -19,6 +20,7 @@ from quotas.config import (
     QuotaScope,
     QuotaSettings,
     QuotaType,
+    Window,
     parse_quota_document,
 )
 from quotas.decisions import MutationDecision, Requester
@@ -27,8 +29,10 @@ from quotas.fleet import FleetRecordError, Holder, Publication, SharedUsage, Usa
 from quotas.metrics import QuotaMetrics
 from quotas.mutations import ControllerMutationQuotaManager, PartitionMutations
 from quotas.overrides import overlaid
+from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.tenants import Holdings, Tenant, Tenants
 from tests.unit.quotas.clock import FakeClock
+from tests.unit.quotas.test_managers import batches
 
 PRODUCE = QuotaType.PRODUCER_BYTE_RATE
 FETCH = QuotaType.CONSUMER_BYTE_RATE
@@ -80,9 +84,9 @@ def test_a_tenants_budget_is_read_from_the_file_and_resolved_for_each_of_its_pri
     ('[[quota]]\ntenant = "payments"\nrequest_rate = 5\n', "no [[tenant]] is named 'payments' (the file has none)"),
     ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nuser = "a"\nrequest_rate = 5\n',
      "[[quota]] #1: a tenant entity stands alone"),
-    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nproducer_ids_rate = 5\n',
-     "producer_ids_rate does not apply to tenant=t (a tenant entity takes consumer_byte_rate, "
-     "controller_mutation_rate, producer_byte_rate, request_rate only)"),
+    ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nconnection_creation_rate = 5\n',
+     "connection_creation_rate does not apply to tenant=t (a tenant entity takes consumer_byte_rate, "
+     "controller_mutation_rate, producer_byte_rate, producer_ids_rate, request_rate only)"),
     ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = "t"\nrequest_rate = -5\n',
      "request_rate must be positive"),
     ('[[tenant]]\nname = "t"\nusers = ["a"]\n[[quota]]\ntenant = ""\nrequest_rate = 5\n',
@@ -415,3 +419,90 @@ def test_a_tenants_mutation_bucket_has_its_metrics_and_takes_the_fleets_usage() 
     assert 'kafka_quota_proxy_tenant_usage_ratio{quota_type="controller_mutation_rate",tenant="payments"}' in scraped
     publication = Publication("a", 1, (SharedUsage(MUTATIONS, key, -2.0, 1.0),))
     assert Publication.decode(publication.encode()) == publication  # a tenant's tokens given back travel too
+
+
+# ---- a tenant's producer IDs --------------------------------------------------------------------------------
+
+PIDS = QuotaType.PRODUCER_IDS_RATE
+PID_WINDOW = {"producer_id_window": Window(2, 5)}
+"""A burst of ten producer IDs at one a second."""
+
+
+def test_a_tenants_principals_share_its_producer_id_bucket_as_one_user_would() -> None:
+    def run(manager: ProducerIdQuotaManager, users: tuple[str, str]) -> list[tuple[bool, int]]:
+        clock = FakeClock()
+        decisions = [manager.record(Requester(users[0]), batches(range(10)), clock()),
+                     manager.record(Requester(users[1]), batches([10]), clock()),  # the bucket at 0: one more
+                     manager.record(Requester(users[1]), batches([11]), clock()),
+                     manager.record(Requester(users[0]), batches([3]), clock())]  # seen: no charge
+        return [(decision.admitted, decision.throttle_ms) for decision in decisions]
+
+    settings = {"producer_id_mode": PidQuotaMode.REJECT, **PID_WINDOW}
+    shared = run(ProducerIdQuotaManager(budgets({QuotaEntity(tenant="payments"): {PIDS: 1}}, **settings)),
+                 ("pay-api", "pay-batch"))
+    alone = run(ProducerIdQuotaManager(budgets({QuotaEntity(user="one"): {PIDS: 1}}, **settings)), ("one", "one"))
+    assert shared == alone == [(True, 0), (True, 0), (False, 1000), (True, 0)]
+    other = ProducerIdQuotaManager(budgets({QuotaEntity(tenant="payments"): {PIDS: 1}}, **settings))
+    other.record(Requester("pay-api"), batches(range(11)), 0)
+    assert other.record(Requester("indexer"), batches(range(20, 30)), 0).admitted  # another tenant's
+
+
+def test_a_request_is_refused_when_the_tenants_budget_has_no_room_and_the_users_quota_is_not_charged() -> None:
+    entries = {QuotaEntity(tenant="payments"): {PIDS: 1}, QuotaEntity(user="pay-api"): {PIDS: 100}}
+    manager = ProducerIdQuotaManager(budgets(entries, producer_id_mode=PidQuotaMode.REJECT, **PID_WINDOW))
+    clock = FakeClock()
+    assert manager.record(Requester("pay-batch"), batches(range(11)), clock()).admitted
+    assert manager.pending_throttle_ms("pay-api", clock()) == 1000  # the tenant's, though pay-api's has room
+    refused = manager.record(Requester("pay-api"), batches([50, 51]), clock())
+    assert (refused.admitted, refused.throttle_ms, refused.key) == (False, 2000, QuotaKey("", "", "", "", "payments"))
+    own = manager.entities.get(QuotaKey("pay-api", ""))
+    assert own is not None and own.bucket.tokens == 1000  # nothing charged to pay-api's own
+    assert (manager.rejected, manager.tenants.rejected) == (0, 1)
+    assert manager.record(Requester("pay-api"), batches([50, 51]), clock.advance(2000)).admitted
+    assert own.bucket.tokens == 998
+
+
+def test_in_throttle_mode_every_new_id_is_charged_to_both_and_the_larger_throttle_given() -> None:
+    entries = {QuotaEntity(tenant="payments"): {PIDS: 1}, QuotaEntity(user="pay-api"): {PIDS: 2}}
+    manager = ProducerIdQuotaManager(budgets(entries, **PID_WINDOW))
+    clock = FakeClock()
+    assert manager.record(Requester("pay-api"), batches(range(10)), clock()).throttle_ms == 0
+    decision = manager.record(Requester("pay-api"), batches(range(10, 14)), clock())
+    # the tenant's bucket: 0 - 4 = -4 at 1/s; pay-api's: 10 - 4 = 6, no throttle
+    assert decision.admitted and decision.throttle_ms == 4000 and decision.new_pids == (10, 11, 12, 13)
+    assert decision.over_quota_pids == (11, 12, 13)
+    assert (manager.throttled, manager.tenants.throttled, manager.admitted_pids) == (0, 1, 14)
+
+
+def test_an_observed_tenant_budget_is_charged_the_ids_the_users_quota_let_through() -> None:
+    entries = {QuotaEntity(tenant="payments"): {PIDS: 1}, QuotaEntity(user="pay-api"): {PIDS: 1}}
+    config = budgets(entries, producer_id_mode=PidQuotaMode.REJECT, **PID_WINDOW)
+    manager = ProducerIdQuotaManager(QuotaConfig(config.settings, config.entries, {
+        QuotaEntity(tenant="payments"): QuotaMode.OBSERVE}, tenants=config.tenants))
+    clock = FakeClock()
+    assert manager.record(Requester("pay-api"), batches(range(11)), clock()).admitted
+    assert not manager.record(Requester("pay-api"), batches([20]), clock()).admitted  # pay-api's own refuses
+    tenant = manager.tenants.entities.get(QuotaKey("", "", "", "", "payments"))
+    assert tenant is not None and tenant.bucket.tokens == -1  # charged the 11 let through, not the refused one
+    decision = manager.record(Requester("pay-batch"), batches([30, 31]), clock())
+    assert decision.admitted and decision.observed_refused and decision.observed_ms > 0
+
+
+def test_a_tenants_producer_ids_go_through_the_fleet_under_their_user() -> None:
+    quotas = budgets({QuotaEntity(tenant="payments"): {PIDS: 1}}, producer_id_mode=PidQuotaMode.REJECT,
+                     quota_scope=QuotaScope.CLUSTER, **PID_WINDOW)
+    here, there = ProducerIdQuotaManager(quotas), ProducerIdQuotaManager(quotas)
+    here.share = UsageShare()
+    clock = FakeClock()
+    assert here.record(Requester("pay-api"), batches(range(10)), clock()).admitted
+    (shared,) = here.share.take("a", 0)[0].producer_ids
+    assert (shared.user, shared.limit, shared.producer_ids) == ("pay-api", 1, tuple(range(10)))
+    assert there.absorb_producer_ids(shared, clock()) == 10
+    assert there.entities.get(QuotaKey("pay-api", "")) is None  # no quota of pay-api's here: no bucket of it
+    assert there.record(Requester("pay-batch"), batches([99]), clock()).admitted  # at 0: one more (strict)
+    assert not there.record(Requester("pay-batch"), batches([100]), clock()).admitted
+    registry = CollectorRegistry()
+    QuotaMetrics(registry, [there], clock, tenants=[there.tenants])
+    scraped = generate_latest(registry).decode()
+    assert 'kafka_quota_proxy_tenant_producer_id_tokens{tenant="payments"} -1.0' in scraped
+    assert 'kafka_quota_proxy_tenant_rejected_requests_total{quota_type="producer_ids_rate"} 1.0' in scraped

@@ -230,13 +230,13 @@ def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described
         {"entity": [{"entity_type": "tenant", "entity_name": "search"}],
          "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
         {"entity": [{"entity_type": "tenant", "entity_name": "payments"}],
-         "ops": [{"key": "producer_ids_rate", "value": 5.0, "remove": False}]}])
+         "ops": [{"key": "connection_creation_rate", "value": 5.0, "remove": False}]}])
     outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
     assert isinstance(outcome, Respond)  # nothing of it forwarded
     answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
     assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST, INVALID_REQUEST]
     assert "no [[tenant]] of the quota file is named 'search'" in answer.entries[1].error_message
-    assert "producer_ids_rate does not apply to tenant=payments" in answer.entries[2].error_message
+    assert "connection_creation_rate does not apply to tenant=payments" in answer.entries[2].error_message
     # saved, and in force for every principal of the tenant
     budget = service(tmp_path, '[[tenant]]\nname = "payments"\nuser-prefix = "pay-"\n').config.resolve_tenant(
         BYTES, "pay-api")
