@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from bench.report import case_arguments, new_results, write_results
 from proxy.dev.apache_kafka import KafkaCluster
+from quotas.usage_record import USAGE_FIELDS
 from tests import fidelity
 from tests.fidelity import Quota, Run, Workload
 from tests.support import (
@@ -84,7 +85,7 @@ def usage_totals(state_dir: Path) -> dict[str, int]:
     for path in (state_dir / "usage").glob("usage-*.jsonl"):
         for line in path.read_text().splitlines():
             for key, value in json.loads(line).items():
-                if key not in ("time", "user", "client_id"):
+                if key in USAGE_FIELDS:  # not the line's time or entity (its user's tenant among them)
                     totals[key] = totals.get(key, 0) + value
     return totals
 

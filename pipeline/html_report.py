@@ -271,16 +271,16 @@ PRINCIPAL_COLUMNS = (
                                                                         "rate"),
     Column("mutation_rate_p99", "mutations p99", "rate"), Column("mutation_rate_max", "mutations max", "rate"),
     Column("rejections", "rejections", "count"), Column("recommendation", "recommendation", "text"))
-TENANT_COLUMNS = (
-    Column("tenant", "tenant", "text"), Column("principals", "principals", "count"),
-    Column("seconds", "seconds with traffic", "count"), Column("total_bytes", "produced", "bytes"),
-    Column("total_fetch_bytes", "fetched", "bytes"), Column("byte_rate_p99", "produce p99", "byte_rate"),
-    Column("byte_rate_max", "produce max", "byte_rate"), Column("producer_budget", "produce budget", "byte_rate"),
-    Column("fetch_byte_rate_p99", "fetch p99", "byte_rate"), Column("fetch_byte_rate_max", "fetch max", "byte_rate"),
-    Column("consumer_budget", "fetch budget", "byte_rate"), Column("throttle_ms", "throttle given (ms)", "count"),
-    Column("recommendation", "recommendation", "text"))
 TOP_COLUMNS = (PRINCIPAL_COLUMNS[0], PRINCIPAL_COLUMNS[1], PRINCIPAL_COLUMNS[3], PRINCIPAL_COLUMNS[4],
                PRINCIPAL_COLUMNS[5], PRINCIPAL_COLUMNS[7], PRINCIPAL_COLUMNS[9], PRINCIPAL_COLUMNS[10])
+_BY_KEY = {column.key: column for column in PRINCIPAL_COLUMNS}
+TENANT_COLUMNS = (
+    Column("tenant", "tenant", "text"), Column("principals", "principals", "count"),
+    *(_BY_KEY[key] for key in ("seconds", "total_bytes", "total_fetch_bytes", "byte_rate_p99", "byte_rate_max")),
+    Column("producer_budget", "produce budget", "byte_rate"),
+    *(_BY_KEY[key] for key in ("fetch_byte_rate_p99", "fetch_byte_rate_max")),
+    Column("consumer_budget", "fetch budget", "byte_rate"), Column("throttle_ms", "throttle given (ms)", "count"),
+    _BY_KEY["recommendation"])
 _SCALES = ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 

@@ -153,7 +153,8 @@ class QuotaMetrics(Collector):
                                            "Requests (or their topics) a tenant's budget refused with "
                                            "THROTTLING_QUOTA_EXCEEDED", labels=["quota_type"])
             for manager in self._tenant_budgets:
-                rejected.add_metric([manager.quota_type.value], manager.rejected)
+                if not isinstance(manager, TenantBudgets):
+                    rejected.add_metric([manager.quota_type.value], manager.rejected)
             yield rejected
         if self._holdings is not None and self._managers:
             yield from self._tenant_holdings(self._holdings, self._managers[0].config.tenants)

@@ -178,7 +178,7 @@ class ProducerIdQuotaManager(ProducerIdBuckets):
         if not buckets:
             return NO_PID_CHARGED
         seen = self.seen
-        capacity = self.filter_capacity(max(bucket.quota.limit for bucket in buckets))
+        capacity = self.filter_capacity(buckets[0].quota.limit)  # the user's rate (its tenant's, without its own)
         unseen: dict[int, Probe] = {}
         for batch in batches:
             pid = batch.producer_id
@@ -297,12 +297,13 @@ class ProducerIdQuotaManager(ProducerIdBuckets):
         for manager, quota in enforced:
             state = manager._state(quota, now_ms)
             missing = (needed - 1) - state.bucket.measure(quota.limit, window, now_ms)
-            throttles.append((java_round(missing / quota.limit * 1000) if missing > 0 else 0, manager, state, quota))
-        counted = [throttle for throttle in throttles if throttle[0] > 0] or throttles[:1]
-        for throttle_ms, manager, state, _ in counted:
+            throttle_ms = java_round(missing / quota.limit * 1000) if missing > 0 else 0
+            throttles.append((throttle_ms, missing > 0, manager, state, quota))
+        counted = [throttle for throttle in throttles if throttle[1]] or throttles[:1]
+        for throttle_ms, _, manager, state, _ in counted:
             state.enforced(throttle_ms)
             manager.rejected += 1
-        throttle_ms, _, _, quota = max(throttles, key=lambda throttle: throttle[0])
+        throttle_ms, _, _, _, quota = max(throttles, key=lambda throttle: throttle[0])
         refused = self._refused.setdefault(user, OrderedDict())
         for batch in batches:
             key = (batch.producer_id, batch.partition)

@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Producer
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from quotas.usage_record import QUOTAS_FIELD
+from quotas.usage_record import BLOCK_FIELDS, QUOTAS_FIELD, TOPIC_FIELDS, USAGE_FIELDS
 from tests.support import ProxyProcess, kafka_quota_model, new_producer_id, read_to_end, wait_until
 
 pytestmark = pytest.mark.integration
@@ -81,12 +81,16 @@ def final_usage_lines(proxy: ProxyProcess) -> list[dict[str, Any]]:
     return usage_lines(proxy)
 
 
+COUNTERS = frozenset((*USAGE_FIELDS, *TOPIC_FIELDS, *BLOCK_FIELDS))
+"""A usage line's counters: what is not its time, its entity (user, client id, topic, tenant) or a broker id."""
+
+
 def summed_usage(lines: list[dict[str, Any]]) -> dict[str, int]:
     """The usage log's counters summed over ``lines``."""
     totals: dict[str, int] = {}
     for line in lines:
         for key, value in line.items():
-            if key not in ("time", "user", "client_id", "topic"):
+            if key in COUNTERS:
                 totals[key] = totals.get(key, 0) + value
     return totals
 
