@@ -196,7 +196,7 @@ class ClientQuotaManager(ByteRateManager):
                 ) -> Decision:
         config = self.config
         quota = config.resolve(self.quota_type, requester.user, requester.client_id)
-        budget = config.resolve_tenant(self.quota_type, requester.user)
+        budget = config.resolve_tenant(self.quota_type, requester.user) if self.quota_type in config.budgeted else None
         if budget is None:
             if quota is None:
                 return UNLIMITED

@@ -204,8 +204,8 @@ _RESOLUTION_CACHE_SIZE = 65_536
 class QuotaConfig:
     """An immutable snapshot of every quota; replaced whole when the configuration changes."""
 
-    __slots__ = ("settings", "entries", "modes", "origins", "tenants", "_by_type", "_by_topic", "_by_tenant",
-                 "_ip_rates", "_cached_resolve", "_cached_resolve_topic")
+    __slots__ = ("settings", "entries", "modes", "origins", "tenants", "budgeted", "_by_type", "_by_topic",
+                 "_by_tenant", "_ip_rates", "_cached_resolve", "_cached_resolve_topic")
 
     def __init__(self, settings: QuotaSettings | None = None,
                  entries: Mapping[QuotaEntity, Mapping[QuotaType, float]] | None = None,
@@ -238,6 +238,8 @@ class QuotaConfig:
                     self._by_topic[quota_type][(entity.user, entity.topic)] = (entity, float(limit), observed)
                 else:
                     self._by_type[quota_type][(entity.user, entity.client_id)] = (entity, float(limit), observed)
+        self.budgeted = frozenset(quota_type for quota_type, budgets in self._by_tenant.items() if budgets)
+        """The quota types some tenant has a budget of (a set look-up for every request that has none)."""
         # Bounded: millions of distinct client ids must not grow memory without limit.
         self._cached_resolve = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve)
         self._cached_resolve_topic = lru_cache(maxsize=_RESOLUTION_CACHE_SIZE)(self._resolve_topic)
