@@ -4,6 +4,7 @@ import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -132,6 +133,30 @@ async def no_cluster_apis() -> frozenset[int]:
     return frozenset()
 
 
+def answered_locally(handlers: ClientQuotaHandlers, frame: bytes, api_key: int) -> Any:
+    """The proxy's own answer to ``frame`` from the admin ``ops`` (nothing of the request forwarded)."""
+    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
+    assert isinstance(outcome, Respond)
+    return decode_response(api_key, 1, memoryview(outcome.response)[9:])
+
+
+def altered(handlers: ClientQuotaHandlers, *entries: tuple[str, str, dict[str, object]]) -> Any:
+    """AlterClientQuotas of one op per (entity type, name) entity, answered by the proxy."""
+    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+        {"entity": [{"entity_type": entity_type, "entity_name": name}], "ops": [op]}
+        for entity_type, name, op in entries])
+    return answered_locally(handlers, frame, Api.ALTER_CLIENT_QUOTAS)
+
+
+def described(handlers: ClientQuotaHandlers, entity_type: str) -> list[tuple[list[tuple[str, str]], list[Any]]]:
+    """Every entity of ``entity_type`` with its quotas, as DescribeClientQuotas answers, answered by the proxy."""
+    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
+                           components=[{"entity_type": entity_type, "match_type": MATCH_ANY, "match": None}])
+    answer = answered_locally(handlers, frame, Api.DESCRIBE_CLIENT_QUOTAS)
+    return [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
+            for entry in answer.entries]
+
+
 def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_path: Path) -> None:
     quotas = service(tmp_path)
     handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
@@ -192,24 +217,12 @@ def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_c
         return frozenset({Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS})
 
     handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}))
-    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
-        {"entity": [{"entity_type": "topic", "entity_name": "orders"}],
-         "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
-        {"entity": [{"entity_type": "topic", "entity_name": "orders"}],
-         "ops": [{"key": "request_rate", "value": 5.0, "remove": False}]}])
-    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
-    assert isinstance(outcome, Respond)  # nothing of it forwarded
-    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
+    answer = altered(handlers, ("topic", "orders", {"key": "producer_byte_rate", "value": 1e6, "remove": False}),
+                     ("topic", "orders", {"key": "request_rate", "value": 5.0, "remove": False}))
     assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST]
     assert "request_rate does not apply to topic=orders" in answer.entries[1].error_message
     assert service(tmp_path).config.resolve_topic(BYTES, "bob", "orders") is not None  # saved
-    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
-                           components=[{"entity_type": "topic", "match_type": MATCH_ANY, "match": None}])
-    described = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
-    assert isinstance(described, Respond)
-    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
-    assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
-            for entry in answer.entries] == [([("topic", "orders")], [("producer_byte_rate", 1e6)])]
+    assert described(handlers, "topic") == [([("topic", "orders")], [("producer_byte_rate", 1e6)])]
 
 
 def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described_without_the_cluster(
@@ -224,16 +237,9 @@ def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described
         return frozenset({Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS})
 
     handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}))
-    frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
-        {"entity": [{"entity_type": "tenant", "entity_name": "payments"}],
-         "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
-        {"entity": [{"entity_type": "tenant", "entity_name": "search"}],
-         "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]},
-        {"entity": [{"entity_type": "tenant", "entity_name": "payments"}],
-         "ops": [{"key": "connection_creation_rate", "value": 5.0, "remove": False}]}])
-    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
-    assert isinstance(outcome, Respond)  # nothing of it forwarded
-    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
+    answer = altered(handlers, ("tenant", "payments", {"key": "producer_byte_rate", "value": 1e6, "remove": False}),
+                     ("tenant", "search", {"key": "producer_byte_rate", "value": 1e6, "remove": False}),
+                     ("tenant", "payments", {"key": "connection_creation_rate", "value": 5.0, "remove": False}))
     assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST, INVALID_REQUEST]
     assert "no [[tenant]] of the quota file is named 'search'" in answer.entries[1].error_message
     assert "connection_creation_rate does not apply to tenant=payments" in answer.entries[2].error_message
@@ -241,13 +247,7 @@ def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described
     budget = service(tmp_path, '[[tenant]]\nname = "payments"\nuser-prefix = "pay-"\n').config.resolve_tenant(
         BYTES, "pay-api")
     assert budget is not None and budget.limit == 1e6
-    frame = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
-                           components=[{"entity_type": "tenant", "match_type": MATCH_ANY, "match": None}])
-    described = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
-    assert isinstance(described, Respond)
-    answer = decode_response(Api.DESCRIBE_CLIENT_QUOTAS, 1, memoryview(described.response)[9:])
-    assert [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
-            for entry in answer.entries] == [([("tenant", "payments")], [("producer_byte_rate", 1e6)])]
+    assert described(handlers, "tenant") == [([("tenant", "payments")], [("producer_byte_rate", 1e6)])]
 
 
 def test_a_budget_of_a_tenant_the_file_no_longer_has_may_still_be_removed(tmp_path: Path) -> None:
@@ -258,11 +258,7 @@ def test_a_budget_of_a_tenant_the_file_no_longer_has_may_still_be_removed(tmp_pa
     handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
 
     def alter(**op: object) -> int:
-        frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
-            {"entity": [{"entity_type": "tenant", "entity_name": "search"}], "ops": [op]}])
-        outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
-        assert isinstance(outcome, Respond)
-        return int(decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:]).entries[0].error_code)
+        return int(altered(handlers, ("tenant", "search", op)).entries[0].error_code)
 
     assert QuotaEntity(tenant="search") in quotas.config.entries  # kept, applying to nobody
     assert alter(key="producer_byte_rate", value=5.0, remove=False) == INVALID_REQUEST
