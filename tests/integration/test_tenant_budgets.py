@@ -18,13 +18,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaProducer
 
-from protocol.apis import Api
-from protocol.codecs import decode_response
 from tests.integration.test_fleet import start_fleet
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable, create
-from tests.integration.test_produce_quotas import create_topic, metrics, usage_totals
+from tests.integration.test_produce_quotas import create_topic, metrics
 from tests.integration.test_produce_refusals import idempotent_request, partition_errors
 from tests.integration.test_sasl import add_user
 from tests.integration.test_topic_quotas import (
@@ -36,16 +33,13 @@ from tests.integration.test_topic_quotas import (
     held_as_kafka_holds,
     held_to_the_model,
     logged_in,
-    pipelined_fetch,
     pipelined_produce,
     produce_with_kafka_python,
     produce_with_librdkafka,
-    read_with_librdkafka,
     sasl,
     side_by_side,
-    spread_s,
 )
-from tests.support import Cluster, ProxyProcess, encode_request, new_producer_id, read_frame, record_batch
+from tests.support import Cluster, ProxyProcess, new_producer_id, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
 TENANT_USERS = ("alice", "bob")
@@ -200,86 +194,3 @@ def test_a_tenants_producer_id_budget_is_shared_by_its_principals_raw_frames_and
     seen = metrics(proxy)
     assert seen['kafka_quota_proxy_tenant_rejected_requests_total{quota_type="producer_ids_rate"}'] == 1
     assert seen['kafka_quota_proxy_rejected_requests_total{quota_type="producer_ids_rate"}'] == 0
-
-
-def test_a_tenants_consumers_share_its_fetch_budget_raw_frames_and_librdkafka(
-        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
-    """Kafka's throttled-empty-answer rule under the tenant's one budget: alice's and bob's pipelined fetches (raw
-    frames), then their librdkafka consumers, 3 MB together against 2 MB of burst, are throttled, every record still
-    comes once, and an empty answer's bytes are taken back; carol, of another tenant, reads unthrottled."""
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text(quota_text(WINDOWS).replace("producer_byte_rate", "consumer_byte_rate"))
-    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
-    create_topic(broker.bootstrap, topic)
-    count = 15
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, acks="all")
-    for _ in range(count):
-        producer.send(topic, bytes(99_900)).get(30)  # a batch a record: offsets 0 to count - 1
-    producer.close()
-    size = len(record_batch([bytes(99_900)]))
-    barrier = threading.Barrier(len(TENANT_USERS))
-    answers, _ = side_by_side(*[lambda user=user: pipelined_fetch(proxy, user, topic, size, count, barrier)
-                                for user in TENANT_USERS])
-    assert all(any(throttles) for throttles, _ in answers), "each principal held by the shared budget"
-    assert sum(len(throttles) for throttles, _ in answers) > len(TENANT_USERS) * count, "some answers were empty"
-    # each record's batch charged once: a refused answer's 100 kB taken back (a response's own bytes are a few dozen)
-    delivered = len(TENANT_USERS) * count * size
-    fetched = usage_totals(proxy, lambda totals: totals.get("fetch_bytes", 0) >= delivered)["fetch_bytes"]
-    assert delivered <= fetched < delivered + len(TENANT_USERS) * count * 1000
-    throttled = 'kafka_quota_proxy_tenant_throttled_requests_total{quota_type="consumer_byte_rate"}'
-    before = metrics(proxy)[throttled]
-    arrivals, _ = side_by_side(*[lambda user=user: read_with_librdkafka(proxy.bootstrap, topic, count, **sasl(user))
-                                 for user in TENANT_USERS])
-    spread_s(arrivals, count)
-    assert metrics(proxy)[throttled] > before
-    other, _ = pipelined_fetch(proxy, OTHER_TENANT_USER, topic, size, count, threading.Barrier(1))
-    assert other == [0] * count
-
-
-def pipelined_metadata(proxy: ProxyProcess, user: str, requests: int, started: threading.Barrier
-                       ) -> list[tuple[int, float]]:
-    """``requests`` Metadata requests written at once behind a login: each answer's throttle and seconds from the
-    barrier."""
-    frames = b"".join(encode_request(Api.METADATA, 12, correlation_id=i, client_id=f"raw-{user}", topics=[],
-                                     allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-                      for i in range(requests))
-    answered = []
-    with logged_in(proxy, user) as sock:
-        started.wait()
-        began = time.monotonic()
-        sock.sendall(frames)
-        for correlation_id in range(requests):
-            frame = read_frame(sock)
-            assert frame and int.from_bytes(frame[:4], "big") == correlation_id
-            response = decode_response(Api.METADATA, 12, frame[5:])
-            answered.append((response.throttle_time_ms, time.monotonic() - began))
-    return answered
-
-
-def test_a_tenants_principals_share_its_request_rate_raw_frames_and_librdkafka(
-        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
-    """Ten requests a second for alice and bob together: their pipelined Metadata requests are held to Kafka's model
-    of one rate while carol's are not; then bob's librdkafka producer, one message a request, is held back by the same
-    budget and delivers every message."""
-    quota_file = tmp_path / "quotas.toml"
-    quota_file.write_text(quota_text(WINDOWS).replace(f"producer_byte_rate = {RATE}", "request_rate = 10"))
-    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
-    create_topic(broker.bootstrap, topic)
-    users = (*TENANT_USERS, OTHER_TENANT_USER)
-    barrier = threading.Barrier(len(users))
-    answers, _ = side_by_side(*[lambda user=user: pipelined_metadata(proxy, user, 20, barrier) for user in users])
-    *tenant_answers, other_answers = answers
-    held_to_the_model("pipelined requests of a tenant", max(at for answered in tenant_answers for _, at in answered),
-                      [ms for answered in tenant_answers for ms, _ in answered], [[1] * 20] * len(TENANT_USERS),
-                      rate=10)
-    assert [ms for ms, _ in other_answers] == [0] * 20
-    throttled = 'kafka_quota_proxy_tenant_throttled_requests_total{quota_type="request_rate"}'
-    before = metrics(proxy)[throttled]
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "batch.num.messages": 1, "linger.ms": 0,
-                         **sasl("bob")})
-    delivered: list[object] = []
-    for _ in range(40):  # 40 Produce requests and more against 20 of burst
-        producer.produce(topic, b"r", on_delivery=lambda error, _: delivered.append(error))
-        producer.poll(0)
-    assert producer.flush(60) == 0 and delivered == [None] * 40
-    assert metrics(proxy)[throttled] > before
