@@ -50,7 +50,6 @@ def _alter(cluster: Cluster, quota: Quota, remove: bool) -> None:
         while _described(sock, quota) != (None if remove else quota.value):
             assert time.monotonic() < deadline, f"the broker does not describe {quota} after 30 s"
             time.sleep(0.05)
-    time.sleep(0.5)  # the describe reads the metadata image; the quota managers follow it in the same publisher
 
 
 def _described(sock: socket.socket, quota: Quota) -> float | None:
@@ -64,16 +63,23 @@ def _described(sock: socket.socket, quota: Quota) -> float | None:
     return None
 
 
+QUOTAS_SETTLE_S = 0.5
+"""After the broker describes the last quota of a change: the describe reads the metadata image, and the quota
+managers follow it in the same publisher, which applies a change's records in order."""
+
+
 @contextmanager
 def broker_quotas(cluster: Cluster, quotas: tuple[Quota, ...]) -> Iterator[None]:
-    """``quotas`` set on the broker itself, removed after."""
+    """``quotas`` set on the broker itself, removed after (and gone from its quota managers on leaving)."""
     for quota in quotas:
         _alter(cluster, quota, remove=False)
+    time.sleep(QUOTAS_SETTLE_S)
     try:
         yield
     finally:
         for quota in quotas:
             _alter(cluster, quota, remove=True)
+        time.sleep(QUOTAS_SETTLE_S)
 
 
 def proxy_quota_file(directory: Path, quotas: tuple[Quota, ...]) -> str:
@@ -252,11 +258,18 @@ def java_tool(main_class: str, *args: str, succeeds: bool | None = True, timeout
     status (a tool that reports a failure and exits 0). ``system_properties``: the JVM's ``-D`` options."""
     import subprocess
 
-    from proxy.dev.kafka_jars import java_executable, kafka_libs
+    from proxy.dev.kafka_jars import ClassSharing, java_executable, kafka_libs
 
     properties = [f"-D{name}={value}" for name, value in (system_properties or {}).items()]
-    done = subprocess.run([java_executable(), "-Xmx256m", *properties, "-cp", f"{kafka_libs()}/*", main_class, *args],
-                          capture_output=True, text=True, timeout=timeout_s)
+    libs = kafka_libs()
+    sharing = ClassSharing(libs)
+    succeeded = False
+    try:
+        done = subprocess.run([java_executable(), "-Xmx256m", *sharing.options, *properties, "-cp", f"{libs}/*",
+                               main_class, *args], capture_output=True, text=True, timeout=timeout_s)
+        succeeded = done.returncode == 0
+    finally:
+        sharing.done(succeeded)
     printed = f"{done.stdout[-3000:]}{done.stderr[-3000:]}"
     if succeeds:
         assert done.returncode == 0, f"{main_class} exited {done.returncode}:\n{printed}"
@@ -520,14 +533,22 @@ def consumer_performance(topic: str, records: int, client_id: str, partitions: i
     return run
 
 
+GROUP_RESOURCE = 32
+"""``ConfigResource.Type.GROUP``: a group's configs (``share.auto.offset.reset``), IncrementalAlterConfigs."""
+
+
 def share_consumer_performance(topic: str, records: int, client_id: str) -> Workload:
     """Kafka's ``ShareConsumerPerformance`` (KIP-932 share group), its group reading from the earliest offset: elapsed
     and rate from its own report (its fetch time)."""
     def run(bootstrap: str) -> Run:
         result = Run()
         group = f"share-{topic}"
-        java_tool("kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap, "--alter", "--entity-type",
-                  "groups", "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest")
+        host, port = bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            altered = call(sock, Api.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+                {"resource_type": GROUP_RESOURCE, "resource_name": group, "configs": [
+                    {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}])
+        assert [r.error_code for r in altered.responses] == [0], altered  # type: ignore[attr-defined]
         output = java_tool("org.apache.kafka.tools.ShareConsumerPerformance", "--bootstrap-server", bootstrap,
                            "--topic", topic, "--group", group, "--num-records", str(records), "--timeout", "60000",
                            "--command-property", f"client.id={client_id}", "fetch.max.bytes=1048576",
@@ -595,14 +616,17 @@ def side_by_side(cluster: Cluster, case: Case, directory: Path) -> SideBySide:
         login.write_text('[upstream-sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "quota-proxy"\n'
                          f'password = "{PASSWORDS["quota-proxy"]}"\n')
         proxy_args = ("--sasl-mode", "inspect", "--config", str(login))
-    with broker_quotas(cluster, case.quotas):
-        kafka = case.workload(f"{topic}-kafka")(upstream)
     proxy = ProxyProcess(upstream, directory / f"proxy-{case.name}.log", "--quota-file",
-                         proxy_quota_file(directory, case.quotas), *proxy_args, node_ids=cluster.node_ids).start()
+                         proxy_quota_file(directory, case.quotas), *proxy_args, node_ids=cluster.node_ids)
     try:
+        with broker_quotas(cluster, case.quotas):
+            kafka = case.workload(f"{topic}-kafka")(upstream)
+            proxy.launch()  # its start-up while the broker's quotas are taken away, not in either side's time
+        proxy.wait_ready()
         proxied = case.workload(f"{topic}-proxy")(proxy.bootstrap)
     finally:
-        proxy.stop()
+        if proxy.process is not None:
+            proxy.stop()
     return SideBySide(case.name, kafka, proxied)
 
 

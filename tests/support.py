@@ -133,14 +133,23 @@ class ProxyProcess:
                      "--broker-port-base", str(self.broker_port_base), "--state-dir", str(self.state_dir),
                      "--metrics-listen", f"{LOOPBACK}:{self.metrics_port}", *extra_args]
         self.process: subprocess.Popen[bytes] | None = None
+        self._starts_before = 0
 
     def start(self, timeout_s: float = 60.0) -> ProxyProcess:
         """Start (or restart, appending to the same log) and wait for this start's "ready"."""
-        starts_before = self.log().count(_READY) if self.log_path.exists() else 0
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> ProxyProcess:
+        """Start (or restart, appending to the same log) without waiting for it: ``wait_ready`` does."""
+        self._starts_before = self.log().count(_READY) if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(self.args, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.wait_for_log(_READY, timeout_s, occurrence=starts_before + 1)
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> ProxyProcess:
+        """Wait for the "ready" of the last ``launch``."""
+        self.wait_for_log(_READY, timeout_s, occurrence=self._starts_before + 1)
         return self
 
     def log(self) -> str:
@@ -311,12 +320,15 @@ def new_producer_id(sock: socket.socket, timeout_s: float = 30.0) -> Any:
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` every 0.2 s until it holds, failing the test after ``timeout_s``."""
+    """Poll ``condition`` until it holds, failing the test after ``timeout_s``: often at first (most waits end within
+    a fraction of a second), then every 0.2 s (a long wait's polls stay light on a busy machine)."""
     deadline = time.monotonic() + timeout_s
+    pause_s = 0.02
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(pause_s)
+        pause_s = min(0.2, pause_s * 1.5)
 
 
 def read_to_end(bootstrap: str, topic: str, timeout_s: float = 60, **settings: Any) -> list[Any]:

@@ -32,7 +32,7 @@ from types import TracebackType
 
 from protocol.apis import Api
 from proxy.cluster.upstream import UPSTREAM_ERRORS, fetch_metadata, request_once
-from proxy.dev.kafka_jars import KafkaUnavailable, java_executable, kafka_libs
+from proxy.dev.kafka_jars import ClassSharing, KafkaUnavailable, java_executable, kafka_libs
 from proxy.settings.config import HostPort
 
 LOOPBACK = "127.0.0.1"
@@ -276,8 +276,8 @@ class KafkaNode:
         scram = [] if "controller" not in self.roles else [
             argument for name, password in self._users.scram.items() for mechanism in _SCRAM_HASHES
             for argument in ("--add-scram", _scram_argument(mechanism, name, password))]
-        done = subprocess.run([*self._java(), _STORAGE_TOOL, "format", "-t", cluster_id,
-                               "-c", str(self.directory / "server.properties"), *scram],
+        done = subprocess.run([*self._java(), *ClassSharing.mapped(kafka_libs()), _STORAGE_TOOL, "format",
+                               "-t", cluster_id, "-c", str(self.directory / "server.properties"), *scram],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise KafkaUnavailable(f"formatting node {self.node_id} failed:\n{done.stdout}{done.stderr}")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,6 +63,42 @@ def java_executable() -> str:
         raise KafkaUnavailable(f"Apache Kafka {KAFKA_VERSION} needs Java {_MIN_JAVA}+, {java} is "
                                f"{version.splitlines()[0] if version else 'unknown'}: {_FIX}")
     return java
+
+
+class ClassSharing:
+    """JVM options that start a Kafka tool from an archive of the classes such a tool loads (the JDK's class-data
+    sharing, kept in the cache beside the jars, one per JDK): about half a tool's start-up. Until the archive is
+    there, a run writes it at its exit, and ``done`` keeps it if the run succeeded (two such runs at once: the last
+    kept wins, whole). The JVM starts without an archive it cannot map, and says nothing of it."""
+
+    def __init__(self, libs: Path) -> None:
+        self._archive = self._archive_of(libs)
+        self._written: Path | None = None
+        if self._archive.exists():
+            self.options = self.mapped(libs)
+        else:
+            self._written = self._archive.with_name(f"{self._archive.name}.{uuid.uuid4().hex}.partial")
+            self.options = ["-Xlog:cds*=off", f"-XX:ArchiveClassesAtExit={self._written}"]
+
+    @classmethod
+    def mapped(cls, libs: Path) -> list[str]:
+        """The options of a run that maps the archive when it is there and never writes it (``kafka-storage format``:
+        the archive is best made by an admin tool, as most runs are)."""
+        archive = cls._archive_of(libs)
+        return ["-Xlog:cds*=off", f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+
+    @staticmethod
+    def _archive_of(libs: Path) -> Path:
+        java = Path(os.path.realpath(java_executable()))
+        jdk = hashlib.sha256(f"{java}:{java.stat().st_mtime_ns}".encode()).hexdigest()[:12]
+        return libs.parent / f"tool-classes-{jdk}.jsa"
+
+    def done(self, succeeded: bool) -> None:
+        if self._written is not None and self._written.exists():
+            if succeeded:
+                os.replace(self._written, self._archive)
+            else:
+                self._written.unlink()
 
 
 def kafka_libs() -> Path:

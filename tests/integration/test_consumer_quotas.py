@@ -36,6 +36,7 @@ from protocol.codecs import decode_response
 from protocol.header import response_header_length
 from proxy.connection.reading import CUT_THROUGH_AFTER_BYTES
 from proxy.handlers.api_versions import FETCH_VERSION_CEILING
+from tests.fidelity import GROUP_RESOURCE
 from tests.integration.test_produce_quotas import assert_held_for_every_throttle, final_usage_lines, metrics
 from tests.support import (
     LOOPBACK,
@@ -432,7 +433,7 @@ def test_librdkafka_share_consumer_is_held_to_the_consume_quota(broker: Cluster,
     group = f"share-{topic}"
     with socket.create_connection((broker.host, broker.port), timeout=30) as sock:  # the group reads from the start
         altered = call(sock, Api.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
-            {"resource_type": 32, "resource_name": group,
+            {"resource_type": GROUP_RESOURCE, "resource_name": group,
              "configs": [{"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"},
                          # the records of an answer the proxy empties stay locked this long, as on Kafka's own
                          # throttle: the shortest lock the broker allows (group.share.min.record.lock.duration.ms)

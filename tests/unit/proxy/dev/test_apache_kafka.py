@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from proxy.dev import apache_kafka, kafka_jars
 from proxy.dev.apache_kafka import KafkaNode, SaslUsers, new_cluster_id
-from proxy.dev.kafka_jars import KafkaUnavailable, kafka_libs
+from proxy.dev.kafka_jars import ClassSharing, KafkaUnavailable, kafka_libs
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +89,37 @@ def test_without_maven_the_first_run_stops_at_once_and_names_the_fix(monkeypatch
     with pytest.raises(KafkaUnavailable, match="needs Maven.*apt install"):
         kafka_libs()
     assert not (tmp_path / "cache" / f"apache-kafka-{kafka_jars.KAFKA_VERSION}" / "lib").exists()
+
+
+def written_at_exit(sharing: ClassSharing) -> Path | None:
+    """Where the JVM of ``sharing``'s run writes the class archive at its exit (None: it maps one)."""
+    for option in sharing.options:
+        if option.startswith("-XX:ArchiveClassesAtExit="):
+            return Path(option.partition("=")[2])
+    return None
+
+
+def test_the_tools_class_archive_comes_from_a_run_that_succeeded_and_is_used_after(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text('#!/bin/sh\necho \'openjdk version "17.0.9"\' >&2\n')
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    libs = tmp_path / "kafka" / "lib"
+    libs.mkdir(parents=True)
+    assert ClassSharing.mapped(libs) == []  # a run that may not write it: none until one is made
+    kept, failed = ClassSharing(libs), ClassSharing(libs)
+    for sharing, content in ((kept, b"classes"), (failed, b"half")):
+        written = written_at_exit(sharing)
+        assert written is not None and "-Xlog:cds*=off" in sharing.options  # its warnings are no tool's output
+        written.write_bytes(content)
+    failed.done(False)
+    assert set(libs.parent.iterdir()) == {libs, written_at_exit(kept)}, "a failed run's archive is not kept"
+    kept.done(True)
+    (archive,) = libs.parent.glob("*.jsa")
+    assert archive.read_bytes() == b"classes" and not list(libs.parent.glob("*.partial"))
+    assert ClassSharing(libs).options == ClassSharing.mapped(libs) == ["-Xlog:cds*=off",
+                                                                       f"-XX:SharedArchiveFile={archive}"]
+    os.utime(java, ns=(0, java.stat().st_mtime_ns + 1))  # another JDK in the same place: an archive of its own
+    assert written_at_exit(ClassSharing(libs)) is not None
