@@ -1,5 +1,5 @@
-"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` (and ``controller_mutation_rate``, and
-``producer_ids_rate``) that every principal of a ``[[tenant]]`` shares.
+"""Tenant budgets against Apache Kafka: one ``producer_byte_rate`` (and ``consumer_byte_rate``, ``request_rate``,
+``controller_mutation_rate`` and ``producer_ids_rate``) that every principal of a ``[[tenant]]`` shares.
 
 Kafka has no tenant; its nearest is a quota two clients share (a client id's). Raw pipelined producers of two
 principals of one tenant are held together to Kafka's model (``kafka_quota_model``: two connections charging one
@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
 
+from protocol.apis import Api
+from protocol.codecs import decode_response
 from tests.integration.test_fleet import start_fleet
 from tests.integration.test_mutation_quotas import THROTTLING_QUOTA_EXCEEDED, creatable, create
-from tests.integration.test_produce_quotas import create_topic, metrics
+from tests.integration.test_produce_quotas import create_topic, metrics, usage_totals
 from tests.integration.test_produce_refusals import idempotent_request, partition_errors
 from tests.integration.test_sasl import add_user
 from tests.integration.test_topic_quotas import (
@@ -33,13 +36,16 @@ from tests.integration.test_topic_quotas import (
     held_as_kafka_holds,
     held_to_the_model,
     logged_in,
+    pipelined_fetch,
     pipelined_produce,
     produce_with_kafka_python,
     produce_with_librdkafka,
+    read_with_kafka_python,
+    read_with_librdkafka,
     sasl,
     side_by_side,
 )
-from tests.support import Cluster, ProxyProcess, new_producer_id, read_frame, record_batch
+from tests.support import Cluster, ProxyProcess, encode_request, new_producer_id, read_frame, record_batch
 
 pytestmark = pytest.mark.integration
 TENANT_USERS = ("alice", "bob")
@@ -62,9 +68,8 @@ def quota_text(windows: int) -> str:
     return f'[settings]\n"quota.window.num" = {windows}\n"quota.window.size.seconds" = 1\n{TENANTS}'
 
 
-def tenant_throttles(proxy: ProxyProcess) -> float:
-    return metrics(proxy).get('kafka_quota_proxy_tenant_throttled_requests_total{quota_type="producer_byte_rate"}',
-                              0.0)
+def tenant_throttles(proxy: ProxyProcess, quota_type: str = "producer_byte_rate") -> float:
+    return metrics(proxy).get(f'kafka_quota_proxy_tenant_throttled_requests_total{{quota_type="{quota_type}"}}', 0.0)
 
 
 def user_throttles(proxy: ProxyProcess) -> float:
@@ -146,8 +151,7 @@ def test_a_tenants_mutation_budget_is_shared_by_its_principals_raw_frames_and_li
         assert create(sock, "raw", creatable(f"{topic}-alice", 12)) == [0]
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap, **sasl("bob")})
     admin.create_topics([NewTopic(f"{topic}-bob", 1, 1)], operation_timeout=30)[f"{topic}-bob"].result(timeout=60)
-    throttled = 'kafka_quota_proxy_tenant_throttled_requests_total{quota_type="controller_mutation_rate"}'
-    assert metrics(proxy)[throttled] == 1
+    assert tenant_throttles(proxy, "controller_mutation_rate") == 1
     with logged_in(proxy, "alice") as sock:
         assert create(sock, "raw", creatable(f"{topic}-alice-again", 1)) == [THROTTLING_QUOTA_EXCEEDED]
     with logged_in(proxy, OTHER_TENANT_USER) as sock:
@@ -194,3 +198,98 @@ def test_a_tenants_producer_id_budget_is_shared_by_its_principals_raw_frames_and
     seen = metrics(proxy)
     assert seen['kafka_quota_proxy_tenant_rejected_requests_total{quota_type="producer_ids_rate"}'] == 1
     assert seen['kafka_quota_proxy_rejected_requests_total{quota_type="producer_ids_rate"}'] == 0
+
+
+def test_a_tenants_consumers_share_its_fetch_budget_raw_frames(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """Kafka's throttled-empty-answer rule under the tenant's one budget: alice's and bob's pipelined fetches, 3 MB
+    together against 2 MB of burst, are throttled, every record still comes once, and an empty answer's bytes are
+    taken back; carol, of another tenant, reads unthrottled."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(quota_text(WINDOWS).replace("producer_byte_rate", "consumer_byte_rate"))
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    create_topic(broker.bootstrap, topic)
+    count = 15
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, acks="all")
+    for _ in range(count):
+        producer.send(topic, bytes(99_900)).get(30)  # a batch a record: offsets 0 to count - 1
+    producer.close()
+    size = len(record_batch([bytes(99_900)]))
+    barrier = threading.Barrier(len(TENANT_USERS))
+    answers, _ = side_by_side(*[lambda user=user: pipelined_fetch(proxy, user, topic, size, count, barrier)
+                                for user in TENANT_USERS])
+    assert all(any(throttles) for throttles, _ in answers), "each principal held by the shared budget"
+    assert sum(len(throttles) for throttles, _ in answers) > len(TENANT_USERS) * count, "some answers were empty"
+    # each record's batch charged once: a refused answer's 100 kB taken back (a response's own bytes are a few dozen)
+    delivered = len(TENANT_USERS) * count * size
+    fetched = usage_totals(proxy, lambda totals: totals.get("fetch_bytes", 0) >= delivered)["fetch_bytes"]
+    assert delivered <= fetched < delivered + len(TENANT_USERS) * count * 1000
+    other, _ = pipelined_fetch(proxy, OTHER_TENANT_USER, topic, size, count, threading.Barrier(1))
+    assert other == [0] * count
+
+
+def test_librdkafka_and_kafka_python_consumers_of_a_tenant_share_its_budget_as_kafka_shares_a_quota(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """librdkafka fetches by topic id and ignores a throttle, kafka-python waits it out: both held to the tenant's one
+    budget as Kafka holds them to a quota they share, in the same run."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(quota_text(11).replace("producer_byte_rate", "consumer_byte_rate"))
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    create_topic(broker.bootstrap, topic)
+    budget = SharedBudget(proxy, Lane(topic, TENANT_USERS), Lane(topic, (OTHER_TENANT_USER, OTHER_TENANT_USER)),
+                          lambda: tenant_throttles(proxy, "consumer_byte_rate"))
+    held_as_kafka_holds(broker, topic, budget, "consumer_byte_rate", read_with_librdkafka, read_with_kafka_python,
+                        written=True, what="tenant's budget")
+
+
+def pipelined_metadata(proxy: ProxyProcess, user: str, requests: int, started: threading.Barrier
+                       ) -> list[tuple[int, float]]:
+    """``requests`` Metadata requests written at once behind a login: each answer's throttle and seconds from the
+    barrier."""
+    frames = b"".join(encode_request(Api.METADATA, 12, correlation_id=i, client_id=f"raw-{user}", topics=[],
+                                     allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+                      for i in range(requests))
+    answered = []
+    with logged_in(proxy, user) as sock:
+        started.wait()
+        began = time.monotonic()
+        sock.sendall(frames)
+        for correlation_id in range(requests):
+            frame = read_frame(sock)
+            assert frame and int.from_bytes(frame[:4], "big") == correlation_id
+            response = decode_response(Api.METADATA, 12, frame[5:])
+            answered.append((response.throttle_time_ms, time.monotonic() - began))
+    return answered
+
+
+REQUESTS = 60
+"""Produce requests of one message each, pipelined by librdkafka, against 20 of burst: to pass unthrottled they would
+have to be sent about as slowly as the budget's ten a second, for six seconds, and librdkafka sends them at once."""
+
+
+def test_a_tenants_principals_share_its_request_rate_raw_frames_and_librdkafka(
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
+    """Ten requests a second for alice and bob together: their pipelined Metadata requests are held to Kafka's model
+    of one rate while carol's are not; then bob's librdkafka producer, one message a request, is held back by the same
+    budget and delivers every message."""
+    quota_file = tmp_path / "quotas.toml"
+    quota_file.write_text(quota_text(WINDOWS).replace(f"producer_byte_rate = {RATE}", "request_rate = 10"))
+    proxy = own_proxy("--sasl-users", str(users_file(tmp_path)), "--quota-file", str(quota_file))
+    create_topic(broker.bootstrap, topic)
+    users = (*TENANT_USERS, OTHER_TENANT_USER)
+    barrier = threading.Barrier(len(users))
+    answers, _ = side_by_side(*[lambda user=user: pipelined_metadata(proxy, user, 20, barrier) for user in users])
+    *tenant_answers, other_answers = answers
+    held_to_the_model("pipelined requests of a tenant", max(at for answered in tenant_answers for _, at in answered),
+                      [ms for answered in tenant_answers for ms, _ in answered], [[1] * 20] * len(TENANT_USERS),
+                      rate=10)
+    assert [ms for ms, _ in other_answers] == [0] * 20
+    before = tenant_throttles(proxy, "request_rate")
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "batch.num.messages": 1, "linger.ms": 0,
+                         **sasl("bob")})
+    delivered: list[object] = []
+    for _ in range(REQUESTS):
+        producer.produce(topic, b"r", on_delivery=lambda error, _: delivered.append(error))
+        producer.poll(0)
+    assert producer.flush(60) == 0 and delivered == [None] * REQUESTS
+    assert tenant_throttles(proxy, "request_rate") > before
