@@ -25,13 +25,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol, TypeGuard
 from urllib.parse import unquote, urlsplit
-
-import jwt
 
 from proxy.security.sasl_messages import AuthenticationFailed, OAuthBearerToken, oauthbearer_principal
 from proxy.security.users import SaslConfigError
+
+if TYPE_CHECKING:
+    import jwt
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,8 @@ class SignedJwtValidator:
         algorithm = token.header.get("alg")
         key = self._key_for(token.header.get("kid"), algorithm)
         settings = self._settings
+        import jwt  # PyJWT (and the cryptography it loads) only where tokens are checked: a start without is quicker
+
         try:
             return jwt.decode(
                 token.jwt, key.key, algorithms=[str(algorithm)],
@@ -219,6 +222,8 @@ def parse_jwks(text: bytes, where: str) -> list[VerificationKey]:
     entries = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(entries, list):
         raise JwksError(f"{where}: not a JWKS (no \"keys\" list)")
+    import jwt
+
     keys = []
     for entry in entries:
         try:
