@@ -15,7 +15,7 @@ from pathlib import Path
 
 from protocol.apis import Api
 from protocol.errors import THROTTLING_QUOTA_EXCEEDED
-from tests.support import Cluster, call, produce_request, read_frame, record_batch, serving_leader
+from tests.support import GROUP_RESOURCE, Cluster, call, produce_request, read_frame, record_batch, serving_leader
 
 DEFAULT = None
 """An entity's name for the default of its type (``<default>`` in the quota file)."""
@@ -533,10 +533,6 @@ def consumer_performance(topic: str, records: int, client_id: str, partitions: i
     return run
 
 
-GROUP_RESOURCE = 32
-"""``ConfigResource.Type.GROUP``: a group's configs (``share.auto.offset.reset``), IncrementalAlterConfigs."""
-
-
 def share_consumer_performance(topic: str, records: int, client_id: str) -> Workload:
     """Kafka's ``ShareConsumerPerformance`` (KIP-932 share group), its group reading from the earliest offset: elapsed
     and rate from its own report (its fetch time)."""
@@ -621,7 +617,7 @@ def side_by_side(cluster: Cluster, case: Case, directory: Path) -> SideBySide:
     try:
         with broker_quotas(cluster, case.quotas):
             kafka = case.workload(f"{topic}-kafka")(upstream)
-            proxy.launch()  # its start-up while the broker's quotas are taken away, not in either side's time
+            proxy.launch()  # ready while the broker's quotas are taken away: its start-up in neither side's time
         proxy.wait_ready()
         proxied = case.workload(f"{topic}-proxy")(proxy.bootstrap)
     finally:

@@ -112,6 +112,9 @@ def _serves(host: str, port: int, topic: str, partition: int) -> bool:
     return int(answer.topics[0].partitions[0].error_code) == 0  # type: ignore[attr-defined]
 
 
+GROUP_RESOURCE = 32
+"""``ConfigResource.Type.GROUP``: a group's configs (``share.auto.offset.reset``), IncrementalAlterConfigs."""
+
 _READY = "ready: "
 _MAX_WORKERS = 2
 """The most ``--workers`` a test runs."""

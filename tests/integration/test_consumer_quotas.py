@@ -36,9 +36,9 @@ from protocol.codecs import decode_response
 from protocol.header import response_header_length
 from proxy.connection.reading import CUT_THROUGH_AFTER_BYTES
 from proxy.handlers.api_versions import FETCH_VERSION_CEILING
-from tests.fidelity import GROUP_RESOURCE
 from tests.integration.test_produce_quotas import assert_held_for_every_throttle, final_usage_lines, metrics
 from tests.support import (
+    GROUP_RESOURCE,
     LOOPBACK,
     Cluster,
     QuotaModel,

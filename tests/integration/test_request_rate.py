@@ -40,17 +40,19 @@ def request_rate_proxy(own_proxy, tmp_path: Path) -> ProxyProcess:  # type: igno
     return proxy
 
 
-def pipelined_metadata(proxy: ProxyProcess, client_id: str, count: int,
-                       login: list[bytes] | None = None) -> list[tuple[int, int, float]]:
+def pipelined_metadata(proxy: ProxyProcess, client_id: str, count: int, login: list[bytes] | None = None,
+                       together: threading.Barrier | None = None) -> list[tuple[int, int, float]]:
     """``count`` Metadata v12 requests written at once on one connection (behind the ``login`` frames, whose
-    answers are read first): (correlation id, throttle_time_ms, seconds from the first write to its
-    answer) of each answer, in the order they came."""
+    answers are read first; once connected, after the others of ``together``): (correlation id, throttle_time_ms,
+    seconds from the first write to its answer) of each answer, in the order they came."""
     login = login or []
     frames = [encode_request(Api.METADATA, 12, correlation_id=i, client_id=client_id, topics=[],
                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
               for i in range(count)]
     answered = []
     with socket.create_connection((LOOPBACK, proxy.port), timeout=60) as sock:
+        if together is not None:
+            together.wait()
         started = time.monotonic()
         writer = threading.Thread(target=sock.sendall, args=(b"".join([*login, *frames]),))
         writer.start()
