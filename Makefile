@@ -35,7 +35,7 @@ prometheus-tools:
 test: $(STAMP) prometheus-tools
 	$(BIN)/ruff check protocol quotas allocator proxy pipeline tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q --durations=30 tests/unit tests/integration  # the unit tests first (tests/conftest.py); the slowest named at the end: what CI's time goes to
+	$(BIN)/pytest -q --durations=30 tests  # the slowest tests named at the end: what CI's time goes to
 
 # The integration tests against a running cluster: KAFKA_BOOTSTRAP=host:port[,host:port] make test-cluster
 test-cluster: $(STAMP) prometheus-tools

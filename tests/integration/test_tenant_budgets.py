@@ -205,7 +205,7 @@ def test_a_tenants_consumers_share_its_fetch_budget_raw_frames(
         own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:  # type: ignore[no-untyped-def]
     """Kafka's throttled-empty-answer rule under the tenant's one budget: alice's and bob's pipelined fetches, 2.1 MB
     each (past the 2 MB burst alone, however their starts fall), take together at least the time Kafka's model gives
-    the two under one rate (each under a budget of its own: a tenth of it), every record still comes once, and an
+    the two under one rate (each under a budget of its own: far less), every record still comes once, and an
     empty answer's bytes are taken back; carol, of another tenant, reads unthrottled."""
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text(quota_text(WINDOWS).replace("producer_byte_rate", "consumer_byte_rate"))
