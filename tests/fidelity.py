@@ -252,10 +252,11 @@ def aiokafka_produce(topic: str, records: int, client_id: str) -> Workload:
 
 
 def java_tool(main_class: str, *args: str, succeeds: bool | None = True, timeout_s: float = 300,
-              system_properties: dict[str, str] | None = None) -> str:
+              system_properties: dict[str, str] | None = None, input_text: str | None = None) -> str:
     """Run one of Kafka's tools from the jars the launcher resolved: its standard output, or when it is expected to
     fail (``succeeds`` False), everything it printed; ``succeeds`` None: everything it printed, whatever its exit
-    status (a tool that reports a failure and exits 0). ``system_properties``: the JVM's ``-D`` options."""
+    status (a tool that reports a failure and exits 0). ``system_properties``: the JVM's ``-D`` options;
+    ``input_text``: its standard input."""
     import subprocess
 
     from proxy.dev.kafka_jars import ClassSharing, java_executable, kafka_libs
@@ -266,7 +267,8 @@ def java_tool(main_class: str, *args: str, succeeds: bool | None = True, timeout
     succeeded = False
     try:
         done = subprocess.run([java_executable(), "-Xmx256m", *sharing.options, *properties, "-cp", f"{libs}/*",
-                               main_class, *args], capture_output=True, text=True, timeout=timeout_s)
+                               main_class, *args], input=input_text, capture_output=True, text=True,
+                              timeout=timeout_s)
         succeeded = done.returncode == 0
     finally:
         sharing.done(succeeded)

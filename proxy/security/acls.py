@@ -141,14 +141,6 @@ class AclBinding:
                     f"type from the principal name)")
         return None
 
-    def covers(self, resource_type: ResourceType, name: str) -> bool:
-        """Whether this ACL's pattern takes in the resource (of a LITERAL name, as every resource asked about is)."""
-        if self.resource_type is not resource_type:
-            return False
-        if self.pattern_type is PatternType.PREFIXED:
-            return name.startswith(self.name)
-        return self.name in (name, WILDCARD)
-
 
 @dataclass(frozen=True)
 class AclFilter:
