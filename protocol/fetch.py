@@ -58,6 +58,22 @@ def capped_fetch_request(frame: bytes | memoryview, header: RequestHeader, limit
     return bytes(patched)
 
 
+def sessionless_fetch_request(frame: bytes | memoryview, header: RequestHeader) -> bytes | None:
+    """The request (no size prefix) as a full fetch outside any session (``session_id`` 0, ``session_epoch``
+    ``NO_SESSION_EPOCH``: the cluster opens none); None when it is one already (or before v7, which has none)."""
+    if header.api_version < FIRST_SESSION_VERSION:
+        return None
+    epoch_offset = _min_bytes_offset(header) + _SESSION_EPOCH_AFTER_MIN_BYTES
+    _check_length(frame, header, epoch_offset + 4)
+    if _INT32.unpack_from(frame, epoch_offset - 4) == (0,) and _INT32.unpack_from(frame, epoch_offset) == (
+            NO_SESSION_EPOCH,):
+        return None
+    patched = bytearray(frame)
+    _INT32.pack_into(patched, epoch_offset - 4, 0)
+    _INT32.pack_into(patched, epoch_offset, NO_SESSION_EPOCH)
+    return bytes(patched)
+
+
 def fetch_session_epoch(frame: bytes | memoryview, header: RequestHeader) -> int:
     """The request's ``session_epoch``: above 0 for an incremental fetch in an existing session, 0 for a
     full fetch opening one, ``NO_SESSION_EPOCH`` outside sessions (or -1 closing one)."""

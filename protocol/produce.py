@@ -107,6 +107,12 @@ class ProduceScan(NamedTuple):
                 if partition.batch is not None and partition.batch.producer_id != NO_PRODUCER_ID}
 
     @property
+    def transactional(self) -> bool:
+        """Some batch is transactional (Kafka's ``RequestUtils.hasTransactionalRecords``)."""
+        return any(partition.batch is not None and partition.batch.transactional
+                   for topic in self.topics for partition in topic.partitions)
+
+    @property
     def has_invalid_partitions(self) -> bool:
         return any(partition.error_code for topic in self.topics for partition in topic.partitions)
 
@@ -300,6 +306,7 @@ def _walk_request(cursor: _Cursor) -> _Walk[ProduceScan]:
 
 
 class ProduceTopicsHead(NamedTuple):
+    transactional_id: str | None
     topic_count: int
     first_name: str | None
     first_topic_id: bytes | None
@@ -307,15 +314,15 @@ class ProduceTopicsHead(NamedTuple):
 
 
 def _walk_topics_head(cursor: _Cursor) -> _Walk[ProduceTopicsHead]:
-    yield from _string(cursor, "transactional_id")
+    transactional_id = yield from _string(cursor, "transactional_id")
     yield from _take(cursor, _ACKS_TIMEOUT.size, "acks")
     count = yield from _array_count(cursor, "topic_data")
     if not count:
-        return ProduceTopicsHead(0, None, None)
+        return ProduceTopicsHead(transactional_id, 0, None, None)
     if cursor.version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
         start = yield from _take(cursor, 16, "topic_id")
-        return ProduceTopicsHead(count, None, bytes(cursor.buf[start:start + 16]))
-    return ProduceTopicsHead(count, (yield from _string(cursor, "topic name")), None)
+        return ProduceTopicsHead(transactional_id, count, None, bytes(cursor.buf[start:start + 16]))
+    return ProduceTopicsHead(transactional_id, count, (yield from _string(cursor, "topic name")), None)
 
 
 def produce_topics_head(frame_start: bytes | memoryview, header: RequestHeader) -> ProduceTopicsHead | None:

@@ -1,4 +1,5 @@
-"""What the mutation quota needs to know about the cluster: partition counts and ``num.partitions``.
+"""What the mutation quota needs to know about the cluster: partition counts and ``num.partitions`` (and the
+authorizer, ``auto.create.topics.enable``).
 
 Partition counts come from a Metadata request of the proxy's own for each mutation request (they
 are rare, and a count read before another client created or deleted the topic would charge the
@@ -6,9 +7,9 @@ wrong amount): by name, or for topics named only by id, from the list of every t
 A broker's metadata follows its controller by a moment, so a topic or a count this proxy has just
 seen the cluster accept (CreateTopics, CreatePartitions) counts until the metadata shows it (for the
 same topic id), and a topic it has seen deleted stops counting at once.
-The cluster's ``num.partitions`` comes from DescribeConfigs on a broker and is cached; when the
-cluster does not answer it, the configured default is used until a CreateTopics answer shows what
-the cluster really created.
+The cluster's ``num.partitions`` (and ``auto.create.topics.enable``) comes from DescribeConfigs on a broker and is
+cached; when the cluster does not answer it, the configured default is used until a CreateTopics answer shows what
+the cluster really created (and Kafka's default, true, for auto-creation).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from proxy.settings.config import ProxyConfig
 
 log = logging.getLogger(__name__)
 
-NUM_PARTITIONS_TTL_S = 600.0
+BROKER_CONFIG_TTL_S = 600.0
 ACCEPTED_TTL_S = 60.0
 """How long a topic or partition count seen accepted waits for the metadata to show it (it takes milliseconds)."""
 _DESCRIBE_CONFIGS_VERSION = 1
@@ -47,6 +48,7 @@ class ClusterInfo:
         self._access = access
         self._broker_ids = broker_ids
         self._num_partitions: tuple[int, float] | None = None
+        self._auto_creation: tuple[bool, float] | None = None
         self._accepted: dict[str, tuple[uuid.UUID | None, int, float]] = {}
         """Topic name -> (topic id, partition count, when): topics and counts the cluster accepted that its
         metadata may not show yet: on Apache Kafka 4.3 a quick increase may be read one step behind, and a topic
@@ -132,7 +134,7 @@ class ClusterInfo:
     async def default_partitions(self) -> int:
         """The cluster's ``num.partitions``, or the configured default when it does not say."""
         cached = self._num_partitions
-        if cached is not None and time.monotonic() - cached[1] < NUM_PARTITIONS_TTL_S:
+        if cached is not None and time.monotonic() - cached[1] < BROKER_CONFIG_TTL_S:
             return cached[0]
         value = await self._describe_num_partitions()
         if value is None:
@@ -148,22 +150,36 @@ class ClusterInfo:
             log.info("the cluster creates %d partition(s) for num_partitions=-1", partitions)
         self._num_partitions = (partitions, time.monotonic())
 
+    async def auto_creates_topics(self) -> bool:
+        """The cluster's ``auto.create.topics.enable`` (Kafka's default, true, when it does not say)."""
+        cached = self._auto_creation
+        if cached is not None and time.monotonic() - cached[1] < BROKER_CONFIG_TTL_S:
+            return cached[0]
+        value = await self._describe_broker_config("auto.create.topics.enable")
+        self._auto_creation = (value != "false", time.monotonic())
+        return self._auto_creation[0]
+
     async def _describe_num_partitions(self) -> int | None:
+        value = await self._describe_broker_config("num.partitions")
+        return int(value) if value is not None and value.isdigit() else None
+
+    async def _describe_broker_config(self, name: str) -> str | None:
+        """A broker's value of ``name``; None when the cluster does not say."""
         broker_ids = list(self._broker_ids())
         if not broker_ids:
             return None
         resource = {"resource_type": _BROKER_RESOURCE, "resource_name": str(broker_ids[0]),
-                    "configuration_keys": ["num.partitions"]}
+                    "configuration_keys": [name]}
         try:
             response = await request_any(self._config.upstream, Api.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION,
                                          {"resources": [resource], "include_synonyms": False},
                                          self._config.connect_timeout_s, self._config.max_frame_bytes,
                                          self._access)
         except UPSTREAM_ERRORS as error:
-            log.warning("DescribeConfigs for num.partitions failed: %s", error or type(error).__name__)
+            log.warning("DescribeConfigs for %s failed: %s", name, error or type(error).__name__)
             return None
         for result in response.results:
             for entry in result.configs if not result.error_code else ():
-                if entry.name == "num.partitions" and entry.value is not None and entry.value.isdigit():
-                    return int(entry.value)
+                if entry.name == name and entry.value is not None:
+                    return str(entry.value)
         return None

@@ -9,10 +9,11 @@ so a remembered one is exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
-RewriteKey = tuple[int, int, bytes]
-"""api key, api version, the response body the cluster sent."""
+RewriteKey = tuple[Hashable, int, bytes]
+"""api key (with whatever else the rewrite depends on: whose answer it is), api version, the response body the cluster
+sent."""
 
 
 class RewriteMemo:

@@ -28,6 +28,7 @@ from proxy.connection.requests import RequestPath
 from proxy.connection.responses import ResponsePath
 from proxy.connection.upstream_link import UpstreamLink
 from proxy.decision.outcome import Sender
+from proxy.security.acls import java_host_address
 from proxy.security.tls import peer_principal_name
 from proxy.settings.config import HostPort
 from quotas.config import ANONYMOUS
@@ -176,6 +177,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._sender = self._sender._replace(host=java_host_address(peer[0]) if isinstance(peer, tuple) else "")
         self.gate = ReadGate(transport)
         self._loop = loop = asyncio.get_running_loop()
         self._mute = ChannelMute(loop, lambda: self._requests.pause_if_holding(), self._mute_released,
@@ -214,7 +216,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         # client that cannot log in (or a flood of connections) never costs the cluster a connection
 
     def _name_user(self, user: str) -> None:
-        self._sender = Sender(user, self._link.broker)
+        self._sender = self._sender._replace(user=user, broker=self._link.broker)
 
     def _logged_in(self, user: str) -> bool:
         """The login named ``user``, the principal of every later request: the upstream connection opens (when

@@ -41,6 +41,8 @@ class Sender(NamedTuple):
     """The connection's principal (``ANONYMOUS`` without a login or a client certificate)."""
     broker: str = ""
     """The upstream broker the connection reached (``host:port`` of the peer), for per-broker budgets."""
+    host: str = ""
+    """The client's address as Kafka's ACLs name hosts (Java's ``getHostAddress``)."""
 
 
 def _no_clock() -> int:
@@ -56,6 +58,8 @@ class Caller(NamedTuple):
     """The upstream broker the connection reached (``host:port`` of the peer), for per-broker budgets."""
     clock: Callable[[], int] = _no_clock
     """The quota clock ``now_ms`` was read from, handed down for a decision taken later (``later``)."""
+    host: str = ""
+    """The client's address as Kafka's ACLs name hosts (Java's ``getHostAddress``)."""
 
     def later(self) -> Caller:
         """The same caller, quota time read again: a request that waited for the cluster, the ledger or its
@@ -185,6 +189,24 @@ def finished_whole(outcome: Forward, replacement: bytes, finish: ResponseFinishe
     hook = outcome.on_response or OnResponse()
     return outcome._replace(replacement=outcome.replacement or replacement,
                             on_response=hook._replace(finish=finish, read_whole=True))
+
+
+def forwarding_instead(decided: Decided, replacement: bytes) -> Decided:
+    """``decided``, forwarding ``replacement`` (a whole frame) unless it is answered, closed, or forwards a
+    replacement of its own (made from ``replacement``)."""
+    if isinstance(decided, Outcome):
+        return _forwarding_instead(decided, replacement)
+    return _forwarding_instead_once_decided(decided, replacement)
+
+
+async def _forwarding_instead_once_decided(decided: Awaitable[Outcome], replacement: bytes) -> Outcome:
+    return _forwarding_instead(await decided, replacement)
+
+
+def _forwarding_instead(outcome: Outcome, replacement: bytes) -> Outcome:
+    if isinstance(outcome, Forward) and outcome.replacement is None:
+        return outcome._replace(replacement=replacement)
+    return outcome
 
 
 def frame(header_and_body: bytes) -> bytes:

@@ -1,9 +1,9 @@
 """ApiVersions: what the proxy tells clients it serves, and the answers it gives itself.
 
 The cluster's list, asked once by the proxy, capped for the APIs whose messages the proxy decodes
-(``protocol.codecs.TESTED_VERSIONS``, and Fetch at v15, see ``FETCH_VERSION_CEILING``), with the APIs the
-proxy answers itself added. Responses the cluster sends to a client's own ApiVersions get the same treatment
-on their way back (``proxy.connection.responses``).
+(``protocol.codecs.TESTED_VERSIONS``, and Fetch at v15, see ``FETCH_VERSION_CEILING``; with the authorizer, the APIs
+it decodes too), with the APIs the proxy answers itself added. Responses the cluster sends to a client's own
+ApiVersions get the same treatment on their way back (``proxy.connection.responses``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from protocol.apis import Api
 from protocol.codecs import encode_response, max_version
 from protocol.errors import UNSUPPORTED_VERSION
 from protocol.header import RequestHeader, read_request_header
-from protocol.reserved_topics import CONFIG_APIS, PARTITIONED_APIS
+from protocol.refused_topics import CONFIG_APIS, PARTITIONED_APIS
 from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
+from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS, OFFSET_FETCH_VERSION_CEILING
 from proxy.handlers.charges import CHARGES
 from proxy.settings.config import ProxyConfig
 
@@ -35,11 +36,15 @@ FETCH_VERSION_CEILING = 15
 """Fetch v16+ ends each response with KIP-951 leader endpoints the proxy must rewrite, which holds the
 response until its last byte (about a tenth of a consumer's throughput); up to v15 a response is passed
 on as it arrives. Clients then learn a moved leader from Metadata, as they did before KIP-951."""
-def version_ceilings(in_front_of_controllers: bool) -> dict[int, int]:
+def version_ceilings(in_front_of_controllers: bool, authorizes: bool = False) -> dict[int, int]:
+    """``authorizes``: the authorizer decodes more APIs (``proxy.handlers.authorization``)."""
     if in_front_of_controllers:  # the brokers' requests pass untouched, whatever version they and the controllers speak
         return {Api.ALLOCATE_PRODUCER_IDS: max_version(Api.ALLOCATE_PRODUCER_IDS)}
-    ceilings = {api_key: max_version(api_key) for api_key in _DECODED_APIS}
+    decoded = _DECODED_APIS | AUTHORIZER_DECODED_APIS if authorizes else _DECODED_APIS
+    ceilings = {api_key: max_version(api_key) for api_key in decoded}
     ceilings[Api.FETCH] = min(ceilings[Api.FETCH], FETCH_VERSION_CEILING)
+    if authorizes:
+        ceilings[Api.OFFSET_FETCH] = min(ceilings[Api.OFFSET_FETCH], OFFSET_FETCH_VERSION_CEILING)
     return ceilings
 
 
@@ -60,7 +65,7 @@ class ApiVersionsAnswers:
     def __init__(self, config: ProxyConfig, upstream_access: UpstreamAccess, in_front_of_controllers: bool) -> None:
         self._config = config
         self._upstream_access = upstream_access
-        self.ceilings = version_ceilings(in_front_of_controllers)
+        self.ceilings = version_ceilings(in_front_of_controllers, config.authorizer is not None)
         self.served = served_versions(config.sasl_mode == "terminate", in_front_of_controllers)
         self._offered = None if in_front_of_controllers else frozenset(CHARGES)
         """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not."""

@@ -7,7 +7,9 @@ order, as a Kafka broker takes a request (``SocketServer``, then ``KafkaApis``):
    proxy reads: answered by the proxy (``ApiVersionsAnswers``).
 2. The login: before it has completed, its requests (and, when the proxy terminates SASL, every request) are the
    login's to answer.
-3. The API's handler (``handlers``), if it has one: the request is forwarded, answered or refused, with a throttle.
+3. The API's handler (``handlers``), if it has one (or the handler of every other API, ``otherwise``: with the
+   authorizer, what keeps the APIs it does not judge yet for super users): the request is forwarded, answered or
+   refused, with a throttle.
 4. The ``request_rate`` quota, every request but those that connect and log in.
 5. What every answer of its kind needs, once the cluster has answered a forwarded request (``ClusterAnswers``): the
    proxy's listeners in place of the brokers' addresses (a filter of Kroxylicious' does so too), the versions the
@@ -67,13 +69,16 @@ class RequestChain:
     """``RequestDecisions`` for the engine: the chain above."""
 
     def __init__(self, api_versions: ApiVersionsAnswer, handlers: Mapping[int, RequestHandler],
-                 request_rate: RequestRateCharge, clock: Callable[[], int], answers: ClusterAnswers) -> None:
+                 request_rate: RequestRateCharge, clock: Callable[[], int], answers: ClusterAnswers,
+                 otherwise: RequestHandler | None = None) -> None:
         """``handlers``: by api key; those that can decide on a request's start too (``StreamingRequestHandler``)
-        are handed large requests as they arrive. ``clock``: quota time, read once for each request and handed down
+        are handed large requests as they arrive. ``otherwise``: the handler of the APIs ``handlers`` has none for
+        (None: they are forwarded). ``clock``: quota time, read once for each request and handed down
         (``Caller``)."""
         self._clock = clock
         self._api_versions = api_versions
         self._handlers = handlers
+        self._otherwise = otherwise
         self._streaming = {api_key: handler for api_key, handler in handlers.items()
                            if isinstance(handler, StreamingRequestHandler)}
         self._request_rate = request_rate
@@ -105,8 +110,8 @@ class RequestChain:
             return self._answered(login.handle(frame), api_key, api_version)  # forwarded, when inspected
         # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener that does
         # not ask for a login must not open a way around the quotas
-        caller = Caller(sender.user, self._clock(), sender.broker, self._clock)
-        handler = self._handlers.get(api_key)
+        caller = Caller(sender.user, self._clock(), sender.broker, self._clock, sender.host)
+        handler = self._handlers.get(api_key, self._otherwise)
         if handler is None:
             decided: Decided = FORWARD
             header = None
@@ -124,10 +129,10 @@ class RequestChain:
         None when it is judged once whole. Raises ``ProtocolError`` when the start is too short to judge yet."""
         if api_key in _JUDGED_WHOLE:
             return None
-        caller = Caller(sender.user, self._clock(), sender.broker, self._clock)
+        caller = Caller(sender.user, self._clock(), sender.broker, self._clock, sender.host)
         handler = self._streaming.get(api_key)
         if handler is None:
-            if api_key in self._handlers:
+            if api_key in self._handlers or self._otherwise is not None:
                 return None  # its handler judges whole requests
             decided: Decided = FORWARD
             header = None

@@ -34,10 +34,11 @@ from protocol.fetch import (
     fetch_response_start,
     fetch_response_topic_bytes,
     fetch_session_epoch,
+    sessionless_fetch_request,
     throttled_fetch_response_body,
 )
 from protocol.header import RequestHeader, response_header_length
-from protocol.reserved_topics import fetch_answer_with_refusals, fetch_refused, fetch_session_not_found
+from protocol.refused_topics import fetch_answer_with_refusals, fetch_refused, fetch_session_not_found
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import (
     FORWARD,
@@ -48,10 +49,13 @@ from proxy.decision.outcome import (
     OnResponse,
     Outcome,
     finished_whole,
+    forwarding_instead,
     frame,
     local_answer,
 )
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
+from proxy.security.acls import AclOperation
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import UNLIMITED, Requester
@@ -59,17 +63,31 @@ from quotas.decisions import UNLIMITED, Requester
 
 class FetchHandler:
     def __init__(self, quotas: QuotaService, usage: UsageLog, topic_names: TopicNames,
-                 reserved_topics: frozenset[str] = frozenset()) -> None:
-        """``reserved_topics``: the proxy's own, whose partitions every client is refused (TOPIC_AUTHORIZATION_FAILED,
-        as Kafka refuses a topic the principal may not read), the rest of its fetch served."""
+                 access: Access | None = None) -> None:
+        """``access``: the topics a client may not read (the proxy's own; with the authorizer, those its ACLs do not
+        allow), whose partitions it is refused (TOPIC_AUTHORIZATION_FAILED, as Kafka refuses them), the rest of its
+        fetch served."""
         self._quotas = quotas
         self._topic_names = topic_names
-        self._reserved_topics = reserved_topics
-        self._reserved_names = [name.encode() for name in reserved_topics]
+        self._access = access = access or Access()
+        self._reserved_names = [name.encode() for name in access.reserved_topics]
         self._consumed = ConsumedBytes(quotas, usage, topic_names)
 
     def on_request(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
-        guarded = self._may_name_reserved_topics(request, header)
+        if self._access.authorizer is None:
+            return self._judge(header, request, caller)
+        # with ACLs, no fetch session: the cluster would go on serving a session's partitions that later fetches do
+        # not name, whatever the ACLs say by then (Kafka authorizes each of them at every fetch); so every fetch
+        # names all it reads, and all of it is authorized
+        if fetch_session_epoch(request, header) > 0:
+            return local_answer(header, fetch_session_not_found(header.api_version))
+        outside = sessionless_fetch_request(request, header)
+        if outside is None:
+            return self._judge(header, request, caller)
+        return forwarding_instead(self._judge(header, memoryview(outside), caller), frame(outside))
+
+    def _judge(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
+        guarded = self._may_name_refused_topics(request, header)
         if not (guarded or self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)):
             return self._decide(request, header, caller, None)
         topics = fetch_request_topics(request, header)
@@ -78,11 +96,12 @@ class FetchHandler:
             return self._decide_once_named(request, header, caller, topics, unnamed, guarded)
         return self._decide_named(request, header, caller, topics, guarded)
 
-    def _may_name_reserved_topics(self, request: memoryview, header: RequestHeader) -> bool:
-        """Names are looked for in the request's bytes (a few hundred); ids (v13+) only the cluster can name."""
-        if not self._reserved_topics:
+    def _may_name_refused_topics(self, request: memoryview, header: RequestHeader) -> bool:
+        """Without ACLs, the proxy's own topics' names are looked for in the request's bytes (a few hundred); ids
+        (v13+) only the cluster can name."""
+        if not self._access.guards_topics:
             return False
-        if header.api_version >= FIRST_TOPIC_ID_FETCH_VERSION:
+        if self._access.authorizer is not None or header.api_version >= FIRST_TOPIC_ID_FETCH_VERSION:
             return True
         searched = bytes(request)
         return any(name in searched for name in self._reserved_names)
@@ -95,22 +114,24 @@ class FetchHandler:
     def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: list[TopicRef],
                       guarded: bool) -> Outcome:
         limited_topics = topics if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE) else None
-        if not (guarded and any(self._reserved(topic) for topic in topics)):
+        refused_name = self._access.topic_refusal(caller, AclOperation.READ)
+
+        def refused(topic: TopicRef) -> bool:
+            return refused_name(topic if isinstance(topic, str) else self._topic_names.name(topic))
+
+        if not (guarded and any(refused(topic) for topic in topics)):
             return self._decide(request, header, caller, limited_topics)
         version = header.api_version
         if fetch_session_epoch(request, header) > 0:
             return local_answer(header, fetch_session_not_found(version))
-        refused = fetch_refused(request[header.length:], version, self._reserved)
-        assert refused is not None, "a reserved topic is named"
-        if refused.forwarded_body is None:
-            return local_answer(header, fetch_answer_with_refusals(version, None, refused))
-        kept = bytes(request[:header.length]) + refused.forwarded_body
+        refusals = fetch_refused(request[header.length:], version, refused)
+        assert refusals is not None, "a refused topic is named"
+        if refusals.forwarded_body is None:
+            return local_answer(header, fetch_answer_with_refusals(version, None, refusals))
+        kept = bytes(request[:header.length]) + refusals.forwarded_body
         outcome = self._decide(memoryview(kept), header, caller, None if limited_topics is None else [
-            topic for topic in topics if not self._reserved(topic)])
-        return finished_whole(outcome, frame(kept), lambda body: fetch_answer_with_refusals(version, body, refused))
-
-    def _reserved(self, topic: TopicRef) -> bool:
-        return (topic if isinstance(topic, str) else self._topic_names.name(topic)) in self._reserved_topics
+            topic for topic in topics if not refused(topic)])
+        return finished_whole(outcome, frame(kept), lambda body: fetch_answer_with_refusals(version, body, refusals))
 
     def _decide(self, request: memoryview, header: RequestHeader, caller: Caller,
                 topics: list[TopicRef] | None) -> Forward:

@@ -14,7 +14,12 @@ from typing import Any, TypeVar
 
 from protocol.apis import Api
 from protocol.codecs import decode_response
-from protocol.errors import THROTTLING_QUOTA_EXCEEDED, TOPIC_AUTHORIZATION_FAILED, ProtocolError
+from protocol.errors import (
+    THROTTLING_QUOTA_EXCEEDED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ProtocolError,
+)
 from protocol.header import RequestHeader
 from protocol.produce import (
     FIRST_TOPIC_ID_PRODUCE_VERSION,
@@ -42,6 +47,8 @@ from proxy.decision.outcome import (
     replacement_request,
 )
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
+from proxy.security.acls import AclOperation, ResourceType
 from proxy.state.pid_ledger import LedgerRecorder
 from proxy.state.quota_service import QuotaService
 from quotas.config import PidQuotaMode, QuotaType
@@ -56,15 +63,16 @@ no answer, notices the disconnection and refreshes its metadata instead of losin
 
 class ProduceHandler:
     def __init__(self, quotas: QuotaService, usage: UsageLog, ledger: LedgerRecorder, topic_names: TopicNames,
-                 scan_all: bool = False, reserved_topics: frozenset[str] = frozenset()) -> None:
-        """``scan_all``: read every request's batches so the ledger sees every producer ID. ``reserved_topics``:
-        the proxy's own topics, which no client may write (each request's topics are read to find them)."""
+                 scan_all: bool = False, access: Access | None = None) -> None:
+        """``scan_all``: read every request's batches so the ledger sees every producer ID. ``access``: the topics
+        a client may not write (each request's topics are read to find them): the proxy's own, and with the
+        authorizer those its ACLs do not allow, and the transactional ids."""
         self._quotas = quotas
         self._usage = usage
         self._ledger = ledger
         self._topic_names = topic_names
         self._scan_all = scan_all
-        self._reserved_topics = reserved_topics
+        self._access = access or Access()
 
     def _checks_producer_ids(self, user: str) -> bool:
         """A producer-ID quota applies (or every PID is recorded)."""
@@ -98,7 +106,7 @@ class ProduceHandler:
     def _unnamed_topics(self, scan: ProduceScan, header: RequestHeader) -> set[bytes]:
         """Topic ids (v13) a topic quota or the reserved topics need named and the proxy cannot name yet."""
         if header.api_version < FIRST_TOPIC_ID_PRODUCE_VERSION or not (
-                self._reserved_topics or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)):
+                self._access.guards_topics or self._quotas.config.configures_topics(QuotaType.PRODUCER_BYTE_RATE)):
             return set()
         return self._topic_names.unknown(topic.topic_id for topic in scan.topics if topic.topic_id is not None)
 
@@ -114,26 +122,35 @@ class ProduceHandler:
             ledger.seen({batch.producer_id for batch in batches}, requester.user, requester.client_id)
         return decision
 
-    def _needs_whole_frame(self, user: str, header: RequestHeader, frame_start: memoryview) -> bool:
+    def _needs_whole_frame(self, caller: Caller, header: RequestHeader, frame_start: memoryview) -> bool:
         """Reject mode decides before anything is forwarded; throttle mode may stream the request
         and check its producer IDs once it is complete (``ProduceStream``), as topic quotas charge it.
 
-        With reserved topics, only a request for one topic the proxy knows is not reserved may stream: the
-        next topic's name comes after the first one's records, too late to keep the request from the cluster."""
-        if self._checks_producer_ids(user) and self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT:
+        With topics that may be refused, only a request for one topic the proxy knows the client may write may
+        stream: the next topic's name comes after the first one's records, too late to keep the request from the
+        cluster."""
+        if self._checks_producer_ids(caller.user) and \
+                self._quotas.config.settings.producer_id_mode is PidQuotaMode.REJECT:
             return True
-        return bool(self._reserved_topics) and not self._one_topic_not_reserved(frame_start, header)
+        return self._access.guards_topics and not self._writes_one_topic_allowed(frame_start, header, caller)
 
-    def _one_topic_not_reserved(self, frame_start: memoryview, header: RequestHeader) -> bool:
-        """The request names one topic, which the proxy knows is not one of its own (read from its start)."""
+    def _writes_one_topic_allowed(self, frame_start: memoryview, header: RequestHeader, caller: Caller) -> bool:
+        """The request names one topic, which the proxy knows the caller may write, and a transactional id it may
+        write, if any (read from its start)."""
         try:
             head = produce_topics_head(frame_start, header)
         except ProtocolError:
             return False  # the whole request is judged, and refused
-        if head is None or head.topic_count != 1:
+        if head is None or head.topic_count != 1 or not self._may_write_transactional_id(head.transactional_id, caller):
             return False
         name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
-        return name is not None and name not in self._reserved_topics
+        return name is not None and not self._access.topic_refusal(caller, AclOperation.WRITE)(name)
+
+    def _may_write_transactional_id(self, transactional_id: str | None, caller: Caller) -> bool:
+        """No transactional id (the cluster refuses transactional records without one itself), or one the caller
+        may write."""
+        return transactional_id is None or self._access.allows(caller, AclOperation.WRITE,
+                                                               ResourceType.TRANSACTIONAL_ID, transactional_id)
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         """A whole request (size prefix excluded)."""
@@ -143,7 +160,7 @@ class ProduceHandler:
                          ) -> tuple[Decided, ProduceStream | None] | None:
         """A request forwarded as it arrives, decided on its start; its batches read as they go by when a quota
         needs them (``ProduceStream``). None: it is judged once whole."""
-        if self._needs_whole_frame(caller.user, header, frame_start):
+        if self._needs_whole_frame(caller, header, frame_start):
             return None
         # a producer-ID quota in throttle mode checks the batches, and a topic quota charges them, once the request
         # is complete: their headers are read as they go by, the records between them need not be (made before
@@ -162,9 +179,9 @@ class ProduceHandler:
         ledger's cache does not know is decided once the worker thread has read it from disk.
         """
         scans_batches = self._scans_batches(caller.user)
-        # the common request, for one topic not the proxy's own, needs no scan for the reserved topics' sake
-        scanned = whole and (scans_batches or (bool(self._reserved_topics)
-                                               and not self._one_topic_not_reserved(frame, header)))
+        # the common request, for one topic the client may write, needs no scan for the refused topics' sake
+        scanned = whole and (scans_batches or (self._access.guards_topics
+                                               and not self._writes_one_topic_allowed(frame, header, caller)))
         scan = scan_produce(frame, header) if scanned else None
         if scan is None:
             return self._decide(frame, header, None, [], request_bytes, caller)
@@ -193,8 +210,10 @@ class ProduceHandler:
         client_id = header.client_id or ""
         requester = Requester(user, client_id, caller.broker)
         acks = scan.acks if scan is not None else produce_acks(frame, header)
-        if scan is not None and self._reserved_topics:
-            scan = self._reserved_topics_refused(scan)
+        if scan is not None and self._access.guards_topics:
+            if scan.transactional and not self._may_write_transactional_id(scan.transactional_id, caller):
+                return self._refused_whole(header, scan, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            scan = self._refused_topics(scan, caller)
         charged = self._quotas.produce.record(requester, request_bytes, now_ms)
         throttle_ms = charged.throttle_ms
         if scan is None:
@@ -216,13 +235,24 @@ class ProduceHandler:
             return _without_invalid_partitions(frame, header, scan, throttle_ms)
         return Forward(throttle_ms, expects_response=acks != 0)
 
-    def _reserved_topics_refused(self, scan: ProduceScan) -> ProduceScan:
-        """The scan with every partition of a reserved topic refused as Kafka refuses a topic the principal may
-        not write (its authorization comes before the records are validated)."""
+    @staticmethod
+    def _refused_whole(header: RequestHeader, scan: ProduceScan, error_code: int) -> Outcome:
+        """Every partition answered ``error_code`` (``KafkaApis.handleProduceRequest``: transactional records
+        without a transactional id the principal may write, answered before any quota is charged). Kafka answers
+        acks=0 nothing and reads on; the proxy closes the connection (no producer sends transactions with
+        acks=0)."""
+        if scan.acks == 0:
+            return CLOSE
+        return local_answer(header, produce_error_response(scan, header.api_version, error_code, 0))
+
+    def _refused_topics(self, scan: ProduceScan, caller: Caller) -> ProduceScan:
+        """The scan with every partition of a topic the caller may not write refused as Kafka refuses it (its
+        authorization comes before the records are validated)."""
+        refused = self._access.topic_refusal(caller, AclOperation.WRITE)
         topics = []
         for topic in scan.topics:
             name = topic.name if topic.topic_id is None else self._topic_names.name(topic.topic_id)
-            if name in self._reserved_topics:
+            if refused(name):
                 topic = topic._replace(partitions=tuple(
                     partition._replace(error_code=TOPIC_AUTHORIZATION_FAILED, error_message=None)
                     for partition in topic.partitions))

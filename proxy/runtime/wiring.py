@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from allocator.block_log import BlockLog
 from allocator.durable import WriteErrors, lock_directory
 from protocol.apis import Api
-from protocol.reserved_topics import CONFIG_APIS, PARTITIONED_APIS
+from protocol.refused_topics import CONFIG_APIS, PARTITIONED_APIS
 from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
@@ -30,19 +30,20 @@ from proxy.cluster.usage_topic import usage_shipper
 from proxy.decision.interception import RequestHandler
 from proxy.files.watched_file import WatchedFile
 from proxy.handlers.api_versions import ApiVersionsAnswers
+from proxy.handlers.authorization import judged_by_acls
 from proxy.handlers.chain import ClusterAnswers, RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
-from proxy.handlers.request_rate import RequestRateHandler
-from proxy.handlers.reserved_topics import (
-    DescribedTopicsWithoutReserved,
-    MetadataWithoutReservedTopics,
+from proxy.handlers.refused_topics import (
+    DescribedTopicsWithoutRefused,
+    MetadataWithoutRefusedTopics,
     ShareGroupOffsetsWithoutReserved,
-    ShareTopicsWithoutReserved,
-    TopicsWithoutReserved,
+    ShareTopicsWithoutRefused,
+    TopicsWithoutRefused,
 )
+from proxy.handlers.request_rate import RequestRateHandler
 from proxy.handlers.share_fetch import ShareFetchHandler
 from proxy.handlers.topic_mutations import AutoCreationUnderTenantCaps, TopicMutationHandler
 from proxy.producer_ids.allocations import BlockAllocations
@@ -59,6 +60,9 @@ from proxy.producer_ids.sources import (
 from proxy.reporting.metrics import ProxyMetrics
 from proxy.reporting.usage_log import STORE as USAGE_LOG_STORE
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
+from proxy.security.acl_file import AclFileError, read_acl_file
+from proxy.security.acls import AclAuthorizer
 from proxy.security.oauthbearer import token_validator
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
@@ -134,6 +138,8 @@ class Services:
             + ([self.usage_shipper.topic] if self.usage_shipper is not None else []))
         """The proxy's own topics: no client's request may reach them (the proxy writes them with its own login,
         which the cluster lets write them whoever the client is)."""
+        self.authorizer, self._acl_file = self._authorizer()
+        self.access = Access(self.reserved_topics, self.authorizer)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
@@ -144,14 +150,14 @@ class Services:
         allocations = BlockAllocations(self.metrics.registry, self.usage)
         self.rewrites_addresses = not self.in_front_of_controllers
         produce = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names, settings.scan_all_produce,
-                                 self.reserved_topics)
-        reserved_topic_handlers = self._reserved_topic_handlers(
+                                 self.access)
+        refused_topic_handlers = self._refused_topic_handlers(
             ShareFetchHandler(self.quotas, self.usage, self.topic_names))
         handlers: Mapping[int, RequestHandler] = {
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsForwarder(settings, allocations),
         } if self.in_front_of_controllers else {
             Api.PRODUCE: produce,
-            Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names, self.reserved_topics),
+            Api.FETCH: FetchHandler(self.quotas, self.usage, self.topic_names, self.access),
             Api.CREATE_TOPICS: mutations,
             Api.DELETE_TOPICS: mutations,
             Api.CREATE_PARTITIONS: mutations,
@@ -159,25 +165,43 @@ class Services:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
-            **reserved_topic_handlers,
-            Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, reserved_topic_handlers.get(Api.METADATA)),
+            **refused_topic_handlers,
+            Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, refused_topic_handlers.get(Api.METADATA)),
         }
+        self._otherwise: RequestHandler | None = None
+        if self.authorizer is not None and not self.in_front_of_controllers:
+            handlers, self._otherwise = judged_by_acls(handlers, self.access)
         self._handlers = handlers
         self._request_rate = request_rate
         self._maintenance: list[asyncio.Task[None]] = []
 
-    def _reserved_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:
-        """ShareFetch's handler, and what keeps the proxy's own topics from clients besides the Produce, Fetch and
-        topic-mutation handlers."""
-        if not self.reserved_topics:
+    def _refused_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:
+        """ShareFetch's handler, and what keeps the topics a client may not use from it (the proxy's own; with the
+        authorizer, those its ACLs do not allow) besides the Produce, Fetch and topic-mutation handlers."""
+        access = self.access
+        if not access.guards_topics:
             return {Api.SHARE_FETCH: share_fetch}
-        without = TopicsWithoutReserved(self.reserved_topics)
-        return {Api.METADATA: MetadataWithoutReservedTopics(self.reserved_topics),
-                Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutReserved(self.reserved_topics),
+        without = TopicsWithoutRefused(access)
+        return {Api.METADATA: MetadataWithoutRefusedTopics(access, self.cluster.auto_creates_topics,
+                                                           self.cluster.partitions),
+                Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutRefused(access),
                 **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without),
-                Api.SHARE_FETCH: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names, share_fetch),
-                Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutReserved(self.reserved_topics, self.topic_names),
+                Api.SHARE_FETCH: ShareTopicsWithoutRefused(access, self.topic_names, share_fetch),
+                Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutRefused(access, self.topic_names),
                 **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsetsWithoutReserved(self.reserved_topics))}
+
+    def _authorizer(self) -> tuple[AclAuthorizer | None, WatchedFile | None]:
+        """The ACLs' judge, with the ACL file to read again when it changes; raises ``AclFileError`` when the file
+        cannot be read (the proxy does not start with ACLs other than those it was given)."""
+        settings = self.config.authorizer
+        if settings is None:
+            return None, None
+        acl_file = None if settings.acl_file is None else WatchedFile(settings.acl_file)
+        acls = [] if acl_file is None else read_acl_file(acl_file.path)
+        authorizer = AclAuthorizer(acls, settings.super_users, settings.allow_everyone_if_no_acl_found)
+        log.info("the authorizer judges requests by %d ACL(s)%s", len(authorizer.acls),
+                 "" if acl_file is None else f" from {acl_file.path}")
+        return authorizer, acl_file
 
     def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
         if settings.pid_source != "cluster":
@@ -201,7 +225,8 @@ class Services:
     def request_chain(self, answers: ClusterAnswers) -> RequestChain:
         """Every request's way through the handlers (``proxy.handlers.chain``), its answers finished by ``answers``:
         the server's, which knows its listeners."""
-        return RequestChain(self.api_versions, self._handlers, self._request_rate.throttle_ms, now_ms, answers)
+        return RequestChain(self.api_versions, self._handlers, self._request_rate.throttle_ms, now_ms, answers,
+                            self._otherwise)
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         settings = self.config.login
@@ -223,6 +248,8 @@ class Services:
         self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
+        if self.authorizer is not None and self._acl_file is not None:
+            self._maintenance.append(loop.create_task(self._reload_acls(self.authorizer, self._acl_file)))
         if self._jwks_endpoint is not None:
             self._maintenance.append(loop.create_task(self._jwks_endpoint.refresh_periodically()))
         settings = self.allocator_settings
@@ -265,6 +292,21 @@ class Services:
                 log.error("keeping the loaded users: %s", error)
                 continue
             log.info("reloaded %d users from %s", len(self.users.users), users_file.path)
+
+    @staticmethod
+    async def _reload_acls(authorizer: AclAuthorizer, acl_file: WatchedFile) -> None:
+        """A changed ACL file applies to the next request; a bad one keeps the ACLs loaded before."""
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+            if not acl_file.changed():
+                continue
+            try:
+                acls = read_acl_file(acl_file.path)
+            except AclFileError as error:
+                log.error("keeping the loaded ACLs: %s", error)
+                continue
+            authorizer.replace(acls)
+            log.info("reloaded %d ACL(s) from %s", len(authorizer.acls), acl_file.path)
 
     async def _flush_usage(self) -> None:
         """Each second, the usage counters go to the writer thread, stamped with that second."""

@@ -217,6 +217,8 @@ class AclAuthorizer:
         self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
         self._by_type: dict[ResourceType, list[AclBinding]] = {}
         self._decided: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self.generation = 0
+        """Counts the changes of the ACLs: what was decided of an older one may no longer hold."""
         self.replace(acls)
 
     def replace(self, acls: Iterable[AclBinding]) -> None:
@@ -237,6 +239,7 @@ class AclAuthorizer:
                                 for kind, names in self._prefixed.items()}
         self._by_type = dict(by_type)
         self._decided = {}
+        self.generation += 1
 
     def authorize(self, requester: Requester, operation: AclOperation, resource_type: ResourceType,
                   name: str) -> bool:

@@ -53,6 +53,17 @@ class MetricsEndpoint:
 
 
 @dataclass(frozen=True)
+class AuthorizerSettings:
+    """``[authorizer]``: Kafka's ACLs decided at the proxy (Kafka's ``authorizer.class.name`` with
+    ``StandardAuthorizer``, and its ``super.users`` and ``allow.everyone.if.no.acl.found``)."""
+
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+    acl_file: Path | None = None
+    """The ACLs, read again when the file changes."""
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     upstream: tuple[HostPort, ...]
     listen: HostPort
@@ -94,6 +105,8 @@ class ProxyConfig:
     upstream_tls: UpstreamTls | None = None
     admin_principals: frozenset[str] = frozenset()
     """``[admin] principals``: who may use AlterClientQuotas and DescribeClientQuotas (none without it)."""
+    authorizer: AuthorizerSettings | None = None
+    """The ACLs' settings when ``[authorizer] enabled``; None: no request is judged by ACLs."""
     default_num_partitions: int = 1
     """Partitions a CreateTopics with num_partitions = -1 is charged for when the cluster does not
     say its ``num.partitions`` (DescribeConfigs)."""

@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any, NamedTuple
 
 from proxy.security.sasl import LoginSettings
-from proxy.settings.config import ConfigError, ProxyConfig
+from proxy.settings.config import AuthorizerSettings, ConfigError, ProxyConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SASL_MODES = ("none", "terminate", "inspect")
@@ -37,6 +37,8 @@ class Setting(NamedTuple):
 PROXY_DEFAULTS: dict[str, Any] = {field.name: field.default for field in fields(ProxyConfig)}
 """``ProxyConfig``'s field defaults, by name: what applies without a setting."""
 _LOGIN = LoginSettings()
+_AUTHORIZER = AuthorizerSettings()
+_AUTHORIZER_ENABLED_BY_DEFAULT = PROXY_DEFAULTS["authorizer"] is not None
 _OAUTHBEARER = _LOGIN.oauthbearer
 
 SETTINGS: tuple[Setting, ...] = (
@@ -205,6 +207,15 @@ TABLES: tuple[Table, ...] = (
     Table("admin", "who may use AlterClientQuotas and DescribeClientQuotas", (
         TableKey("principals", 'a list such as ["User:ops"]', derived="required in the table; without the "
                  "table nobody may"),
+    )),
+    Table("authorizer", "Kafka's ACLs decided at the proxy, as Kafka's StandardAuthorizer decides them", (
+        TableKey("enabled", "judge requests by the ACLs", _AUTHORIZER_ENABLED_BY_DEFAULT),
+        TableKey("super-users", 'principals allowed everything, such as ["User:admin"] (Kafka\'s super.users)',
+                 list(_AUTHORIZER.super_users)),
+        TableKey("allow-everyone-if-no-acl-found", "a resource no ACL covers is open to every principal",
+                 _AUTHORIZER.allow_everyone_if_no_acl_found),
+        TableKey("acl-file", "the ACLs, as [[acl]] tables (docs/authorizer.md), read again when the file changes",
+                 derived="no ACLs: only super users are allowed, unless allow-everyone-if-no-acl-found"),
     )),
     Table("metrics", "protecting /metrics and /quotas/explain", (
         TableKey("username", "basic authentication's user", derived="none: no authentication"),

@@ -14,7 +14,7 @@ from proxy.security.oauthbearer import OAuthBearerSettings
 from proxy.security.sasl import LoginSettings
 from proxy.security.tls import CLIENT_AUTH, TLS_VERSIONS, ListenerTls, PrincipalMapper, TlsConfigError, UpstreamTls
 from proxy.security.users import MECHANISMS
-from proxy.settings.config import ConfigError, HostPort, MetricsEndpoint, ProxyConfig, UpstreamSasl
+from proxy.settings.config import AuthorizerSettings, ConfigError, HostPort, MetricsEndpoint, ProxyConfig, UpstreamSasl
 from proxy.settings.definitions import (
     BY_KEY,
     DEFAULT_LISTEN,
@@ -37,6 +37,7 @@ _TLS_SECTION = "tls"
 _METRICS_SECTION = "metrics"
 _UPSTREAM_TLS_SECTION = "upstream-tls"
 _ADMIN_SECTION = "admin"
+_AUTHORIZER_SECTION = "authorizer"
 _OAUTHBEARER_SECTION = "oauthbearer"
 _JWKS_SCHEMES = ("file", "http", "https")
 
@@ -146,6 +147,7 @@ def load_config(args: argparse.Namespace) -> ProxyConfig:
         upstream_tls=_upstream_tls(extra.pop(_UPSTREAM_TLS_SECTION, None)),
         metrics_endpoint=_metrics_endpoint(extra.pop(_METRICS_SECTION, None)),
         admin_principals=_admin_principals(extra.pop(_ADMIN_SECTION, None)),
+        authorizer=_authorizer(extra.pop(_AUTHORIZER_SECTION, None)),
         connection_limits=connection_limits,
         extra=extra,
         workers=_workers(settings.get("workers", 1), extra),
@@ -280,6 +282,27 @@ def _admin_principals(section: dict[str, Any] | None) -> frozenset[str]:
     if set(section) != TABLE_BY_NAME[_ADMIN_SECTION].names():
         raise ConfigError(f"{where}: needs exactly the key principals")
     return principal_list(section["principals"], f"{where} principals")
+
+
+def _authorizer(section: dict[str, Any] | None) -> AuthorizerSettings | None:
+    if section is None:
+        return None
+    where = f"[{_AUTHORIZER_SECTION}]"
+    table = TABLE_BY_NAME[_AUTHORIZER_SECTION]
+    table.refuse_unknown(section)
+    flags = {}
+    for key in ("enabled", "allow-everyone-if-no-acl-found"):
+        flags[key] = section.get(key, table.default(key))
+        if not isinstance(flags[key], bool):
+            raise ConfigError(f"{where} {key}: true or false, got {flags[key]!r}")
+    acl_file = section.get("acl-file")
+    if acl_file is not None and not (isinstance(acl_file, str) and acl_file):
+        raise ConfigError(f"{where} acl-file: a path, got {acl_file!r}")
+    super_users = principal_list(section.get("super-users", []), f"{where} super-users")
+    if not flags["enabled"]:
+        return None
+    return AuthorizerSettings(super_users, flags["allow-everyone-if-no-acl-found"],
+                              Path(acl_file) if acl_file else None)
 
 
 def _keys(section: dict[str, Any], name: str) -> None:

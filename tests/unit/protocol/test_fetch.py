@@ -15,6 +15,7 @@ from protocol.fetch import (
     fetch_response_start,
     fetch_response_topic_bytes,
     fetch_session_epoch,
+    sessionless_fetch_request,
     throttled_fetch_response_body,
 )
 from protocol.header import encode_response_header, parse_request_header
@@ -45,6 +46,23 @@ def test_the_cap_lowers_max_bytes_and_min_bytes_and_nothing_else(data: st.DataOb
     decoded = decode_request(Api.FETCH, version, capped[header.length:])
     assert decoded.max_bytes == limit and decoded.min_bytes == min(original.min_bytes, limit)
     decoded.max_bytes, decoded.min_bytes = original.max_bytes, original.min_bytes
+    assert decoded.to_dict() == original.to_dict()
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), version=FETCH_VERSIONS)
+def test_outside_any_session_a_fetch_changes_its_session_and_nothing_else(data: st.DataObject, version: int) -> None:
+    message, frame = fetch_request(data, version)
+    header = parse_request_header(frame, version >= 12)
+    outside = sessionless_fetch_request(frame, header)
+    original = decode_request(Api.FETCH, version, frame[header.length:])
+    if version < 7 or (original.session_id, original.session_epoch) == (0, NO_SESSION_EPOCH):
+        assert outside is None  # before v7 there are no sessions
+        return
+    assert outside is not None and len(outside) == len(frame) and outside[:header.length] == frame[:header.length]
+    decoded = decode_request(Api.FETCH, version, outside[header.length:])
+    assert (decoded.session_id, decoded.session_epoch) == (0, NO_SESSION_EPOCH)
+    decoded.session_id, decoded.session_epoch = original.session_id, original.session_epoch
     assert decoded.to_dict() == original.to_dict()
 
 

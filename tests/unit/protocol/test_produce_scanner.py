@@ -290,4 +290,4 @@ def test_the_topics_head_agrees_with_the_whole_scan_from_any_start_long_enough(g
         assert produce_topics_head(memoryview(frame), header) is not None
         return
     first = scan.topics[0] if scan.topics else None
-    assert head == (len(scan.topics), first and first.name, first and first.topic_id)
+    assert head == (scan.transactional_id, len(scan.topics), first and first.name, first and first.topic_id)

@@ -8,7 +8,7 @@ from typing import Any
 
 from protocol.apis import Api
 from protocol.header import RequestHeader, read_request_header
-from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, OnResponse, Outcome, Respond, Sender
+from proxy.decision.outcome import CLOSE, FORWARD, Caller, Decided, Forward, OnResponse, Outcome, Respond, Sender
 from proxy.handlers.chain import RequestChain
 from tests.support import encode_request
 
@@ -154,6 +154,13 @@ def test_a_request_without_handler_streams_as_it_is_and_a_streaming_handler_give
     assert chain(RequestRate(0), streaming={Api.METADATA: Streaming(None)}).start(
         frame, api_key, version, 10, SENDER) is None
 
+
+def test_the_apis_without_a_handler_go_to_the_otherwise_handler_judged_whole() -> None:
+    frame, api_key, version = METADATA
+    closing = Handler(lambda header, frame, caller: CLOSE)
+    guarded = RequestChain(Versions(), {}, RequestRate(0), clock, Answers(), otherwise=closing)
+    assert guarded.decide(*METADATA, SENDER, None, upstream_open=True) is CLOSE
+    assert guarded.start(frame, api_key, version, 10, SENDER) is None, "not streamed past it"
 
 
 def test_a_login_and_api_versions_are_judged_whole_however_large() -> None:

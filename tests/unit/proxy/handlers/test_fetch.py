@@ -11,15 +11,18 @@ from prometheus_client import CollectorRegistry
 
 from protocol.apis import Api
 from protocol.codecs import decode_request, decode_response, encode_response
-from protocol.header import encode_response_header, read_request_header
+from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED
+from protocol.header import encode_response_header, read_request_header, response_header_length
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Outcome
 from proxy.handlers.fetch import FetchHandler
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
+from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
-from tests.unit.proxy.outcomes import charge_of, forwarded, handled, on_response
+from tests.unit.proxy.outcomes import answered, charge_of, finish_of, forwarded, handled, on_response
 
 
 def caller(user: str) -> Caller:
@@ -195,3 +198,43 @@ def test_an_observed_quota_charges_the_fetch_and_leaves_its_max_bytes_alone(tmp_
     assert forwarded(outcome).replacement is None and charge_of(outcome)
     response = encode_response_header(1, False) + bytes(12 * MIB)
     assert charge_of(outcome)(memoryview(response), len(response)) == (0, None)  # over, and let through
+
+
+def acl_handler(tmp_path: Path) -> FetchHandler:
+    """Fetch under the authorizer: alice may read "orders" alone; no quota."""
+    reads = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                       AclPermission.ALLOW)
+    return FetchHandler(QuotaService(None, CollectorRegistry()), UsageLog(tmp_path / "usage"),
+                        TopicNames(unreachable), Access(authorizer=AclAuthorizer([reads])))
+
+
+def test_with_the_authorizer_no_fetch_session_is_opened_or_kept(tmp_path: Path) -> None:
+    """A session's partitions are fetched without being named: each fetch goes outside any session, naming all it
+    reads, and one in a session the proxy let none open is told its session is gone."""
+    fetch_handler = acl_handler(tmp_path)
+    request = forwarded(handled(fetch_handler, topic_fetch(12, "orders", session_epoch=0), caller("alice")))
+    sent = decode_request(Api.FETCH, 12, memoryview(request.replacement or b"")[4:][read_request_header(
+        memoryview(request.replacement or b"")[4:]).length:])
+    assert (sent.session_id, sent.session_epoch) == (0, -1) and [topic.topic for topic in sent.topics] == ["orders"]
+    outside = topic_fetch(12, "orders")
+    assert forwarded(handled(fetch_handler, outside, caller("alice"))).replacement is None, "outside one already"
+    answer = answered(handled(fetch_handler, topic_fetch(12, "orders", session_epoch=3), caller("alice")))
+    body = memoryview(answer.response)[4:]
+    assert decode_response(Api.FETCH, 12, body[response_header_length(body, True):]).error_code == \
+        FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_with_the_authorizer_a_topic_the_principal_may_not_read_is_refused_and_the_rest_served(
+        tmp_path: Path) -> None:
+    fetch_handler = acl_handler(tmp_path)
+    decided = forwarded(handled(fetch_handler, topic_fetch(12, "orders", "payments"), caller("alice")))
+    sent = memoryview(decided.replacement or b"")[4:]
+    assert [topic.topic for topic in decode_request(Api.FETCH, 12, sent[read_request_header(sent).length:]).topics] \
+        == ["orders"]
+    response = topic_response(12, {"orders": 10})
+    finished = decode_response(Api.FETCH, 12, memoryview(
+        finish_of(decided)(response[response_header_length(response, True):]) or b""))
+    assert [(topic.topic, [partition.error_code for partition in topic.partitions])
+            for topic in finished.responses] == [("orders", [0]), ("payments", [TOPIC_AUTHORIZATION_FAILED])]
+    refused = answered(handled(fetch_handler, topic_fetch(12, "payments"), caller("bob")))
+    assert refused.response, "nothing of it reaches the cluster"

@@ -17,9 +17,10 @@ from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import read_request_header, response_header_length
 from proxy.cluster.info import TopicPartitions
 from proxy.decision.outcome import FORWARD, Caller, Outcome, Respond
-from proxy.handlers.reserved_topics import MetadataWithoutReservedTopics
+from proxy.handlers.refused_topics import MetadataWithoutRefusedTopics
 from proxy.handlers.topic_mutations import AutoCreationUnderTenantCaps, TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
@@ -449,11 +450,15 @@ def test_requests_no_quota_applies_to_are_judged_by_the_cap_and_not_logged(tmp_p
     assert [(line["client_id"], line["mutations"]) for line in logged] == [("limited", 2)]
 
 
+async def never_asked(*topics: object) -> Any:
+    raise AssertionError("only the authorizer asks the cluster whether it creates topics, and which exist")
+
+
 @pytest.mark.parametrize("then_reserved", [False, True])
 def test_metadata_asks_the_cluster_to_create_no_topic_a_cap_governs(tmp_path: Path, then_reserved: bool) -> None:
     quotas = Mutations(tmp_path, StubCluster({}), tenants=PAYMENTS).quotas
-    handler = AutoCreationUnderTenantCaps(quotas, MetadataWithoutReservedTopics(frozenset({"own"}))
-                                          if then_reserved else None)
+    own_topics = MetadataWithoutRefusedTopics(Access(frozenset({"own"})), never_asked, never_asked)
+    handler = AutoCreationUnderTenantCaps(quotas, own_topics if then_reserved else None)
     caller = Caller("pay", 0)
 
     def decide(*names: str, auto: bool = True) -> Any:

@@ -6,7 +6,7 @@ import pytest
 
 from proxy.cluster.fleet import FleetSettings
 from proxy.producer_ids.settings import AllocatorSettings
-from proxy.settings.config import ConfigError, HostPort
+from proxy.settings.config import AuthorizerSettings, ConfigError, HostPort
 from proxy.settings.loading import build_parser, load_config
 
 
@@ -106,6 +106,22 @@ def test_admin_principals_are_kafka_principals(tmp_path: Path) -> None:
     path.write_text('upstream = "127.0.0.1:9"\n[admin]\nprincipals = "User:ops"\n')
     with pytest.raises(ConfigError, match=r"\[admin\] principals"):
         load("--config", str(path))
+
+
+def test_the_authorizer_is_on_only_when_enabled_and_its_settings_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text('upstream = "127.0.0.1:9"\n[authorizer]\nenabled = true\nsuper-users = ["User:admin"]\n'
+                    'acl-file = "acls.toml"\n')
+    assert load("--config", str(path)).authorizer == AuthorizerSettings(frozenset({"User:admin"}), False,
+                                                                        Path("acls.toml"))
+    path.write_text('upstream = "127.0.0.1:9"\n[authorizer]\nallow-everyone-if-no-acl-found = true\n')
+    assert load("--config", str(path)).authorizer is None
+    assert load("--upstream", "a:1").authorizer is None
+    for bad, named in (('enabled = "yes"', "enabled"), ('super-users = "User:admin"', "super-users"),
+                       ("acl-file = 3", "acl-file"), ("enable = true", "unknown key")):
+        path.write_text(f'upstream = "127.0.0.1:9"\n[authorizer]\n{bad}\n')
+        with pytest.raises(ConfigError, match=rf"\[authorizer\].*{named}"):
+            load("--config", str(path))
 
 
 def test_login_settings(tmp_path: Path) -> None:

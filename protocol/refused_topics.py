@@ -1,12 +1,13 @@
-"""Requests and answers without the topics a principal may not describe, shaped as Kafka shapes them.
+"""Requests and answers without the topics a principal may not use, shaped as Kafka shapes them.
 
-The proxy keeps topics of its own (``proxy.handlers.reserved_topics``); to a client they are what a topic it may not
-describe is to Kafka. Metadata (``KafkaApis.handleTopicMetadataRequest``) and DescribeTopicPartitions leave them out
-of an all-topics answer, answer them TOPIC_AUTHORIZATION_FAILED when named (by name: the name and a zero topic id; by
-id: the id and no name), and never create them. The APIs naming partitions of topics (Fetch, ShareFetch and
-ShareAcknowledge among them) answer each partition of such a topic TOPIC_AUTHORIZATION_FAILED after the others'
-results; the config APIs answer such a topic resource TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed."
-(``ConfigHelper``, ``ControllerApis``).
+A topic is refused to a request when its principal may not do the API's operation on it: the proxy's own topics
+(``proxy.handlers.refused_topics``) to every client, and, with the authorizer, the topics Kafka's ACLs do not allow
+(``proxy.security.access``). Metadata (``KafkaApis.handleTopicMetadataRequest``) and DescribeTopicPartitions leave a
+topic the principal may not describe out of an all-topics answer, answer it TOPIC_AUTHORIZATION_FAILED when named (by
+name: the name and a zero topic id; by id: the id and no name), and never create it. The APIs naming partitions of
+topics (Fetch, ShareFetch and ShareAcknowledge among them) answer each partition of such a topic
+TOPIC_AUTHORIZATION_FAILED after the others' results; the config APIs answer such a topic resource
+TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed." (``ConfigHelper``, ``ControllerApis``).
 """
 
 from __future__ import annotations
@@ -29,70 +30,126 @@ _DESCRIBED_TOPIC_CLASSES: dict[int, Any] = {
 }
 
 
+NameRefusal = Callable[[str | None], bool]
+"""True for a topic name the request may not use (never for None: a topic id the cluster does not know)."""
+
+
+_TOPIC_OPERATIONS_FIELDS: dict[int, tuple[str, bool]] = {Api.METADATA: ("authorized_operations", True),
+                            Api.DESCRIBE_TOPIC_PARTITIONS: ("topic_authorized_operations", False)}
+"""Where an answer's topic gives the authorized operations, and whether kafka-python reads that field as the set of
+its bits' positions (else as the 32-bit field itself)."""
+
+
+def _bit_positions(bits: int) -> set[int]:
+    return {position for position in range(32) if bits >> position & 1}
+
+
 class MetadataAsked(NamedTuple):
     all_topics: bool
     refused_names: tuple[str, ...]
-    """Reserved topics the request names by name, answered refused after the others."""
+    """Topics the request names by name and may not describe, answered refused after the others."""
     by_id: bool
-    """Topics are named by id (v12+): a reserved one shows only in the cluster's answer."""
+    """Topics are named by id (v12+): a refused one shows only in the cluster's answer."""
     forwarded_body: bytes | None
-    """The request body without the refused names, or None when it goes as it came."""
+    """The request body without the refused names (and without auto-creation, when withheld), or None when it goes
+    as it came."""
+    creation_withheld: frozenset[str] = frozenset()
+    """Topics named, and asked to be created if missing, that the principal may not create (CREATE on the cluster or
+    the topic): those missing are to be refused (``unauthorizedForCreateTopics``) when the cluster creates topics,
+    and the request asked again without them."""
+    topic_operations: bool = False
+    """The request asks for each topic's authorized operations (v8+)."""
+    cluster_operations: bool = False
+    """The request asks for the cluster's authorized operations (v8-10)."""
 
 
-def metadata_asked(body: memoryview, version: int, reserved: frozenset[str]) -> MetadataAsked:
-    """What a Metadata request asks of the reserved topics, and the body that goes to the cluster instead."""
+_FIRST_METADATA_WITH_AUTO_CREATION_FLAG = 4
+_LAST_METADATA_WITH_CLUSTER_OPERATIONS = 10
+
+
+def metadata_asked(body: memoryview, version: int, refused: NameRefusal,
+                   creation_refused: NameRefusal | None = None) -> MetadataAsked:
+    """What a Metadata request asks of the topics it may not describe (``refused``: left out of the request, and
+    refused) or create (``creation_refused``, None when it may create any), and the body that goes to the cluster
+    instead."""
     request = decode_request(Api.METADATA, version, body)
+    topic_operations = bool(getattr(request, "include_topic_authorized_operations", False))
+    cluster_operations = version <= _LAST_METADATA_WITH_CLUSTER_OPERATIONS and bool(
+        getattr(request, "include_cluster_authorized_operations", False))
     topics = request.topics
     if topics is None or (version == 0 and not topics):
-        return MetadataAsked(True, (), False, None)
-    refused = tuple(topic.name for topic in topics if topic.name in reserved)
+        return MetadataAsked(True, (), False, None, frozenset(), topic_operations, cluster_operations)
+    refused_names = tuple(topic.name for topic in topics if refused(topic.name))
     by_id = any(topic.name is None for topic in topics)
-    if not refused:
-        return MetadataAsked(False, (), by_id, None)
-    request.topics = [topic for topic in topics if topic.name not in reserved]
-    if version == 0 and not request.topics:  # v0 reads no topics as all: the answer keeps only the refusals
-        return MetadataAsked(True, refused, by_id, encode_request(Api.METADATA, version, request))
-    return MetadataAsked(False, refused, by_id, encode_request(Api.METADATA, version, request))
+    request.topics = [topic for topic in topics if not refused(topic.name)]
+    withheld: frozenset[str] = frozenset()
+    if creation_refused is not None and version >= _FIRST_METADATA_WITH_AUTO_CREATION_FLAG and \
+            request.allow_auto_topic_creation:
+        withheld = frozenset(topic.name for topic in request.topics
+                             if topic.name is not None and creation_refused(topic.name))
+    if not refused_names:
+        return MetadataAsked(False, (), by_id, None, withheld, topic_operations, cluster_operations)
+    forwarded = encode_request(Api.METADATA, version, request)
+    # v0 reads no topics as all: the answer keeps only the refusals
+    return MetadataAsked(version == 0 and not request.topics, refused_names, by_id, forwarded, withheld,
+                         topic_operations, cluster_operations)
 
 
-def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, reserved: frozenset[str],
-                    api_key: int = Api.METADATA) -> bytes:
-    """The cluster's Metadata (or DescribeTopicPartitions) answer as the client gets it: reserved topics left out of
-    an all-topics answer, one named by id answered refused with its id alone, the names refused appended (Kafka
-    appends them too)."""
+class Authorized(NamedTuple):
+    """What the answer says of the principal's rights, when the proxy decides them (with the authorizer)."""
+
+    topic_operations: Callable[[str], int]
+    """The bit field of a topic's operations the principal may do."""
+    cluster_operations: int
+    """The cluster's (0 when the principal may not describe the cluster)."""
+
+
+def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refused: NameRefusal,
+                    api_key: int = Api.METADATA, authorized: Authorized | None = None) -> bytes:
+    """The cluster's Metadata (or DescribeTopicPartitions) answer as the client gets it: topics it may not describe
+    left out of an all-topics answer, one named by id answered refused with its id alone, the names refused
+    appended (Kafka appends them too); with ``authorized``, the authorized operations asked for are the principal's,
+    not the proxy's."""
     answer = decode_response(api_key, version, body)
     topic_class = _DESCRIBED_TOPIC_CLASSES[api_key]
     topics = []
     for topic in answer.topics:
-        if topic.name not in reserved:
-            if not (asked.all_topics and asked.refused_names):  # a v0 request naming only reserved topics
-                topics.append(topic)
+        if not refused(topic.name):
+            if asked.all_topics and asked.refused_names:  # a v0 request naming only refused topics
+                continue
+            if authorized is not None and asked.topic_operations and topic.name is not None:
+                field, as_bits = _TOPIC_OPERATIONS_FIELDS[api_key]
+                operations = authorized.topic_operations(topic.name)
+                setattr(topic, field, _bit_positions(operations) if as_bits else operations)
+            topics.append(topic)
         elif not asked.all_topics:  # named by id: Kafka does not disclose the name
             topics.append(_refused(topic_class, None, topic.topic_id))
     topics += [_refused(topic_class, name, _ZERO_ID) for name in asked.refused_names]
     answer.topics = topics
+    if authorized is not None and asked.cluster_operations:
+        answer.authorized_operations = _bit_positions(authorized.cluster_operations)
     return encode_response(api_key, version, answer)
 
 
-def described_topics_asked(body: memoryview, version: int, reserved: frozenset[str]) -> MetadataAsked:
-    """What a DescribeTopicPartitions request asks of the reserved topics (``DescribeTopicPartitionsRequestHandler``:
-    no topics is every topic), and the body that goes to the cluster instead: None when it names only reserved
-    topics (nothing left to ask: an empty list would ask for every topic)."""
+def described_topics_asked(body: memoryview, version: int, refused: NameRefusal) -> MetadataAsked:
+    """What a DescribeTopicPartitions request asks of the topics it may not describe
+    (``DescribeTopicPartitionsRequestHandler``: no topics is every topic), and the body that goes to the cluster
+    instead: None when it names only refused topics (nothing left to ask: an empty list would ask for every topic)."""
     request = decode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, body)
     if not request.topics:
         return MetadataAsked(True, (), False, None)
-    refused = tuple(topic.name for topic in request.topics if topic.name in reserved)
-    if not refused:
+    refused_names = tuple(topic.name for topic in request.topics if refused(topic.name))
+    if not refused_names:
         return MetadataAsked(False, (), False, None)
-    request.topics = [topic for topic in request.topics if topic.name not in reserved]
-    if request.cursor is not None and request.cursor.topic_name in reserved:
+    request.topics = [topic for topic in request.topics if not refused(topic.name)]
+    if request.cursor is not None and refused(request.cursor.topic_name):
         request.cursor = None  # it must name a topic of the list: the rest is described from its start
     forwarded = encode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, request) if request.topics else None
-    return MetadataAsked(False, refused, False, forwarded)
+    return MetadataAsked(False, refused_names, False, forwarded)
 
 
 def described_topics_refused(version: int, asked: MetadataAsked) -> bytes:
-    """The answer to a DescribeTopicPartitions naming only reserved topics: each refused."""
+    """The answer to a DescribeTopicPartitions naming only refused topics: each refused."""
     topic_class = _DESCRIBED_TOPIC_CLASSES[Api.DESCRIBE_TOPIC_PARTITIONS]
     return encode_response(Api.DESCRIBE_TOPIC_PARTITIONS, version, {
         "throttle_time_ms": 0, "next_cursor": None,
@@ -156,35 +213,35 @@ _TOPIC_AUTHORIZATION_FAILED_MESSAGE = "Topic authorization failed."
 
 class TopicsRefused(NamedTuple):
     refused: tuple[tuple[str, tuple[int, ...]], ...]
-    """Each reserved topic the request names, with its partitions (none for a config resource)."""
+    """Each refused topic the request names, with its partitions (none for a config resource)."""
     forwarded_body: bytes | None
     """The request body without them, or None when nothing of the request is left to forward."""
 
 
-def topics_refused(api_key: int, version: int, body: memoryview, reserved: frozenset[str]) -> TopicsRefused | None:
-    """The request's reserved topics and the body that goes to the cluster instead, or None when it names none."""
+def topics_refused(api_key: int, version: int, body: memoryview, refused: NameRefusal) -> TopicsRefused | None:
+    """The request's refused topics and the body that goes to the cluster instead, or None when it names none."""
     request = decode_request(api_key, version, body)
-    refused: tuple[tuple[str, tuple[int, ...]], ...]
+    refusals: tuple[tuple[str, tuple[int, ...]], ...]
     if api_key in CONFIG_APIS:
-        refused = tuple((resource.resource_name, ()) for resource in request.resources
-                        if resource.resource_type == _TOPIC_RESOURCE and resource.resource_name in reserved)
-        if not refused:
+        refusals = tuple((resource.resource_name, ()) for resource in request.resources
+                         if resource.resource_type == _TOPIC_RESOURCE and refused(resource.resource_name))
+        if not refusals:
             return None
         request.resources = [resource for resource in request.resources
-                             if not (resource.resource_type == _TOPIC_RESOURCE and resource.resource_name in reserved)]
+                             if not (resource.resource_type == _TOPIC_RESOURCE and refused(resource.resource_name))]
         kept = bool(request.resources)
     else:
         api = PARTITIONED_APIS[api_key]
         topics = getattr(request, api.topics)
         if topics is None:
             return None
-        refused = tuple((getattr(topic, api.name), _partition_indexes(api, topic)) for topic in topics
-                        if getattr(topic, api.name) in reserved)
-        if not refused:
+        refusals = tuple((getattr(topic, api.name), _partition_indexes(api, topic)) for topic in topics
+                         if refused(getattr(topic, api.name)))
+        if not refusals:
             return None
-        setattr(request, api.topics, [topic for topic in topics if getattr(topic, api.name) not in reserved])
+        setattr(request, api.topics, [topic for topic in topics if not refused(getattr(topic, api.name))])
         kept = bool(getattr(request, api.topics))
-    return TopicsRefused(refused, encode_request(api_key, version, request) if kept else None)
+    return TopicsRefused(refusals, encode_request(api_key, version, request) if kept else None)
 
 
 def _partition_indexes(api: _PartitionedApi, topic: Any) -> tuple[int, ...]:
@@ -192,8 +249,10 @@ def _partition_indexes(api: _PartitionedApi, topic: Any) -> tuple[int, ...]:
     return tuple(partitions if api.request_index is None else (getattr(p, api.request_index) for p in partitions))
 
 
-def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview | None, refused: TopicsRefused) -> bytes:
-    """The cluster's answer (or, with nothing forwarded, an empty one) with the refused topics after its own."""
+def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview | None, refused: TopicsRefused,
+                         error_code: int = TOPIC_AUTHORIZATION_FAILED) -> bytes:
+    """The cluster's answer (or, with nothing forwarded, an empty one) with the refused topics after its own, each
+    partition answered ``error_code`` (a partitioned API's: GROUP_AUTHORIZATION_FAILED when its group is refused)."""
     cls = response_class(api_key)
     answer = cls(version=version, throttle_time_ms=0) if upstream_body is None else \
         decode_response(api_key, version, upstream_body)
@@ -211,9 +270,9 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     topic_class = getattr(cls, api.answer_topic)
     partition_class = getattr(topic_class, api.answer_partition)
     message = {"error_message": _TOPIC_AUTHORIZATION_FAILED_MESSAGE} if "error_message" in partition_class.fields \
-        else {}
+        and error_code == TOPIC_AUTHORIZATION_FAILED else {}
     topics = [topic_class(**{api.name: name, api.answer_partitions: [
-        partition_class(**{api.answer_index: index, "error_code": TOPIC_AUTHORIZATION_FAILED, **message})
+        partition_class(**{api.answer_index: index, "error_code": error_code, **message})
         for index in indexes]}) for name, indexes in refused.refused]
     setattr(answer, api.answered_topics(), [*(getattr(answer, api.answered_topics()) or []), *topics])
     return encode_response(api_key, version, answer)
@@ -223,7 +282,7 @@ _Refusal = TypeVar("_Refusal")
 
 
 def _split(topics: list[Any], refusal: Callable[[Any], _Refusal | None]) -> tuple[list[_Refusal], list[Any]]:
-    """The request's topics as the refusals of the reserved ones and the others, kept in order."""
+    """The request's topics as the refusals of the refused ones and the others, kept in order."""
     refused: list[_Refusal] = []
     kept = []
     for topic in topics:
@@ -237,13 +296,13 @@ def _split(topics: list[Any], refusal: Callable[[Any], _Refusal | None]) -> tupl
 
 class FetchRefused(NamedTuple):
     refused: tuple[tuple[TopicRef, tuple[int, ...]], ...]
-    """Each reserved topic the request names (by name, or v13+ by its 16-byte id), with its partitions."""
+    """Each refused topic the request names (by name, or v13+ by its 16-byte id), with its partitions."""
     forwarded_body: bytes | None
     """The request without them, outside any fetch session; None when nothing is left to ask."""
 
 
-def fetch_refused(body: memoryview, version: int, reserved: Callable[[TopicRef], bool]) -> FetchRefused | None:
-    """The reserved topics of a Fetch and the request that goes to the cluster instead, or None when it names none.
+def fetch_refused(body: memoryview, version: int, refused: Callable[[TopicRef], bool]) -> FetchRefused | None:
+    """The refused topics of a Fetch and the request that goes to the cluster instead, or None when it names none.
 
     The rest goes as a full fetch outside any session: the cluster then keeps no session without the topic, and
     the client, given no session, asks for it again in full and is refused again, as Kafka refuses it at every
@@ -253,18 +312,18 @@ def fetch_refused(body: memoryview, version: int, reserved: Callable[[TopicRef],
 
     def refusal(topic: Any) -> tuple[TopicRef, tuple[int, ...]] | None:
         ref: TopicRef = (topic.topic_id or _ZERO_ID).bytes if by_id else topic.topic
-        return (ref, tuple(partition.partition for partition in topic.partitions)) if reserved(ref) else None
+        return (ref, tuple(partition.partition for partition in topic.partitions)) if refused(ref) else None
 
-    refused, kept = _split(request.topics, refusal)
-    if not refused:
+    refusals, kept = _split(request.topics, refusal)
+    if not refusals:
         return None
     if not kept:
-        return FetchRefused(tuple(refused), None)
+        return FetchRefused(tuple(refusals), None)
     request.topics = kept
     if version >= FIRST_SESSION_VERSION:
         request.session_id, request.session_epoch = 0, NO_SESSION_EPOCH
         request.forgotten_topics_data = []
-    return FetchRefused(tuple(refused), encode_request(Api.FETCH, version, request))
+    return FetchRefused(tuple(refusals), encode_request(Api.FETCH, version, request))
 
 
 def fetch_answer_with_refusals(version: int, upstream_body: memoryview | None, refused: FetchRefused) -> bytes:
@@ -283,8 +342,9 @@ def fetch_answer_with_refusals(version: int, upstream_body: memoryview | None, r
 
 
 def fetch_session_not_found(version: int) -> bytes:
-    """The answer to an incremental fetch adding a reserved topic: its session is gone, so the client asks again
-    in full (``FetchResponse`` with FETCH_SESSION_ID_NOT_FOUND), and that full fetch is refused the topic."""
+    """The answer to an incremental fetch adding a refused topic (with the authorizer, to any incremental fetch): its
+    session is gone, so the client asks again in full (``FetchResponse`` with FETCH_SESSION_ID_NOT_FOUND), and that
+    full fetch is judged whole."""
     return encode_response(Api.FETCH, version, {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
                                                 "session_id": 0, "responses": []})
 
@@ -294,14 +354,14 @@ SHARE_APIS = frozenset({Api.SHARE_FETCH, Api.SHARE_ACKNOWLEDGE})
 
 class ShareRefused(NamedTuple):
     refused: tuple[tuple[bytes, tuple[int, ...], frozenset[int]], ...]
-    """Each reserved topic's id, its partitions, and those of them the request acknowledged records of."""
+    """Each refused topic's id, its partitions, and those of them the request acknowledged records of."""
     forwarded_body: bytes | None
     """The request without them, or None when nothing is left to ask."""
 
 
 def share_refused(api_key: int, version: int, body: memoryview,
-                  reserved: Callable[[bytes], bool]) -> ShareRefused | None:
-    """The reserved topics a ShareFetch or ShareAcknowledge names (by id: these APIs name topics no other way), and
+                  refused: Callable[[bytes], bool]) -> ShareRefused | None:
+    """The refused topics a ShareFetch or ShareAcknowledge names (by id: these APIs name topics no other way), and
     the request that goes to the cluster instead; None when it names none. A share session cannot be left as a
     Fetch session can: the refusal comes with each request naming the topic."""
     request = decode_request(api_key, version, body)
@@ -310,15 +370,15 @@ def share_refused(api_key: int, version: int, body: memoryview,
         topic_id = (topic.topic_id or _ZERO_ID).bytes
         return (topic_id, tuple(p.partition_index for p in topic.partitions),
                 frozenset(p.partition_index for p in topic.partitions if p.acknowledgement_batches)) \
-            if reserved(topic_id) else None
+            if refused(topic_id) else None
 
-    refused, kept = _split(request.topics, refusal)
-    if not refused:
+    refusals, kept = _split(request.topics, refusal)
+    if not refusals:
         return None
     if not kept:
-        return ShareRefused(tuple(refused), None)
+        return ShareRefused(tuple(refusals), None)
     request.topics = kept
-    return ShareRefused(tuple(refused), encode_request(api_key, version, request))
+    return ShareRefused(tuple(refusals), encode_request(api_key, version, request))
 
 
 def share_answer_with_refusals(api_key: int, version: int, upstream_body: memoryview | None,

@@ -6,8 +6,9 @@ import pytest
 
 from protocol.apis import Api, request_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response, max_version
-from protocol.reserved_topics import (
+from protocol.refused_topics import (
     PARTITIONED_APIS,
+    Authorized,
     answer_with_refusals,
     fetch_answer_with_refusals,
     fetch_refused,
@@ -18,7 +19,7 @@ from protocol.reserved_topics import (
     topics_refused,
 )
 
-RESERVED = frozenset({"quotas"})
+REFUSED = frozenset({"quotas"}).__contains__
 QUOTAS_ID, ORDERS_ID = uuid.uuid4(), uuid.uuid4()
 
 
@@ -36,8 +37,8 @@ def answer(version: int, names: list[str]) -> memoryview:
 
 
 def client_sees(version: int, asked_topics: list[dict[str, object]] | None, cluster_names: list[str]) -> list[tuple]:
-    asked = metadata_asked(request(version, asked_topics), version, RESERVED)
-    body = metadata_answer(answer(version, cluster_names), version, asked, RESERVED)
+    asked = metadata_asked(request(version, asked_topics), version, REFUSED)
+    body = metadata_answer(answer(version, cluster_names), version, asked, REFUSED)
     topics = decode_response(Api.METADATA, version, body).topics
     return [(topic.error_code, topic.name, getattr(topic, "topic_id", None)) for topic in topics]
 
@@ -50,7 +51,7 @@ def test_an_all_topics_answer_leaves_the_reserved_topics_out(version: int) -> No
 
 def test_a_reserved_name_is_refused_after_the_others_and_never_asked_of_the_cluster() -> None:
     asked = metadata_asked(request(12, [{"name": "quotas", "topic_id": None}, {"name": "orders", "topic_id": None}]),
-                           12, RESERVED)
+                           12, REFUSED)
     assert asked.forwarded_body is not None
     forwarded = decode_request(Api.METADATA, 12, asked.forwarded_body)
     assert [topic.name for topic in forwarded.topics] == ["orders"]  # nor created by it
@@ -68,8 +69,35 @@ def test_a_v0_request_naming_only_reserved_topics_gets_only_their_refusals() -> 
 
 
 def test_a_request_naming_only_the_clients_topics_is_left_as_it_is() -> None:
-    asked = metadata_asked(request(9, [{"name": "orders"}]), 9, RESERVED)
+    asked = metadata_asked(request(9, [{"name": "orders"}]), 9, REFUSED)
     assert not (asked.all_topics or asked.refused_names or asked.by_id) and asked.forwarded_body is None
+
+
+def test_the_topics_asked_to_be_created_that_the_principal_may_not_create_are_named() -> None:
+    named = [{"name": "new", "topic_id": None}, {"name": "orders", "topic_id": None}]
+    asked = metadata_asked(request(12, named), 12, REFUSED, creation_refused="new".__eq__)
+    assert asked.creation_withheld == {"new"} and asked.forwarded_body is None  # the handler looks them up
+    assert not metadata_asked(request(12, named), 12, REFUSED, creation_refused=lambda name: False).creation_withheld
+    fields = {"topics": named, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    not_creating = metadata_asked(memoryview(encode_request(Api.METADATA, 12, fields)), 12, REFUSED,
+                                  creation_refused="new".__eq__)
+    assert not not_creating.creation_withheld
+
+
+def test_the_authorized_operations_asked_for_are_the_principals_not_the_proxys() -> None:
+    fields = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": True,
+              "include_cluster_authorized_operations": True}
+    asked = metadata_asked(memoryview(encode_request(Api.METADATA, 10, fields)), 10, REFUSED)
+    assert asked.topic_operations and asked.cluster_operations
+    proxys = encode_response(Api.METADATA, 10, {"brokers": [], "cluster_id": "c", "controller_id": 1,
+                                                "authorized_operations": set(range(12)), "topics": [
+        {"error_code": 0, "name": "orders", "topic_id": ORDERS_ID, "is_internal": False, "partitions": [],
+         "authorized_operations": set(range(12))}]})
+    authorized = Authorized({"orders": 1 << 3}.__getitem__, 1 << 8)
+    answered = decode_response(Api.METADATA, 10, metadata_answer(memoryview(proxys), 10, asked, REFUSED,
+                                                                 authorized=authorized))
+    assert answered.authorized_operations == {8}  # kafka-python reads the bit field as its bits' positions
+    assert [topic.authorized_operations for topic in answered.topics] == [{3}]
 
 
 @pytest.mark.parametrize("api_key", sorted(PARTITIONED_APIS))
@@ -85,7 +113,7 @@ def test_a_request_naming_only_reserved_partitions_is_answered_without_the_clust
         if name[0].isupper() and hasattr(getattr(topic_class, name), "fields") for index in (3, 5)]
     request = request_class_(version=version, **{api.topics: [topic_class(**{api.name: "quotas",
                                                                              api.request_partitions: partitions})]})
-    refused = topics_refused(api_key, version, memoryview(encode_request(api_key, version, request)), RESERVED)
+    refused = topics_refused(api_key, version, memoryview(encode_request(api_key, version, request)), REFUSED)
     assert refused is not None and refused.forwarded_body is None
     answer = decode_response(api_key, version, answer_with_refusals(api_key, version, None, refused))
     assert [(getattr(topic, api.name), [(getattr(p, api.answer_index), p.error_code)
@@ -109,7 +137,7 @@ def test_a_fetch_goes_without_the_reserved_topic_and_outside_its_session(version
     names = {QUOTAS_ID.bytes: "quotas", ORDERS_ID.bytes: "orders"}
     topics: list[object] = [QUOTAS_ID, ORDERS_ID] if version >= 13 else ["quotas", "orders"]
     refused = fetch_refused(fetch_request(version, topics), version,
-                            lambda ref: (names[ref] if isinstance(ref, bytes) else ref) in RESERVED)
+                            lambda ref: (names[ref] if isinstance(ref, bytes) else ref) == "quotas")
     assert refused is not None and refused.forwarded_body is not None
     forwarded = decode_request(Api.FETCH, version, refused.forwarded_body)
     assert len(forwarded.topics) == 1 and (forwarded.session_id, forwarded.session_epoch) == (0, -1)
@@ -139,4 +167,4 @@ def test_an_election_of_every_partition_goes_as_it_came() -> None:
     """ElectLeaders with no topics elects every partition's preferred leader: nothing to refuse, nothing moved but
     leadership, as for every topic of the cluster."""
     request = encode_request(Api.ELECT_LEADERS, 2, {"election_type": 0, "topic_partitions": None, "timeout_ms": 1000})
-    assert topics_refused(Api.ELECT_LEADERS, 2, memoryview(request), RESERVED) is None
+    assert topics_refused(Api.ELECT_LEADERS, 2, memoryview(request), REFUSED) is None

@@ -1,0 +1,218 @@
+"""Kafka's answers to requests its authorizer refuses, for the APIs refused whole or key by key, shaped as the
+broker shapes them (each request class's ``getErrorResponse``; ``KafkaApis.getCoordinator``).
+
+A group's membership requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) are refused whole; FindCoordinator
+refuses each key it may not describe (v4+ asks for several: the others are asked of the cluster, and the answers
+merged in the request's order), or whole before v4; OffsetFetch each group it may not describe, and of the others
+each topic (v8+ asks for several groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from protocol.apis import Api, response_class
+from protocol.codecs import decode_request, decode_response, encode_request, encode_response
+from protocol.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
+
+GROUP_MEMBERSHIP_APIS = frozenset({Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP})
+_FIRST_JOIN_GROUP_WITH_NULL_PROTOCOL = 7
+_FIRST_SYNC_GROUP_WITH_PROTOCOL = 5
+_FIRST_BATCHED_FIND_COORDINATOR = 4
+_NO_NODE = {"node_id": -1, "host": "", "port": -1}
+"""``Node.noNode()``."""
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
+_ERROR_MESSAGES = {30: "Group authorization failed.", 31: "Cluster authorization failed.",
+                   53: "Transactional Id authorization failed."}
+"""``Errors.message()`` of the codes refused here."""
+
+
+def group_id(api_key: int, version: int, body: memoryview) -> str:
+    """The group a membership request is for."""
+    return str(decode_request(api_key, version, body).group_id)
+
+
+def judged_by_the_cluster_first(api_key: int, version: int, body: memoryview) -> bool:
+    """A SyncGroup without the protocol type and name that v5+ needs: Kafka answers INCONSISTENT_GROUP_PROTOCOL
+    before it authorizes (``handleSyncGroupRequest``), and so does the cluster."""
+    if api_key != Api.SYNC_GROUP or version < _FIRST_SYNC_GROUP_WITH_PROTOCOL:
+        return False
+    request = decode_request(api_key, version, body)
+    return request.protocol_type is None or request.protocol_name is None
+
+
+def membership_refused(api_key: int, version: int, error_code: int) -> bytes:
+    """A membership request's answer with ``error_code`` and nothing else (``getErrorResponse``)."""
+    fields: dict[str, Any] = {"throttle_time_ms": 0, "error_code": error_code}
+    if api_key == Api.JOIN_GROUP:
+        fields.update(generation_id=-1, leader="", member_id="", members=[],
+                      protocol_name=None if version >= _FIRST_JOIN_GROUP_WITH_NULL_PROTOCOL else "")
+    elif api_key == Api.SYNC_GROUP:
+        fields.update(assignment=b"", protocol_type=None, protocol_name=None)
+    elif api_key == Api.LEAVE_GROUP:
+        fields.update(members=[])
+    return encode_response(api_key, version, fields)
+
+
+class CoordinatorsAsked(NamedTuple):
+    key_type: int
+    keys: tuple[str, ...]
+    """Every key asked, in order."""
+    refused: frozenset[str]
+    forwarded_body: bytes | None
+    """The request without the refused keys, or None when none is left to ask (or it is refused whole, before v4)."""
+
+
+def coordinators_asked(version: int, body: memoryview) -> tuple[int, tuple[str, ...]]:
+    """A FindCoordinator's key type and keys."""
+    request = decode_request(Api.FIND_COORDINATOR, version, body)
+    keys = request.coordinator_keys if version >= _FIRST_BATCHED_FIND_COORDINATOR else [request.key]
+    return request.key_type, tuple(keys)
+
+
+def coordinators_without(version: int, body: memoryview, refused: frozenset[str]) -> bytes | None:
+    """The request without the ``refused`` keys (v4+), or None when none is left to ask."""
+    request = decode_request(Api.FIND_COORDINATOR, version, body)
+    kept = [key for key in request.coordinator_keys if key not in refused]
+    if not kept:
+        return None
+    request.coordinator_keys = kept
+    return encode_request(Api.FIND_COORDINATOR, version, request)
+
+
+def coordinators_answer(version: int, keys: tuple[str, ...], refused: dict[str, int],
+                        upstream_body: memoryview | None, whole: bool = False) -> bytes:
+    """Each key's coordinator in the request's order: the cluster's (``upstream_body``), or the error of a refused
+    one with no node; ``whole``: every key refused at once, each with its error's message (``prepareErrorResponse``:
+    a share key's request without CLUSTER_ACTION). Before v4, one key refused: its error, its message, no node."""
+    if version < _FIRST_BATCHED_FIND_COORDINATOR:
+        [error_code] = refused.values()
+        return encode_response(Api.FIND_COORDINATOR, version, {
+            "throttle_time_ms": 0, "error_code": error_code, "error_message": _ERROR_MESSAGES[error_code],
+            **_NO_NODE})
+    cls = response_class(Api.FIND_COORDINATOR)
+    answer = cls(version=version, throttle_time_ms=0, coordinators=[]) if upstream_body is None else \
+        decode_response(Api.FIND_COORDINATOR, version, upstream_body)
+    answered = {coordinator.key: coordinator for coordinator in answer.coordinators}
+    answer.coordinators = [answered[key] if key not in refused else cls.Coordinator(
+        key=key, error_code=refused[key], error_message=_ERROR_MESSAGES[refused[key]] if whole else "", **_NO_NODE)
+        for key in keys]
+    return encode_response(Api.FIND_COORDINATOR, version, answer)
+
+
+_FIRST_BATCHED_OFFSET_FETCH = 8
+_FIRST_OFFSET_FETCH_WITH_TOP_LEVEL_ERROR = 2
+NameRefused = Callable[[str], bool]
+
+
+class OffsetsAsked(NamedTuple):
+    """What an OffsetFetch asks of groups and topics its principal may not describe (``handleOffsetFetchRequest``)."""
+
+    groups: tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...] | None], ...]
+    """Each group asked, in order, with its topics and their partitions (None: all its topics)."""
+    refused_groups: frozenset[str]
+    refused_topics: dict[int, tuple[tuple[str, tuple[int, ...]], ...]]
+    """By the group's place in ``groups``, the topics named that are refused, with their partitions."""
+    forwarded_body: bytes | None
+    """The request without the refused groups and topics; None when no group is left to ask."""
+
+
+def offsets_asked(version: int, body: memoryview, group_refused: NameRefused,
+                  topic_refused: NameRefused) -> OffsetsAsked:
+    """The groups an OffsetFetch names that the principal may not describe, and the topics named of the others it
+    may not describe, and the request that goes to the cluster instead (every group kept, and the topics kept of
+    it: none left is asked as none, not as all)."""
+    request = decode_request(Api.OFFSET_FETCH, version, body)
+    batched = version >= _FIRST_BATCHED_OFFSET_FETCH
+    asked = request.groups if batched else [request]
+    groups = []
+    refused_topics: dict[int, tuple[tuple[str, tuple[int, ...]], ...]] = {}
+    for place, group in enumerate(asked):
+        topics = None if group.topics is None else tuple(
+            (topic.name, tuple(topic.partition_indexes)) for topic in group.topics)
+        groups.append((group.group_id, topics))
+        refused = tuple(topic for topic in topics or () if topic_refused(topic[0]))
+        if refused and not group_refused(group.group_id):
+            refused_topics[place] = refused
+            group.topics = [topic for topic in group.topics if not topic_refused(topic.name)]
+    refused_groups = frozenset(group_id for group_id, _ in groups if group_refused(group_id))
+    if batched:
+        request.groups = [group for group in request.groups if group.group_id not in refused_groups]
+        kept = bool(request.groups)
+    else:
+        kept = not refused_groups
+    forwarded = encode_request(Api.OFFSET_FETCH, version, request) if kept else None
+    return OffsetsAsked(tuple(groups), refused_groups, refused_topics, forwarded)
+
+
+def offsets_answer(version: int, asked: OffsetsAsked, upstream_body: memoryview | None,
+                   topic_refused: NameRefused) -> bytes:
+    """Each group's offsets in the request's order: a refused group's error (``OffsetFetchResponse.groupError``), the
+    cluster's answer for the others without the topics the principal may not describe when it asked for all, with
+    the named ones refused after the cluster's (each partition TOPIC_AUTHORIZATION_FAILED, no offset)."""
+    cls = response_class(Api.OFFSET_FETCH)
+    upstream = None if upstream_body is None else decode_response(Api.OFFSET_FETCH, version, upstream_body)
+    if version < _FIRST_BATCHED_OFFSET_FETCH:
+        [(group_id, topics)] = asked.groups
+        if group_id in asked.refused_groups:
+            answer = cls(version=version, throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, topics=[])
+            if version < _FIRST_OFFSET_FETCH_WITH_TOP_LEVEL_ERROR:
+                answer.error_code, answer.topics = 0, _offset_errors(cls.OffsetFetchResponseTopic, topics or (),
+                                                                     GROUP_AUTHORIZATION_FAILED)
+            return encode_response(Api.OFFSET_FETCH, version, answer)
+        assert upstream is not None, "the group was asked"
+        _answered_without_refused(upstream, cls.OffsetFetchResponseTopic, topics, asked.refused_topics.get(0, ()),
+                                  topic_refused)
+        return encode_response(Api.OFFSET_FETCH, version, upstream)
+    group_class = cls.OffsetFetchResponseGroup
+    answered = iter(() if upstream is None else upstream.groups)  # the groups asked of the cluster, in order
+    groups = []
+    for place, (group_id, topics) in enumerate(asked.groups):
+        if group_id in asked.refused_groups:
+            groups.append(group_class(group_id=group_id, error_code=GROUP_AUTHORIZATION_FAILED, topics=[]))
+            continue
+        group = next(answered)
+        _answered_without_refused(group, group_class.OffsetFetchResponseTopics, topics,
+                                  asked.refused_topics.get(place, ()), topic_refused)
+        groups.append(group)
+    answer = upstream or cls(version=version, throttle_time_ms=0)
+    answer.groups = groups
+    return encode_response(Api.OFFSET_FETCH, version, answer)
+
+
+def _answered_without_refused(group: Any, topic_class: Any, topics: tuple[tuple[str, tuple[int, ...]], ...] | None,
+                              refused: tuple[tuple[str, tuple[int, ...]], ...], topic_refused: NameRefused) -> None:
+    """``group``'s answer (a group's, or a v2-7 answer's) as Kafka gives it: when it is no error, its topics left
+    without those the principal may not describe (all were asked: ``fetchAllOffsetsForGroup``), or with the refused
+    ones named after the others (``fetchOffsetsForGroup``)."""
+    if group.error_code:
+        return
+    if topics is None:
+        group.topics = [topic for topic in group.topics if not topic_refused(topic.name)]
+    else:
+        group.topics = [*group.topics, *_offset_errors(topic_class, refused, TOPIC_AUTHORIZATION_FAILED)]
+
+
+def _offset_errors(topic_class: Any, topics: Iterable[tuple[str, tuple[int, ...]]], error_code: int) -> list[Any]:
+    partition_class = next(field.data_class for field in topic_class.fields.values() if field.is_struct_array())
+    return [topic_class(name=name, partitions=[partition_class(
+        partition_index=index, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=error_code)
+        for index in partitions]) for name, partitions in topics]
+
+
+class ProducerIdAsked(NamedTuple):
+    transactional_id: str | None
+    two_phase_commit: bool
+    """The transactions' ``enable2Pc`` (v6), which needs TWO_PHASE_COMMIT on the transactional id too."""
+
+
+def producer_id_asked(version: int, body: memoryview) -> ProducerIdAsked:
+    request = decode_request(Api.INIT_PRODUCER_ID, version, body)
+    return ProducerIdAsked(request.transactional_id, bool(getattr(request, "enable2_pc", False)))
+
+
+def producer_id_refused(version: int, error_code: int) -> bytes:
+    """InitProducerId refused (``InitProducerIdRequest.getErrorResponse``): no producer id, no epoch."""
+    return encode_response(Api.INIT_PRODUCER_ID, version, {"throttle_time_ms": 0, "error_code": error_code,
+                                                           "producer_id": -1, "producer_epoch": -1})

@@ -1,0 +1,256 @@
+"""With the authorizer: Kafka's checks of the APIs that need more than topics' ACLs (a group's, a transactional
+id's, the cluster's), and every API the proxy does not judge yet kept for super users.
+
+The proxy reaches the cluster under its own login, which the cluster lets do what the proxy may, whoever the client
+is: a request the proxy does not judge by the client's ACLs would be judged by the proxy's. So the APIs the proxy
+authorizes as Kafka's ``KafkaApis`` does (``AUTHORIZED_APIS``: topics' data and metadata, coordinators, a group's
+membership and offsets, and producer ids so far) are judged (``judged_by_acls``), and a request of any other API
+from a principal that is not a super user closes its connection, with a log line naming the API: a client is never
+allowed what Kafka's ACLs would not allow it. (Kafka answers a request it refuses, with the API's own error; the
+proxy does so for the APIs it authorizes.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from protocol.apis import Api
+from protocol.authorization_answers import (
+    GROUP_KEY_TYPE,
+    GROUP_MEMBERSHIP_APIS,
+    SHARE_KEY_TYPE,
+    TRANSACTION_KEY_TYPE,
+    ProducerIdAsked,
+    coordinators_answer,
+    coordinators_asked,
+    coordinators_without,
+    group_id,
+    judged_by_the_cluster_first,
+    membership_refused,
+    offsets_answer,
+    offsets_asked,
+    producer_id_asked,
+    producer_id_refused,
+)
+from protocol.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    GROUP_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+)
+from protocol.header import RequestHeader
+from protocol.refused_topics import TopicsRefused, answer_with_refusals, topics_refused
+from proxy.decision.interception import RequestHandler
+from proxy.decision.outcome import (
+    CLOSE,
+    FORWARD,
+    Caller,
+    Decided,
+    Forward,
+    OnResponse,
+    local_answer,
+    replacement_request,
+)
+from proxy.handlers.refused_topics import TOPIC_OPERATIONS
+from proxy.security.access import Access, requester_of
+from proxy.security.acls import CLUSTER_NAME, AclAuthorizer, AclOperation, ResourceType
+
+log = logging.getLogger(__name__)
+
+GROUP_FIRST_APIS = frozenset({Api.OFFSET_COMMIT})
+"""The APIs naming topics whose group is authorized first (``GroupFirst``)."""
+JUDGED_BY_THEIR_HANDLERS = frozenset({
+    Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,  # Kafka authorizes none of these
+    Api.PRODUCE, Api.FETCH, Api.METADATA, Api.DESCRIBE_TOPIC_PARTITIONS,
+    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS),
+})
+"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone."""
+AUTHORIZED_APIS = JUDGED_BY_THEIR_HANDLERS | {Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS,
+                                              Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID}
+"""The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
+AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH})
+"""The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them."""
+OFFSET_FETCH_VERSION_CEILING = 9
+"""OffsetFetch v10 names topics by id alone, which the authorizer would have to name before it judged them."""
+
+
+def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
+                   ) -> tuple[dict[int, RequestHandler], RequestHandler]:
+    """The request handlers (``handlers``: by api key) with the authorizer: the APIs of ``AUTHORIZED_APIS`` judged as
+    Kafka judges them, every other one kept for super users; and the handler of the APIs without one (kept for super
+    users too)."""
+    authorizer = access.authorizer
+    assert authorizer is not None, "judged with the authorizer"
+    logged: set[tuple[str, int]] = set()
+    judged: dict[int, RequestHandler] = {
+        **dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, _FORWARDED),  # those without a handler: Kafka authorizes none
+        **{api_key: handler if api_key in JUDGED_BY_THEIR_HANDLERS else SuperUsersOnly(authorizer, handler, logged)
+           for api_key, handler in handlers.items()}}
+    membership = GroupMembership(access)
+    judged.update({Api.FIND_COORDINATOR: Coordinators(access), **dict.fromkeys(GROUP_MEMBERSHIP_APIS, membership),
+                   **{api_key: GroupFirst(access, handlers[api_key]) for api_key in GROUP_FIRST_APIS},
+                   Api.OFFSET_FETCH: GroupOffsets(access),
+                   Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
+    return judged, SuperUsersOnly(authorizer, None, logged)
+
+_LOGGED_REFUSALS = 10_000
+"""Principal and API pairs whose refusal has been logged, at most (then the log says each again)."""
+
+
+class _Forwarded:
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        return FORWARD
+
+
+_FORWARDED = _Forwarded()
+
+
+class SuperUsersOnly:
+    """An API the proxy does not judge by the ACLs: super users' requests go on to ``then`` (the API's handler, if it
+    has one), anyone else's connection is closed."""
+
+    def __init__(self, authorizer: AclAuthorizer, then: RequestHandler | None, logged: set[tuple[str, int]]) -> None:
+        """``logged``: the principals and APIs refused whose refusal has been logged (once each: a client reconnects
+        and asks again)."""
+        self._authorizer = authorizer
+        self._then = then
+        self._logged = logged
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        principal = caller.principal
+        if principal in self._authorizer.super_users:
+            return FORWARD if self._then is None else self._then.on_request(header, frame, caller)
+        refusal = (principal, header.api_key)
+        if refusal not in self._logged:
+            if len(self._logged) >= _LOGGED_REFUSALS:
+                self._logged.clear()
+            self._logged.add(refusal)
+            log.warning("closing a connection of %s from %s: the authorizer does not judge requests of api key %d "
+                        "yet, so only super users may send them", principal, caller.host or "an unknown address",
+                        header.api_key)
+        return CLOSE
+
+
+class GroupMembership:
+    """JoinGroup, SyncGroup, Heartbeat and LeaveGroup: READ on the group, or refused whole with
+    GROUP_AUTHORIZATION_FAILED (``KafkaApis.handleJoinGroupRequest`` and its kin)."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        body = frame[header.length:]
+        if judged_by_the_cluster_first(api_key, version, body) or self._access.allows(
+                caller, AclOperation.READ, ResourceType.GROUP, group_id(api_key, version, body)):
+            return FORWARD
+        return local_answer(header, membership_refused(api_key, version, GROUP_AUTHORIZATION_FAILED))
+
+
+class Coordinators:
+    """FindCoordinator: a group's key needs DESCRIBE on the group, a transaction's DESCRIBE on its transactional id
+    (each refused key answered with its error and no node, the others asked of the cluster), a share key (a
+    broker's) CLUSTER_ACTION on the cluster (``KafkaApis.getCoordinator``)."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        version = header.api_version
+        body = frame[header.length:]
+        key_type, keys = coordinators_asked(version, body)
+        access = self._access
+        if key_type == SHARE_KEY_TYPE:
+            if access.allows(caller, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+                return FORWARD
+            return local_answer(header, coordinators_answer(
+                version, keys, dict.fromkeys(keys, CLUSTER_AUTHORIZATION_FAILED), None, whole=True))
+        resource, error_code = _COORDINATED.get(key_type, (None, 0))
+        refused = {} if resource is None else {
+            key: error_code for key in keys if not access.allows(caller, AclOperation.DESCRIBE, resource, key)}
+        if not refused:
+            return FORWARD  # an unknown key type too: the cluster refuses it
+        forwarded = None if len(refused) == len(set(keys)) else coordinators_without(version, body, frozenset(refused))
+        if forwarded is None:
+            return local_answer(header, coordinators_answer(version, keys, refused, None))
+        return Forward(replacement=replacement_request(frame, header, forwarded), on_response=OnResponse(
+            finish=lambda upstream: coordinators_answer(version, keys, refused, upstream)))
+
+
+_COORDINATED = {GROUP_KEY_TYPE: (ResourceType.GROUP, GROUP_AUTHORIZATION_FAILED),
+                TRANSACTION_KEY_TYPE: (ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)}
+"""What a FindCoordinator key names, by key type, and the error of a key the principal may not describe."""
+
+
+class GroupFirst:
+    """OffsetCommit: READ on the group, or every partition refused GROUP_AUTHORIZATION_FAILED
+    (``handleOffsetCommitRequest``); then READ on each topic, judged by ``then`` (``TopicsWithoutRefused``)."""
+
+    def __init__(self, access: Access, then: RequestHandler) -> None:
+        self._access = access
+        self._then = then
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        body = frame[header.length:]
+        if self._access.allows(caller, AclOperation.READ, ResourceType.GROUP, group_id(api_key, version, body)):
+            return self._then.on_request(header, frame, caller)
+        every_topic = topics_refused(api_key, version, body, lambda name: True) or TopicsRefused((), None)
+        return local_answer(header, answer_with_refusals(api_key, version, None, every_topic,
+                                                         GROUP_AUTHORIZATION_FAILED))
+
+
+class GroupOffsets:
+    """OffsetFetch: DESCRIBE on each group, and on each topic of it (``handleOffsetFetchRequest``): a refused group
+    answered with its error, a refused topic named with TOPIC_AUTHORIZATION_FAILED, and left out of a group's
+    offsets asked for all its topics."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        version = header.api_version
+        access = self._access
+        topic_refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
+        asked = offsets_asked(version, frame[header.length:],
+                              lambda group: not access.allows(caller, AclOperation.DESCRIBE, ResourceType.GROUP, group),
+                              topic_refused)
+        if asked.forwarded_body is None:
+            return local_answer(header, offsets_answer(version, asked, None, topic_refused))
+        replacement = replacement_request(frame, header, asked.forwarded_body) \
+            if asked.refused_groups or asked.refused_topics else None
+        return Forward(replacement=replacement, on_response=OnResponse(
+            finish=lambda upstream: offsets_answer(version, asked, upstream, topic_refused)))
+
+
+class ProducerIdFirst:
+    """InitProducerId: a transactional producer needs WRITE on its transactional id (and TWO_PHASE_COMMIT, asked
+    for), refused TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an idempotent one IDEMPOTENT_WRITE on the cluster, or WRITE
+    on some topic (``authorizeByResourceType``), refused CLUSTER_AUTHORIZATION_FAILED
+    (``handleInitProducerIdRequest``); then ``then``, the producer-ID quota's handler."""
+
+    def __init__(self, access: Access, then: RequestHandler) -> None:
+        self._access = access
+        self._then = then
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        version = header.api_version
+        asked = producer_id_asked(version, frame[header.length:])
+        refused = self._refusal(asked, caller)
+        if refused:
+            return local_answer(header, producer_id_refused(version, refused))
+        return self._then.on_request(header, frame, caller)
+
+    def _refusal(self, asked: ProducerIdAsked, caller: Caller) -> int:
+        """The error the request is refused with; 0: none."""
+        access = self._access
+        if asked.transactional_id is not None:
+            needed = [AclOperation.WRITE, *([AclOperation.TWO_PHASE_COMMIT] if asked.two_phase_commit else [])]
+            allowed = all(access.allows(caller, operation, ResourceType.TRANSACTIONAL_ID, asked.transactional_id)
+                          for operation in needed)
+            return 0 if allowed else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        authorizer = access.authorizer
+        assert authorizer is not None, "judged with the authorizer"
+        allowed = access.allows(caller, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+            authorizer.authorize_by_resource_type(requester_of(caller), AclOperation.WRITE, ResourceType.TOPIC)
+        return 0 if allowed else CLUSTER_AUTHORIZATION_FAILED

@@ -1,0 +1,450 @@
+"""The proxy's authorizer side by side with Apache Kafka's own: one Kafka cluster running ``StandardAuthorizer``
+with SASL, the same ACLs created there (with Kafka's admin API) and given to a proxy terminating the logins, and the
+same requests of alice, bob and carol sent to both, Kafka's SASL listener and the proxy. Every answer must be the
+same, error code for error code: the matrix of what each principal may do (``test_each_answer_is_kafkas``), with raw
+frames and with librdkafka.
+
+The proxy reaches the cluster as a super user, which the cluster lets do anything: a request the proxy let through
+that Kafka would refuse shows as a difference.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from protocol.apis import Api
+from protocol.errors import FETCH_SESSION_ID_NOT_FOUND
+from proxy.dev.apache_kafka import LOOPBACK, KafkaCluster
+from proxy.security.sasl_messages import plain_token
+from proxy.security.users import UserStore, plain_credential, save_users
+from tests.support import (
+    CLUSTER_USERS,
+    PASSWORDS,
+    Cluster,
+    ProxyProcess,
+    call,
+    closed_by_peer,
+    encode_request,
+    record_batch,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+SUPER_USER = "quota-proxy"
+ACLS = [  # principal, resource type, name, pattern type, operation, permission, as kafka-acls names them
+    ("User:alice", "topic", "acl-a.", "prefixed", "all", "allow"),
+    ("User:alice", "topic", "acl-a.locked", "literal", "write", "deny"),
+    ("User:alice", "topic", "acl-shared", "literal", "describe", "allow"),
+    ("User:alice", "topic", "acl-new.", "prefixed", "describe", "allow"),
+    ("User:alice", "transactional-id", "tx-a", "literal", "write", "allow"),
+    ("User:bob", "topic", "acl-shared", "literal", "read", "allow"),
+    ("User:bob", "topic", "acl-shared", "literal", "write", "allow"),
+    ("User:bob", "topic", "acl-new.", "prefixed", "describe", "allow"),
+    ("User:bob", "topic", "acl-new.", "prefixed", "create", "allow"),
+    ("User:*", "topic", "acl-public", "literal", "describe", "allow"),
+    ("User:alice", "group", "alice-", "prefixed", "read", "allow"),
+    ("User:alice", "group", "shared-group", "literal", "describe", "allow"),
+    ("User:bob", "group", "shared-group", "literal", "read", "allow"),
+    ("User:bob", "transactional-id", "tx-", "prefixed", "describe", "allow"),
+]
+TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
+USERS = ("alice", "bob", "carol", SUPER_USER)
+ZERO_ID = uuid.UUID(int=0)
+
+
+def kafka_binding(principal: str, resource_type: str, name: str, pattern: str, operation: str,
+                  permission: str) -> AclBinding:
+    return AclBinding(ResourceType[resource_type.upper().replace("-", "_")], name,
+                      ResourcePatternType[pattern.upper()], principal, "*",
+                      AclOperation[operation.upper().replace("-", "_")],
+                      AclPermissionType[permission.upper()])
+
+
+def acl_file_text() -> str:
+    return "".join(f'[[acl]]\nprincipal = "{principal}"\nresource-type = "{kind}"\nresource-name = "{name}"\n'
+                   f'pattern-type = "{pattern}"\noperations = ["{operation}"]\npermission = "{permission}"\n\n'
+                   for principal, kind, name, pattern, operation, permission in ACLS)
+
+
+class Side(NamedTuple):
+    """Where a principal's requests go: Kafka's SASL listener, or the proxy; ``broker``: the one broker's address."""
+
+    name: str
+    bootstrap: str
+    broker: tuple[str, int]
+
+    def connect(self, user: str) -> socket.socket:
+        """A connection to the broker, logged in as ``user`` with PLAIN."""
+        sock = socket.create_connection(self.broker, timeout=30)
+        handshake = call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        assert handshake.error_code == 0, handshake  # type: ignore[attr-defined]
+        login = call(sock, Api.SASL_AUTHENTICATE, 2, auth_bytes=plain_token(user, PASSWORDS[user]))
+        assert login.error_code == 0, login  # type: ignore[attr-defined]
+        return sock
+
+
+class Setup(NamedTuple):
+    kafka: Side
+    proxy: Side
+    acl_file: Path
+    """The proxy's ACL file."""
+    proxy_process: ProxyProcess
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    directory = tmp_path_factory.mktemp("authorizer")
+    with KafkaCluster(1, users=CLUSTER_USERS, log_directory=directory / "kafka", extra_properties={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # the proxy's and the controller's logins (PLAINTEXT), and the super user of the tests
+            "super.users": f"User:ANONYMOUS;User:{SUPER_USER}",
+            "group.initial.rebalance.delay.ms": "0"}) as kafka:
+        cluster = Cluster(kafka.bootstrap, kafka.sasl_bootstrap, started_here=True).wait_until_ready()
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        for future in admin.create_topics([NewTopic(name, 1, 1) for name in TOPICS]).values():
+            future.result(60)
+        for future in admin.create_acls([kafka_binding(*acl) for acl in ACLS]).values():
+            future.result(60)
+        with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:
+            for key_type in (0, 1):  # the coordinators' topics made now, not by one side's first question
+                wait_until(lambda: call(sock, Api.FIND_COORDINATOR, 4, key_type=key_type,  # noqa: B023
+                                        coordinator_keys=["warm"]).coordinators[0].error_code == 0,  # type: ignore[attr-defined]
+                           60, "a coordinator")
+        users_file = directory / "users.toml"
+        save_users(users_file, UserStore({name: {"PLAIN": plain_credential(PASSWORDS[name], 1000)}
+                                          for name in USERS}))
+        acl_file = directory / "acls.toml"
+        acl_file.write_text(acl_file_text())
+        config = directory / "proxy.toml"
+        config.write_text(f'[authorizer]\nenabled = true\nsuper-users = ["User:{SUPER_USER}"]\n'
+                          f'acl-file = "{acl_file}"\n')
+        proxy = ProxyProcess(cluster.bootstrap, directory / "proxy.log", "--sasl-users", str(users_file),
+                             "--config", str(config), node_ids=cluster.node_ids).start()
+        try:
+            host, _, port = kafka.sasl_bootstrap.rpartition(":")
+            yield Setup(Side("kafka", kafka.sasl_bootstrap, (host, int(port))),
+                        Side("proxy", proxy.bootstrap, (LOOPBACK, proxy.broker_port_base + cluster.node_ids[0])),
+                        acl_file, proxy)
+        finally:
+            assert proxy.stop() == 0, proxy.log()
+
+
+def topic_ids(side: Side) -> dict[uuid.UUID, str]:
+    with side.connect(SUPER_USER) as sock:
+        answer = call(sock, Api.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                      include_topic_authorized_operations=False)
+    return {topic.topic_id: topic.name for topic in answer.topics}  # type: ignore[attr-defined]
+
+
+def unsided(name: str | None, side: Side) -> str | None:
+    """A name made for one side, as the other side's counterpart reads."""
+    return None if name is None else name.removesuffix(f"-{side.name}")
+
+
+def ours(name: str, side: Side) -> bool:
+    """A topic of the tests, of both sides or of this side's alone."""
+    return name in TOPICS or name.endswith(f"-{side.name}")
+
+
+def metadata_of_all(sock: socket.socket, side: Side) -> Any:
+    answer = call(sock, Api.METADATA, 10, topics=None, allow_auto_topic_creation=False,
+                  include_cluster_authorized_operations=True, include_topic_authorized_operations=True)
+    return (answer.authorized_operations,  # type: ignore[attr-defined]
+            sorted((unsided(topic.name, side), topic.error_code, topic.authorized_operations)
+                   for topic in answer.topics if ours(topic.name, side)))  # type: ignore[attr-defined]
+
+
+def metadata_of_named(sock: socket.socket, side: Side) -> Any:
+    """The topics named, two of them missing and asked to be created: alice may only describe the first, bob may
+    create the second."""
+    names = [*TOPICS, f"acl-missing-{side.name}", f"acl-new.alice-{side.name}", f"acl-new.bob-{side.name}"]
+    answer = call(sock, Api.METADATA, 12, topics=[{"name": name, "topic_id": None} for name in names],
+                  allow_auto_topic_creation=True, include_topic_authorized_operations=True)
+    return sorted((unsided(topic.name, side), topic.error_code, topic.authorized_operations,
+                   topic.topic_id == ZERO_ID, topic.is_internal)
+                  for topic in answer.topics)  # type: ignore[attr-defined]
+
+
+def metadata_by_id(sock: socket.socket, side: Side) -> Any:
+    ids = topic_ids(side)
+    answer = call(sock, Api.METADATA, 12, topics=[{"name": None, "topic_id": topic_id} for topic_id, name
+                                                  in ids.items() if name in TOPICS],
+                  allow_auto_topic_creation=False, include_topic_authorized_operations=True)
+    return sorted((ids[topic.topic_id], topic.name, topic.error_code, topic.authorized_operations)
+                  for topic in answer.topics)  # type: ignore[attr-defined]
+
+
+def described_topics(sock: socket.socket, side: Side) -> Any:
+    named = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[{"name": name} for name in TOPICS],
+                 response_partition_limit=100, cursor=None)
+    everyone = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=100, cursor=None)
+    # the fixed topics alone: one the Metadata before has just created may not show yet
+    return [sorted((topic.name, topic.error_code, topic.topic_authorized_operations)
+                   for topic in answer.topics if topic.name in TOPICS)
+            for answer in (named, everyone)]  # type: ignore[attr-defined]
+
+
+def produced(sock: socket.socket, side: Side) -> Any:
+    batch = record_batch([b"one record"])
+    answer = call(sock, Api.PRODUCE, 9, transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+        {"name": name, "partition_data": [{"index": 0, "records": batch}]} for name in TOPICS])
+    return sorted((topic.name, partition.error_code) for topic in answer.responses  # type: ignore[attr-defined]
+                  for partition in topic.partition_responses)
+
+
+def produced_transactionally(sock: socket.socket, side: Side) -> Any:
+    """A transactional batch under tx-a, which only alice may write (the cluster then refuses the batch itself: no
+    producer ID was given to it)."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16, transactional=True,
+                                   producer_id=4242, producer_epoch=0, base_sequence=0)
+    builder.append(int(time.time() * 1000), None, b"in a transaction")
+    builder.close()
+    answer = call(sock, Api.PRODUCE, 9, transactional_id="tx-a", acks=-1, timeout_ms=30_000, topic_data=[
+        {"name": "acl-a.one", "partition_data": [{"index": 0, "records": bytes(builder.buffer())}]}])
+    return [(topic.name, partition.error_code) for topic in answer.responses  # type: ignore[attr-defined]
+            for partition in topic.partition_responses]
+
+
+def fetched(sock: socket.socket, side: Side) -> Any:
+    by_name = call(sock, Api.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                   isolation_level=0, session_id=0, session_epoch=0, rack_id="", forgotten_topics_data=[],
+                   topics=[{"topic": name, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                           "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                           "log_start_offset": -1, "partition_max_bytes": 1 << 16}]}
+                           for name in TOPICS])
+    ids = {name: topic_id for topic_id, name in topic_ids(side).items()}
+    by_id = call(sock, Api.FETCH, 13, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                 isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                 topics=[{"topic_id": ids[name], "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                                 "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                                 "log_start_offset": -1,
+                                                                 "partition_max_bytes": 1 << 16}]}
+                         for name in TOPICS])
+    names = {topic_id: name for name, topic_id in ids.items()}
+    return [sorted((topic.topic, partition.error_code, bool(partition.records))
+                   for topic in by_name.responses for partition in topic.partitions),  # type: ignore[attr-defined]
+            sorted((names[topic.topic_id], partition.error_code, bool(partition.records))
+                   for topic in by_id.responses for partition in topic.partitions)]  # type: ignore[attr-defined]
+
+
+def listed_offsets(sock: socket.socket, side: Side) -> Any:
+    answer = call(sock, Api.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
+        {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}
+        for name in TOPICS])
+    return sorted((topic.name, partition.error_code, partition.offset, partition.timestamp)
+                  for topic in answer.topics for partition in topic.partitions)  # type: ignore[attr-defined]
+
+
+def coordinators(sock: socket.socket, side: Side) -> Any:
+    groups = call(sock, Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["alice-g", "shared-group", "other"])
+    transactions = call(sock, Api.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx-a", "tx-b"])
+    one = call(sock, Api.FIND_COORDINATOR, 3, key="alice-g", key_type=0)
+    return [[(coordinator.key, coordinator.error_code, coordinator.error_message, coordinator.node_id >= 0)
+             for coordinator in answer.coordinators] for answer in (groups, transactions)] + [  # type: ignore[attr-defined]
+        (one.error_code, one.error_message, one.node_id >= 0)]  # type: ignore[attr-defined]
+
+
+def group_membership(sock: socket.socket, side: Side) -> Any:
+    """Asking to join, and heartbeats of a member the groups do not have: the cluster's own errors where allowed."""
+    answers = []
+    for group in ("alice-g", "shared-group", "other"):
+        joined = call(sock, Api.JOIN_GROUP, 9, group_id=group, session_timeout_ms=30_000,
+                      rebalance_timeout_ms=30_000, member_id="", group_instance_id=None, protocol_type="consumer",
+                      protocols=[{"name": "range", "metadata": b""}], reason=None)
+        beat = call(sock, Api.HEARTBEAT, 4, group_id=group, generation_id=1, member_id="nobody",
+                    group_instance_id=None)
+        left = call(sock, Api.LEAVE_GROUP, 5, group_id=group, members=[
+            {"member_id": "nobody", "group_instance_id": None, "reason": None}])
+        answers.append((group, joined.error_code, joined.generation_id, joined.protocol_name,  # type: ignore[attr-defined]
+                        beat.error_code, left.error_code))  # type: ignore[attr-defined]
+    return answers
+
+
+def group_offsets(sock: socket.socket, side: Side) -> Any:
+    committed = call(sock, Api.OFFSET_COMMIT, 9, group_id="alice-g", generation_id_or_member_epoch=-1,
+                     member_id="", group_instance_id=None, topics=[
+                         {"name": name, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                         for name in ("acl-a.one", "acl-hidden")])
+    refused = call(sock, Api.OFFSET_COMMIT, 9, group_id="other", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[{"name": "acl-a.one", "partitions": [
+                       {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                        "committed_metadata": ""}]}])
+    fetched_groups = call(sock, Api.OFFSET_FETCH, 8, require_stable=False, groups=[
+        {"group_id": "alice-g", "topics": [{"name": name, "partition_indexes": [0]}
+                                           for name in ("acl-a.one", "acl-hidden")]},
+        {"group_id": "alice-g", "topics": None}, {"group_id": "other", "topics": None}])
+    one_group = call(sock, Api.OFFSET_FETCH, 7, group_id="alice-g", topics=None, require_stable=False)
+    return [sorted((topic.name, partition.error_code) for answer in (committed, refused)
+                   for topic in answer.topics for partition in topic.partitions),  # type: ignore[attr-defined]
+            [(group.group_id, group.error_code, sorted((topic.name, partition.error_code, partition.committed_offset)
+                                                       for topic in group.topics for partition in topic.partitions))
+             for group in fetched_groups.groups],  # type: ignore[attr-defined]
+            (one_group.error_code, sorted((topic.name, partition.committed_offset)  # type: ignore[attr-defined]
+                                          for topic in one_group.topics for partition in topic.partitions))]  # type: ignore[attr-defined]
+
+
+RETRIED = {14, 15, 51}
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS: asked again, as clients do."""
+
+
+def producer_ids(sock: socket.socket, side: Side) -> Any:
+    """An idempotent producer's, and a transactional one's of tx-a and tx-b (the cluster's own errors where
+    allowed)."""
+    answers = []
+    for transactional_id in (None, "tx-a", "tx-b"):
+        deadline = time.monotonic() + 30
+        while True:
+            answer = call(sock, Api.INIT_PRODUCER_ID, 5, transactional_id=transactional_id,
+                          transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1)
+            if answer.error_code not in RETRIED or time.monotonic() > deadline:  # type: ignore[attr-defined]
+                break
+            time.sleep(0.1)
+        answers.append((transactional_id, answer.error_code, answer.producer_id >= 0))  # type: ignore[attr-defined]
+    return answers
+
+
+RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
+    metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
+    fetched, listed_offsets, coordinators, group_membership, group_offsets, producer_ids]
+
+
+def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
+    """What librdkafka reports of one message to each topic (it looks the topics up first, with Metadata; an
+    idempotent producer asks for its producer id first)."""
+    reports: list[tuple[str, str]] = []
+    producer = Producer({"bootstrap.servers": side.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user],
+                         "message.timeout.ms": 20_000, "enable.idempotence": idempotent})
+    for name in TOPICS:
+        producer.produce(name, b"from librdkafka", on_delivery=lambda error, message: reports.append(
+            (message.topic(), "delivered" if error is None else error.name())))
+    try:
+        assert producer.flush(60) == 0
+    except KafkaException as fatal:  # an idempotent producer refused its producer id
+        reports.append(("fatal", fatal.args[0].name()))
+    return sorted(reports)
+
+
+def librdkafka_consumed(side: Side, user: str) -> str:
+    """What a librdkafka consumer of alice's group makes of acl-a.one: a record, or the error it reports."""
+    consumer = Consumer({"bootstrap.servers": side.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user],
+                         "group.id": f"alice-consumers-{side.name}", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["acl-a.one"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            if message.error() is None:
+                consumer.commit(message, asynchronous=False)
+                return "consumed"
+            if message.error().code() != KafkaError._PARTITION_EOF:
+                return str(message.error().name())
+        return "nothing after 60 s"
+    finally:
+        consumer.close()
+
+
+def test_each_answer_is_kafkas(setup: Setup) -> None:
+    """Each question asked of Kafka, then of the proxy, before the next: what one principal's requests change (a
+    record written, a topic created) is the same for both when the next is asked."""
+    sides = (setup.kafka, setup.proxy)
+    answers: dict[str, dict[tuple[str, str], Any]] = {side.name: {} for side in sides}
+    for user in USERS:
+        with setup.kafka.connect(user) as to_kafka, setup.proxy.connect(user) as to_proxy:
+            for question in RAW_QUESTIONS:
+                for side, sock in zip(sides, (to_kafka, to_proxy), strict=True):
+                    answers[side.name][(user, question.__name__)] = question(sock, side)
+        for idempotent in (False, True):
+            for side in sides:
+                answers[side.name][(user, f"librdkafka producer, idempotent: {idempotent}")] = \
+                    librdkafka_deliveries(side, user, idempotent)
+        for side in sides:
+            answers[side.name][(user, "librdkafka consumer")] = librdkafka_consumed(side, user)
+    kafka, proxy = answers["kafka"], answers["proxy"]
+    differences = {question: (kafka[question], proxy[question]) for question in kafka if kafka[question] !=
+                   proxy[question]}
+    assert not differences, "\n".join(f"{question}:\n  Kafka: {kafka_answer}\n  proxy: {proxy_answer}"
+                                      for question, (kafka_answer, proxy_answer) in differences.items())
+    # the matrix says something: each principal is refused somewhere and allowed somewhere
+    assert ("acl-a.locked", 29) in kafka[("alice", "produced")] and ("acl-a.one", 0) in kafka[("alice", "produced")]
+    assert ("acl-shared", 0) in kafka[("bob", "produced")] and ("acl-hidden", 29) in kafka[("bob", "produced")]
+    assert kafka[("bob", "produced_transactionally")] == [("acl-a.one", 53)]
+    assert all(error == 29 for _, error in kafka[("carol", "produced")])
+    assert kafka[("alice", "librdkafka consumer")] == "consumed"
+    assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
+
+
+def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
+    proxy = setup.proxy
+    with proxy.connect("alice") as sock:
+        sock.sendall(encode_request(Api.LIST_GROUPS, 4, states_filter=[]))
+        assert closed_by_peer(sock)
+    with proxy.connect(SUPER_USER) as sock:
+        assert call(sock, Api.LIST_GROUPS, 4, states_filter=[]).error_code == 0  # type: ignore[attr-defined]
+
+
+def hidden_fetch(sock: socket.socket, session_id: int, epoch: int, named: bool) -> Any:
+    partitions = [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                   "log_start_offset": -1, "partition_max_bytes": 1 << 16}]
+    return call(sock, Api.FETCH, 12, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                isolation_level=0, session_id=session_id, session_epoch=epoch, rack_id="", forgotten_topics_data=[],
+                topics=[{"topic": "acl-hidden", "partitions": partitions}] if named else [])
+
+
+def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_nothing(setup: Setup) -> None:
+    """And a fetch session opened while the ACLs allowed a topic does not go on serving it once they no longer do:
+    Kafka authorizes a session's partitions at every fetch; through the proxy there are no sessions."""
+    def alices_write_to_hidden() -> int:
+        with setup.proxy.connect("alice") as sock:
+            return dict(produced(sock, setup.proxy))["acl-hidden"]  # type: ignore[no-any-return]
+
+    original = setup.acl_file.read_text()
+    assert alices_write_to_hidden() == 29
+    with setup.proxy.connect(SUPER_USER) as sock:
+        produced(sock, setup.proxy)  # acl-hidden has records
+    try:
+        setup.acl_file.write_text(original + '[[acl]]\nprincipal = "User:alice"\nresource-type = "topic"\n'
+                                  'resource-name = "acl-hidden"\noperations = ["write", "read"]\n')
+        wait_until(lambda: alices_write_to_hidden() == 0, 30, "the new ACLs applied")
+        with setup.proxy.connect("alice") as sock:
+            opened = hidden_fetch(sock, 0, 0, named=True)
+            assert [bool(partition.records) for topic in opened.responses  # type: ignore[attr-defined]
+                    for partition in topic.partitions] == [True]
+            setup.acl_file.write_text(original + '[[acl]]\nprincipal = "User:alice"\nresource-type = "topic"\n'
+                                      'operations = ["write"]\npermission = "maybe"\n')
+            setup.proxy_process.wait_for_log("keeping the loaded ACLs", 30)
+            assert "[[acl]] entry 15" in setup.proxy_process.log() and alices_write_to_hidden() == 0
+            setup.acl_file.write_text(original)
+            wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")
+            later = hidden_fetch(sock, opened.session_id, 1, named=False)  # type: ignore[attr-defined]
+            assert later.error_code == FETCH_SESSION_ID_NOT_FOUND and not later.responses  # type: ignore[attr-defined]
+            again = hidden_fetch(sock, 0, 0, named=True)
+            assert [partition.error_code for topic in again.responses  # type: ignore[attr-defined]
+                    for partition in topic.partitions] == [29]
+    finally:
+        setup.acl_file.write_text(original)
+    wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from protocol.apis import Api
+from protocol.codecs import decode_request, decode_response, encode_response
+from protocol.header import read_request_header
+from proxy.cluster.info import TopicPartitions
+from proxy.decision.outcome import Caller, Decided, Forward, Outcome
+from proxy.handlers.refused_topics import MetadataWithoutRefusedTopics
+from proxy.security.access import Access
+from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
+from tests.support import encode_request
+from tests.unit.proxy.outcomes import finish_of, handled
+
+ALICE = Caller("alice", 0)
+EXISTING = {"orders": TopicPartitions(3), "new": TopicPartitions(0), "created": TopicPartitions(0)}
+
+
+def alices(*acls: tuple[str, AclOperation]) -> Access:
+    return Access(authorizer=AclAuthorizer([AclBinding(ResourceType.TOPIC, name, PatternType.LITERAL, "User:alice",
+                                                       "*", operation, AclPermission.ALLOW)
+                                            for name, operation in acls]))
+
+
+def metadata(*names: str) -> memoryview:
+    return memoryview(encode_request(Api.METADATA, 12, topics=[{"name": name, "topic_id": None} for name in names],
+                                     allow_auto_topic_creation=True, include_topic_authorized_operations=False))[4:]
+
+
+def decided(decision: Decided) -> Outcome:
+    return decision if isinstance(decision, Outcome) else asyncio.run(_awaited(decision))
+
+
+async def _awaited(decision: Any) -> Outcome:
+    return await decision  # type: ignore[no-any-return]
+
+
+def handler(access: Access, auto_creation: bool, asked: list[list[str]]) -> MetadataWithoutRefusedTopics:
+    async def creates() -> bool:
+        return auto_creation
+
+    async def partitions(names: list[str]) -> dict[str, TopicPartitions]:
+        asked.append(names)
+        return {name: EXISTING[name] for name in names}
+
+    return MetadataWithoutRefusedTopics(access, creates, partitions)
+
+
+def forwarded_names(outcome: Outcome) -> list[str] | None:
+    assert isinstance(outcome, Forward)
+    if outcome.replacement is None:
+        return None
+    frame = memoryview(outcome.replacement)[4:]
+    return [topic.name for topic in decode_request(Api.METADATA, 12, frame[read_request_header(frame).length:]).topics]
+
+
+def test_a_missing_topic_the_principal_may_not_create_is_refused_not_created() -> None:
+    """``unauthorizedForCreateTopics``: it may describe the three, create "created" alone."""
+    access = alices(("new", AclOperation.DESCRIBE), ("orders", AclOperation.DESCRIBE),
+                    ("created", AclOperation.DESCRIBE), ("created", AclOperation.CREATE))
+    asked: list[list[str]] = []
+    outcome = decided(handled(handler(access, True, asked), metadata("new", "orders", "created"), ALICE))
+    assert asked == [["new", "orders"]], "the cluster is asked which exist"
+    assert forwarded_names(outcome) == ["orders", "created"], "the rest is asked, to be created where missing"
+    finished = finish_of(outcome)(memoryview(answer(["orders", "created"])))
+    assert [(topic.name, topic.error_code) for topic in decode_response(Api.METADATA, 12, finished or b"").topics] \
+        == [("orders", 0), ("created", 0), ("new", 29)]
+
+
+def test_nothing_is_looked_up_when_the_cluster_creates_no_topics_or_the_principal_may_create_them() -> None:
+    asked: list[list[str]] = []
+    access = alices(("new", AclOperation.DESCRIBE))
+    assert forwarded_names(decided(handled(handler(access, False, asked), metadata("new"), ALICE))) is None
+    creates = alices(("new", AclOperation.DESCRIBE), ("new", AclOperation.CREATE))
+    assert forwarded_names(decided(handled(handler(creates, True, asked), metadata("new"), ALICE))) is None
+    assert asked == []
+
+
+def answer(names: list[str]) -> bytes:
+    return encode_response(Api.METADATA, 12, {"brokers": [], "cluster_id": "c", "controller_id": 1, "topics": [
+        {"error_code": 0, "name": name, "topic_id": None, "is_internal": False, "partitions": []} for name in names]})

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from proxy.decision.outcome import Caller
+from proxy.security.access import Access
+from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
+
+ALICE = Caller("alice", 0, host="10.0.0.1")
+ADMIN = Caller("admin", 0, host="10.0.0.1")
+
+
+def allow(name: str, operation: AclOperation) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, name, PatternType.LITERAL, "User:alice", "*", operation,
+                      AclPermission.ALLOW)
+
+
+def test_without_the_authorizer_only_the_proxys_own_topics_are_refused() -> None:
+    access = Access(frozenset({"quotas"}))
+    refused = access.topic_refusal(ALICE, AclOperation.WRITE)
+    assert access.guards_topics and refused("quotas") and not refused("orders") and not refused(None)
+    assert access.allows(ALICE, AclOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster")
+    assert not Access().guards_topics
+
+
+def test_with_the_authorizer_a_topic_is_refused_unless_the_acls_allow_the_operation() -> None:
+    authorizer = AclAuthorizer([allow("orders", AclOperation.WRITE)], super_users=["User:admin"])
+    access = Access(frozenset({"quotas"}), authorizer)
+    writes, reads = (access.topic_refusal(ALICE, operation) for operation in (AclOperation.WRITE, AclOperation.READ))
+    assert not writes("orders") and reads("orders") and writes("payments")
+    assert not writes(None), "a topic id the cluster does not know is the cluster's to answer"
+
+
+def test_a_super_user_is_refused_the_proxys_own_topics_all_the_same() -> None:
+    access = Access(frozenset({"quotas"}), AclAuthorizer(super_users=["User:admin"]))
+    refused = access.topic_refusal(ADMIN, AclOperation.WRITE)
+    assert refused("quotas") and not refused("orders")
+    assert access.allows(ADMIN, AclOperation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
+    assert not access.allows(ALICE, AclOperation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
