@@ -74,6 +74,17 @@ def sessionless_fetch_request(frame: bytes | memoryview, header: RequestHeader) 
     return bytes(patched)
 
 
+def fetch_replica_id(frame: bytes | memoryview, header: RequestHeader) -> int:
+    """Who the fetch says it is (Kafka's ``FetchRequest.replicaId``): a follower's broker id (0 or more), or a
+    consumer's -1 (-2 for a debugging one); from v15 in the tagged ``replica_state``, read by decoding."""
+    if header.api_version < FIRST_VERSION_WITHOUT_REPLICA_ID:
+        _check_length(frame, header, header.length + 4)
+        (replica_id,) = _INT32.unpack_from(frame, header.length)
+        return int(replica_id)
+    state = decode_request(Api.FETCH, header.api_version, frame[header.length:]).replica_state
+    return -1 if state is None else int(state.replica_id)
+
+
 def fetch_session_epoch(frame: bytes | memoryview, header: RequestHeader) -> int:
     """The request's ``session_epoch``: above 0 for an incremental fetch in an existing session, 0 for a
     full fetch opening one, ``NO_SESSION_EPOCH`` outside sessions (or -1 closing one)."""

@@ -301,6 +301,10 @@ class FetchRefused(NamedTuple):
     """The request without them, outside any fetch session; None when nothing is left to ask."""
 
 
+NOTHING_REFUSED = FetchRefused((), None)
+"""A Fetch naming no topic (an incremental one), all of it refused: answered with no partitions."""
+
+
 def fetch_refused(body: memoryview, version: int, refused: Callable[[TopicRef], bool]) -> FetchRefused | None:
     """The refused topics of a Fetch and the request that goes to the cluster instead, or None when it names none.
 

@@ -29,6 +29,7 @@ from protocol.fetch import (
     FIRST_TOPIC_ID_FETCH_VERSION,
     TopicRef,
     capped_fetch_request,
+    fetch_replica_id,
     fetch_request_topics,
     fetch_response_size,
     fetch_response_start,
@@ -38,7 +39,12 @@ from protocol.fetch import (
     throttled_fetch_response_body,
 )
 from protocol.header import RequestHeader, response_header_length
-from protocol.refused_topics import fetch_answer_with_refusals, fetch_refused, fetch_session_not_found
+from protocol.refused_topics import (
+    NOTHING_REFUSED,
+    fetch_answer_with_refusals,
+    fetch_refused,
+    fetch_session_not_found,
+)
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import (
     FORWARD,
@@ -55,7 +61,7 @@ from proxy.decision.outcome import (
 )
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
-from proxy.security.acls import AclOperation
+from proxy.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import UNLIMITED, Requester
@@ -76,11 +82,17 @@ class FetchHandler:
     def on_request(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
         if self._access.authorizer is None:
             return self._judge(header, request, caller)
+        version = header.api_version
+        if fetch_replica_id(request, header) >= 0 and not self._access.allows(
+                caller, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            # a follower's fetch without CLUSTER_ACTION: every partition refused (``handleFetchRequest``)
+            every_topic = fetch_refused(request[header.length:], version, lambda topic: True)
+            return local_answer(header, fetch_answer_with_refusals(version, None, every_topic or NOTHING_REFUSED))
         # with ACLs, no fetch session: the cluster would go on serving a session's partitions that later fetches do
         # not name, whatever the ACLs say by then (Kafka authorizes each of them at every fetch); so every fetch
         # names all it reads, and all of it is authorized
         if fetch_session_epoch(request, header) > 0:
-            return local_answer(header, fetch_session_not_found(header.api_version))
+            return local_answer(header, fetch_session_not_found(version))
         outside = sessionless_fetch_request(request, header)
         if outside is None:
             return self._judge(header, request, caller)

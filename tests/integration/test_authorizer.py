@@ -247,6 +247,17 @@ def fetched(sock: socket.socket, side: Side) -> Any:
                    for topic in by_id.responses for partition in topic.partitions)]  # type: ignore[attr-defined]
 
 
+def fetched_as_a_follower(sock: socket.socket, side: Side) -> Any:
+    """A fetch claiming to be broker 7's: only CLUSTER_ACTION may (the cluster's own error for a super user)."""
+    answer = call(sock, Api.FETCH, 12, replica_id=7, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                  isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[], topics=[
+                      {"topic": "acl-a.one", "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                             "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                             "log_start_offset": -1, "partition_max_bytes": 1 << 16}]}])
+    return (answer.error_code, [(topic.topic, partition.error_code)  # type: ignore[attr-defined]
+                                for topic in answer.responses for partition in topic.partitions])  # type: ignore[attr-defined]
+
+
 def listed_offsets(sock: socket.socket, side: Side) -> Any:
     answer = call(sock, Api.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
         {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}
@@ -326,7 +337,7 @@ def producer_ids(sock: socket.socket, side: Side) -> Any:
 
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
-    fetched, listed_offsets, coordinators, group_membership, group_offsets, producer_ids]
+    fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -394,6 +405,8 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert ("acl-shared", 0) in kafka[("bob", "produced")] and ("acl-hidden", 29) in kafka[("bob", "produced")]
     assert kafka[("bob", "produced_transactionally")] == [("acl-a.one", 53)]
     assert all(error == 29 for _, error in kafka[("carol", "produced")])
+    assert kafka[("alice", "fetched_as_a_follower")] == (0, [("acl-a.one", 29)])
+    assert kafka[(SUPER_USER, "fetched_as_a_follower")] != (0, [("acl-a.one", 29)])
     assert kafka[("alice", "librdkafka consumer")] == "consumed"
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
 

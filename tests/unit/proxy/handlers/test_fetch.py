@@ -205,7 +205,7 @@ def acl_handler(tmp_path: Path) -> FetchHandler:
     reads = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
                        AclPermission.ALLOW)
     return FetchHandler(QuotaService(None, CollectorRegistry()), UsageLog(tmp_path / "usage"),
-                        TopicNames(unreachable), Access(authorizer=AclAuthorizer([reads])))
+                        TopicNames(unreachable), Access(authorizer=AclAuthorizer([reads], super_users=["User:admin"])))
 
 
 def test_with_the_authorizer_no_fetch_session_is_opened_or_kept(tmp_path: Path) -> None:
@@ -238,3 +238,22 @@ def test_with_the_authorizer_a_topic_the_principal_may_not_read_is_refused_and_t
             for topic in finished.responses] == [("orders", [0]), ("payments", [TOPIC_AUTHORIZATION_FAILED])]
     refused = answered(handled(fetch_handler, topic_fetch(12, "payments"), caller("bob")))
     assert refused.response, "nothing of it reaches the cluster"
+
+
+@pytest.mark.parametrize("version", [12, 15])
+def test_with_the_authorizer_a_followers_fetch_needs_cluster_action(tmp_path: Path, version: int) -> None:
+    """Kafka refuses every partition of a follower's fetch without CLUSTER_ACTION (``handleFetchRequest``): through
+    the proxy the cluster would take it as the proxy's own."""
+    follower = {"replica_id": 1} if version < 15 else {"replica_state": {"replica_id": 1, "replica_epoch": 1}}
+    frame = encode_request(Api.FETCH, version, client_id="broker-1", max_wait_ms=0, min_bytes=1, max_bytes=MIB,
+                           isolation_level=0, session_id=0, session_epoch=-1, **follower, topics=[
+                               {"topic": "orders", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                                   "partition_max_bytes": MIB}]}])
+    request = memoryview(frame)[4:]
+    refused = answered(handled(acl_handler(tmp_path), request, caller("alice")))
+    body = memoryview(refused.response)[4:]
+    answer = decode_response(Api.FETCH, version, body[response_header_length(body, True):])
+    assert [partition.error_code for topic in answer.responses for partition in topic.partitions] == [
+        TOPIC_AUTHORIZATION_FAILED]
+    if version < 13:  # named (an id would be looked up first)
+        assert forwarded(handled(acl_handler(tmp_path), request, caller("admin")))
