@@ -9,12 +9,13 @@ each topic (v8+ asks for several groups).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
+from protocol.refused_topics import NameRefusal
 
 GROUP_MEMBERSHIP_APIS = frozenset({Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP})
 _FIRST_JOIN_GROUP_WITH_NULL_PROTOCOL = 7
@@ -23,6 +24,8 @@ _FIRST_BATCHED_FIND_COORDINATOR = 4
 _NO_NODE = {"node_id": -1, "host": "", "port": -1}
 """``Node.noNode()``."""
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
+FIRST_SHARE_FIND_COORDINATOR = 6
+"""Before it a share key is INVALID_REQUEST, answered before any authorization (``getCoordinator``)."""
 _ERROR_MESSAGES = {30: "Group authorization failed.", 31: "Cluster authorization failed.",
                    53: "Transactional Id authorization failed."}
 """``Errors.message()`` of the codes refused here."""
@@ -53,15 +56,6 @@ def membership_refused(api_key: int, version: int, error_code: int) -> bytes:
     elif api_key == Api.LEAVE_GROUP:
         fields.update(members=[])
     return encode_response(api_key, version, fields)
-
-
-class CoordinatorsAsked(NamedTuple):
-    key_type: int
-    keys: tuple[str, ...]
-    """Every key asked, in order."""
-    refused: frozenset[str]
-    forwarded_body: bytes | None
-    """The request without the refused keys, or None when none is left to ask (or it is refused whole, before v4)."""
 
 
 def coordinators_asked(version: int, body: memoryview) -> tuple[int, tuple[str, ...]]:
@@ -103,7 +97,6 @@ def coordinators_answer(version: int, keys: tuple[str, ...], refused: dict[str, 
 
 _FIRST_BATCHED_OFFSET_FETCH = 8
 _FIRST_OFFSET_FETCH_WITH_TOP_LEVEL_ERROR = 2
-NameRefused = Callable[[str], bool]
 
 
 class OffsetsAsked(NamedTuple):
@@ -118,8 +111,8 @@ class OffsetsAsked(NamedTuple):
     """The request without the refused groups and topics; None when no group is left to ask."""
 
 
-def offsets_asked(version: int, body: memoryview, group_refused: NameRefused,
-                  topic_refused: NameRefused) -> OffsetsAsked:
+def offsets_asked(version: int, body: memoryview, group_refused: NameRefusal,
+                  topic_refused: NameRefusal) -> OffsetsAsked:
     """The groups an OffsetFetch names that the principal may not describe, and the topics named of the others it
     may not describe, and the request that goes to the cluster instead (every group kept, and the topics kept of
     it: none left is asked as none, not as all)."""
@@ -147,7 +140,7 @@ def offsets_asked(version: int, body: memoryview, group_refused: NameRefused,
 
 
 def offsets_answer(version: int, asked: OffsetsAsked, upstream_body: memoryview | None,
-                   topic_refused: NameRefused) -> bytes:
+                   topic_refused: NameRefusal) -> bytes:
     """Each group's offsets in the request's order: a refused group's error (``OffsetFetchResponse.groupError``), the
     cluster's answer for the others without the topics the principal may not describe when it asked for all, with
     the named ones refused after the cluster's (each partition TOPIC_AUTHORIZATION_FAILED, no offset)."""
@@ -182,7 +175,7 @@ def offsets_answer(version: int, asked: OffsetsAsked, upstream_body: memoryview 
 
 
 def _answered_without_refused(group: Any, topic_class: Any, topics: tuple[tuple[str, tuple[int, ...]], ...] | None,
-                              refused: tuple[tuple[str, tuple[int, ...]], ...], topic_refused: NameRefused) -> None:
+                              refused: tuple[tuple[str, tuple[int, ...]], ...], topic_refused: NameRefusal) -> None:
     """``group``'s answer (a group's, or a v2-7 answer's) as Kafka gives it: when it is no error, its topics left
     without those the principal may not describe (all were asked: ``fetchAllOffsetsForGroup``), or with the refused
     ones named after the others (``fetchOffsetsForGroup``)."""

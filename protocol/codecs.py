@@ -28,6 +28,9 @@ TESTED_VERSIONS: dict[int, int] = {
     Api.TXN_OFFSET_COMMIT: 5, Api.OFFSET_DELETE: 0, Api.DESCRIBE_PRODUCERS: 0, Api.ALTER_CONFIGS: 2,
     Api.INCREMENTAL_ALTER_CONFIGS: 1, Api.DESCRIBE_TOPIC_PARTITIONS: 0, Api.ELECT_LEADERS: 2,
     Api.ALTER_PARTITION_REASSIGNMENTS: 1,
+    # the authorizer's (``proxy.handlers.authorization``); OffsetFetch v10 names topics by id, which it does not
+    # resolve
+    Api.JOIN_GROUP: 9, Api.SYNC_GROUP: 5, Api.HEARTBEAT: 4, Api.LEAVE_GROUP: 5, Api.OFFSET_FETCH: 9,
     Api.SHARE_FETCH: 2, Api.SHARE_ACKNOWLEDGE: 2,  # protocol/schemas: their NodeEndpoints name brokers
     Api.DESCRIBE_SHARE_GROUP_OFFSETS: 1, Api.ALTER_SHARE_GROUP_OFFSETS: 0, Api.DELETE_SHARE_GROUP_OFFSETS: 0,
 }

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from protocol.fetch import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_FETCH_VERSION, NO_SESSION_EPOCH, TopicRef
 
 _ZERO_ID = uuid.UUID(int=0)
@@ -51,16 +51,17 @@ class MetadataAsked(NamedTuple):
     by_id: bool
     """Topics are named by id (v12+): a refused one shows only in the cluster's answer."""
     forwarded_body: bytes | None
-    """The request body without the refused names (and without auto-creation, when withheld), or None when it goes
-    as it came."""
+    """The request body without the refused and unknown names, or None when it goes as it came."""
     creation_withheld: frozenset[str] = frozenset()
-    """Topics named, and asked to be created if missing, that the principal may not create (CREATE on the cluster or
-    the topic): those missing are to be refused (``unauthorizedForCreateTopics``) when the cluster creates topics,
-    and the request asked again without them."""
+    """Topics named, and to be created if missing (Metadata v0-3 always asks, v4+ says), that the principal may not
+    create (CREATE on the cluster or the topic): those missing are kept from the cluster, refused
+    (``unauthorizedForCreateTopics``) when it creates topics, unknown when it does not."""
     topic_operations: bool = False
     """The request asks for each topic's authorized operations (v8+)."""
     cluster_operations: bool = False
     """The request asks for the cluster's authorized operations (v8-10)."""
+    unknown_names: tuple[str, ...] = ()
+    """Topics named that are missing, answered UNKNOWN_TOPIC_OR_PARTITION after the others."""
 
 
 _FIRST_METADATA_WITH_AUTO_CREATION_FLAG = 4
@@ -68,10 +69,11 @@ _LAST_METADATA_WITH_CLUSTER_OPERATIONS = 10
 
 
 def metadata_asked(body: memoryview, version: int, refused: NameRefusal,
-                   creation_refused: NameRefusal | None = None) -> MetadataAsked:
+                   creation_refused: NameRefusal | None = None, unknown: frozenset[str] = frozenset()
+                   ) -> MetadataAsked:
     """What a Metadata request asks of the topics it may not describe (``refused``: left out of the request, and
     refused) or create (``creation_refused``, None when it may create any), and the body that goes to the cluster
-    instead."""
+    instead, without the ``unknown`` topics too (missing ones kept from auto-creation)."""
     request = decode_request(Api.METADATA, version, body)
     topic_operations = bool(getattr(request, "include_topic_authorized_operations", False))
     cluster_operations = version <= _LAST_METADATA_WITH_CLUSTER_OPERATIONS and bool(
@@ -79,20 +81,23 @@ def metadata_asked(body: memoryview, version: int, refused: NameRefusal,
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return MetadataAsked(True, (), False, None, frozenset(), topic_operations, cluster_operations)
-    refused_names = tuple(topic.name for topic in topics if refused(topic.name))
+    # each once, as Kafka's sets of names answer them
+    refused_names = tuple(dict.fromkeys(topic.name for topic in topics if refused(topic.name)))
+    unknown_names = tuple(dict.fromkeys(topic.name for topic in topics
+                                        if topic.name in unknown and not refused(topic.name)))
     by_id = any(topic.name is None for topic in topics)
-    request.topics = [topic for topic in topics if not refused(topic.name)]
+    request.topics = [topic for topic in topics if not refused(topic.name) and topic.name not in unknown]
     withheld: frozenset[str] = frozenset()
-    if creation_refused is not None and version >= _FIRST_METADATA_WITH_AUTO_CREATION_FLAG and \
-            request.allow_auto_topic_creation:
+    if creation_refused is not None and (version < _FIRST_METADATA_WITH_AUTO_CREATION_FLAG or
+                                         request.allow_auto_topic_creation):
         withheld = frozenset(topic.name for topic in request.topics
                              if topic.name is not None and creation_refused(topic.name))
-    if not refused_names:
+    if not (refused_names or unknown_names):
         return MetadataAsked(False, (), by_id, None, withheld, topic_operations, cluster_operations)
     forwarded = encode_request(Api.METADATA, version, request)
     # v0 reads no topics as all: the answer keeps only the refusals
     return MetadataAsked(version == 0 and not request.topics, refused_names, by_id, forwarded, withheld,
-                         topic_operations, cluster_operations)
+                         topic_operations, cluster_operations, unknown_names)
 
 
 class Authorized(NamedTuple):
@@ -115,7 +120,7 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refuse
     topics = []
     for topic in answer.topics:
         if not refused(topic.name):
-            if asked.all_topics and asked.refused_names:  # a v0 request naming only refused topics
+            if asked.all_topics and (asked.refused_names or asked.unknown_names):  # v0 naming only those
                 continue
             if authorized is not None and asked.topic_operations and topic.name is not None:
                 field, as_bits = _TOPIC_OPERATIONS_FIELDS[api_key]
@@ -125,6 +130,7 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refuse
         elif not asked.all_topics:  # named by id: Kafka does not disclose the name
             topics.append(_refused(topic_class, None, topic.topic_id))
     topics += [_refused(topic_class, name, _ZERO_ID) for name in asked.refused_names]
+    topics += [_refused(topic_class, name, _ZERO_ID, UNKNOWN_TOPIC_OR_PARTITION) for name in asked.unknown_names]
     answer.topics = topics
     if authorized is not None and asked.cluster_operations:
         answer.authorized_operations = _bit_positions(authorized.cluster_operations)
@@ -138,7 +144,7 @@ def described_topics_asked(body: memoryview, version: int, refused: NameRefusal)
     request = decode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, body)
     if not request.topics:
         return MetadataAsked(True, (), False, None)
-    refused_names = tuple(topic.name for topic in request.topics if refused(topic.name))
+    refused_names = tuple(dict.fromkeys(topic.name for topic in request.topics if refused(topic.name)))
     if not refused_names:
         return MetadataAsked(False, (), False, None)
     request.topics = [topic for topic in request.topics if not refused(topic.name)]
@@ -156,9 +162,9 @@ def described_topics_refused(version: int, asked: MetadataAsked) -> bytes:
         "topics": [_refused(topic_class, name, _ZERO_ID) for name in asked.refused_names]})
 
 
-def _refused(topic_class: Any, name: str | None, topic_id: uuid.UUID | None) -> Any:
-    return topic_class(error_code=TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=topic_id, is_internal=False,
-                       partitions=[])
+def _refused(topic_class: Any, name: str | None, topic_id: uuid.UUID | None,
+             error_code: int = TOPIC_AUTHORIZATION_FAILED) -> Any:
+    return topic_class(error_code=error_code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
 class _PartitionedApi(NamedTuple):
@@ -269,10 +275,12 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     api = PARTITIONED_APIS[api_key]
     topic_class = getattr(cls, api.answer_topic)
     partition_class = getattr(topic_class, api.answer_partition)
-    message = {"error_message": _TOPIC_AUTHORIZATION_FAILED_MESSAGE} if "error_message" in partition_class.fields \
-        and error_code == TOPIC_AUTHORIZATION_FAILED else {}
+    partition_fields: dict[str, Any] = {"error_message": _TOPIC_AUTHORIZATION_FAILED_MESSAGE} \
+        if "error_message" in partition_class.fields and error_code == TOPIC_AUTHORIZATION_FAILED else {}
+    if "low_watermark" in partition_class.fields:  # DeleteRecords': unknown (``INVALID_LOW_WATERMARK``)
+        partition_fields["low_watermark"] = -1
     topics = [topic_class(**{api.name: name, api.answer_partitions: [
-        partition_class(**{api.answer_index: index, "error_code": error_code, **message})
+        partition_class(**{api.answer_index: index, "error_code": error_code, **partition_fields})
         for index in indexes]}) for name, indexes in refused.refused]
     setattr(answer, api.answered_topics(), [*(getattr(answer, api.answered_topics()) or []), *topics])
     return encode_response(api_key, version, answer)

@@ -1,8 +1,8 @@
 """ApiVersions: what the proxy tells clients it serves, and the answers it gives itself.
 
 The cluster's list, asked once by the proxy, capped for the APIs whose messages the proxy decodes
-(``protocol.codecs.TESTED_VERSIONS``, and Fetch at v15, see ``FETCH_VERSION_CEILING``; with the authorizer, the APIs
-it decodes too), with the APIs the proxy answers itself added. Responses the cluster sends to a client's own
+(``protocol.codecs.TESTED_VERSIONS``, and Fetch at v15, see ``FETCH_VERSION_CEILING``; the authorizer's too, whether
+it is on or not), with the APIs the proxy answers itself added. Responses the cluster sends to a client's own
 ApiVersions get the same treatment on their way back (``proxy.connection.responses``).
 """
 
@@ -21,7 +21,7 @@ from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
-from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS, OFFSET_FETCH_VERSION_CEILING
+from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS, NOT_OFFERED_APIS
 from proxy.handlers.charges import CHARGES
 from proxy.settings.config import ProxyConfig
 
@@ -29,22 +29,19 @@ from proxy.settings.config import ProxyConfig
 _DECODED_APIS = ADDRESS_BEARING_APIS | {
     Api.API_VERSIONS, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS, Api.INIT_PRODUCER_ID,
     Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS, Api.SASL_HANDSHAKE,
-    Api.SASL_AUTHENTICATE, Api.DESCRIBE_TOPIC_PARTITIONS, *PARTITIONED_APIS, *CONFIG_APIS, *SHARE_GROUP_OFFSET_APIS}
+    Api.SASL_AUTHENTICATE, Api.DESCRIBE_TOPIC_PARTITIONS, *PARTITIONED_APIS, *CONFIG_APIS, *SHARE_GROUP_OFFSET_APIS,
+    *AUTHORIZER_DECODED_APIS}
 _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
 FETCH_VERSION_CEILING = 15
 """Fetch v16+ ends each response with KIP-951 leader endpoints the proxy must rewrite, which holds the
 response until its last byte (about a tenth of a consumer's throughput); up to v15 a response is passed
 on as it arrives. Clients then learn a moved leader from Metadata, as they did before KIP-951."""
-def version_ceilings(in_front_of_controllers: bool, authorizes: bool = False) -> dict[int, int]:
-    """``authorizes``: the authorizer decodes more APIs (``proxy.handlers.authorization``)."""
+def version_ceilings(in_front_of_controllers: bool) -> dict[int, int]:
     if in_front_of_controllers:  # the brokers' requests pass untouched, whatever version they and the controllers speak
         return {Api.ALLOCATE_PRODUCER_IDS: max_version(Api.ALLOCATE_PRODUCER_IDS)}
-    decoded = _DECODED_APIS | AUTHORIZER_DECODED_APIS if authorizes else _DECODED_APIS
-    ceilings = {api_key: max_version(api_key) for api_key in decoded}
+    ceilings = {api_key: max_version(api_key) for api_key in _DECODED_APIS}
     ceilings[Api.FETCH] = min(ceilings[Api.FETCH], FETCH_VERSION_CEILING)
-    if authorizes:
-        ceilings[Api.OFFSET_FETCH] = min(ceilings[Api.OFFSET_FETCH], OFFSET_FETCH_VERSION_CEILING)
     return ceilings
 
 
@@ -65,10 +62,12 @@ class ApiVersionsAnswers:
     def __init__(self, config: ProxyConfig, upstream_access: UpstreamAccess, in_front_of_controllers: bool) -> None:
         self._config = config
         self._upstream_access = upstream_access
-        self.ceilings = version_ceilings(in_front_of_controllers, config.authorizer is not None)
+        self.ceilings = version_ceilings(in_front_of_controllers)
         self.served = served_versions(config.sasl_mode == "terminate", in_front_of_controllers)
-        self._offered = None if in_front_of_controllers else frozenset(CHARGES)
-        """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not."""
+        self._offered = None if in_front_of_controllers else frozenset(CHARGES) - (
+            NOT_OFFERED_APIS if config.authorizer is not None else frozenset())
+        """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not (nor,
+        with the authorizer, the APIs it keeps for super users and clients can do without)."""
         self._cluster_api_versions: list[dict[str, int]] | None = None
         """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
         error or a version's subset): for the answers given before a login and for what is forwarded."""

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from protocol.apis import Api
 from protocol.authorization_answers import (
+    FIRST_SHARE_FIND_COORDINATOR,
     GROUP_KEY_TYPE,
     GROUP_MEMBERSHIP_APIS,
     SHARE_KEY_TYPE,
@@ -33,6 +34,7 @@ from protocol.authorization_answers import (
     producer_id_asked,
     producer_id_refused,
 )
+from protocol.codecs import max_version
 from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
@@ -59,19 +61,23 @@ log = logging.getLogger(__name__)
 
 GROUP_FIRST_APIS = frozenset({Api.OFFSET_COMMIT})
 """The APIs naming topics whose group is authorized first (``GroupFirst``)."""
+NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,
+                                   Api.GET_TELEMETRY_SUBSCRIPTIONS, Api.PUSH_TELEMETRY})
+"""The APIs Kafka authorizes no request of: forwarded."""
 JUDGED_BY_THEIR_HANDLERS = frozenset({
-    Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,  # Kafka authorizes none of these
-    Api.PRODUCE, Api.FETCH, Api.METADATA, Api.DESCRIBE_TOPIC_PARTITIONS,
-    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS),
+    Api.PRODUCE, Api.FETCH, Api.METADATA, *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS),
 })
 """The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone."""
-AUTHORIZED_APIS = JUDGED_BY_THEIR_HANDLERS | {Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS,
-                                              Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID}
+NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
+"""Left out of ApiVersions with the authorizer, and kept for super users: an all-topics DescribeTopicPartitions is
+answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not
+describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
+AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
+    Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH})
-"""The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them."""
-OFFSET_FETCH_VERSION_CEILING = 9
-"""OffsetFetch v10 names topics by id alone, which the authorizer would have to name before it judged them."""
+"""The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
+(``protocol.codecs.max_version``)."""
 
 
 def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
@@ -82,8 +88,10 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
     authorizer = access.authorizer
     assert authorizer is not None, "judged with the authorizer"
     logged: set[tuple[str, int]] = set()
+    missing = JUDGED_BY_THEIR_HANDLERS - set(handlers)
+    assert not missing, f"the APIs {sorted(missing)} have no handler to judge them"
     judged: dict[int, RequestHandler] = {
-        **dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, _FORWARDED),  # those without a handler: Kafka authorizes none
+        **dict.fromkeys(NEVER_AUTHORIZED_APIS, _FORWARDED),
         **{api_key: handler if api_key in JUDGED_BY_THEIR_HANDLERS else SuperUsersOnly(authorizer, handler, logged)
            for api_key, handler in handlers.items()}}
     membership = GroupMembership(access)
@@ -160,7 +168,7 @@ class Coordinators:
         body = frame[header.length:]
         key_type, keys = coordinators_asked(version, body)
         access = self._access
-        if key_type == SHARE_KEY_TYPE:
+        if key_type == SHARE_KEY_TYPE and version >= FIRST_SHARE_FIND_COORDINATOR:
             if access.allows(caller, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
                 return FORWARD
             return local_answer(header, coordinators_answer(
@@ -210,11 +218,16 @@ class GroupOffsets:
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
+        newest = max_version(Api.OFFSET_FETCH)
+        if version > newest:  # not offered: a client that negotiated never sends it
+            log.warning("closing a connection of %s from %s: OffsetFetch v%d names topics by id, which the "
+                        "authorizer does not judge (v%d at most)", caller.principal, caller.host or "an unknown "
+                        "address", version, newest)
+            return CLOSE
         access = self._access
         topic_refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
-        asked = offsets_asked(version, frame[header.length:],
-                              lambda group: not access.allows(caller, AclOperation.DESCRIBE, ResourceType.GROUP, group),
-                              topic_refused)
+        asked = offsets_asked(version, frame[header.length:], lambda group: not access.allows(
+            caller, AclOperation.DESCRIBE, ResourceType.GROUP, group or ""), topic_refused)
         if asked.forwarded_body is None:
             return local_answer(header, offsets_answer(version, asked, None, topic_refused))
         replacement = replacement_request(frame, header, asked.forwarded_body) \
@@ -244,9 +257,10 @@ class ProducerIdFirst:
     def _refusal(self, asked: ProducerIdAsked, caller: Caller) -> int:
         """The error the request is refused with; 0: none."""
         access = self._access
-        if asked.transactional_id is not None:
+        transactional_id = asked.transactional_id
+        if transactional_id is not None:
             needed = [AclOperation.WRITE, *([AclOperation.TWO_PHASE_COMMIT] if asked.two_phase_commit else [])]
-            allowed = all(access.allows(caller, operation, ResourceType.TRANSACTIONAL_ID, asked.transactional_id)
+            allowed = all(access.allows(caller, operation, ResourceType.TRANSACTIONAL_ID, transactional_id)
                           for operation in needed)
             return 0 if allowed else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         authorizer = access.authorizer

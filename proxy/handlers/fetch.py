@@ -59,6 +59,7 @@ from proxy.decision.outcome import (
     frame,
     local_answer,
 )
+from proxy.handlers.refused_topics import refused_by_name_or_id
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
 from proxy.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -126,10 +127,10 @@ class FetchHandler:
     def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: list[TopicRef],
                       guarded: bool) -> Outcome:
         limited_topics = topics if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE) else None
-        refused_name = self._access.topic_refusal(caller, AclOperation.READ)
+        by_name_or_id = refused_by_name_or_id(self._access.topic_refusal(caller, AclOperation.READ), self._topic_names)
 
         def refused(topic: TopicRef) -> bool:
-            return refused_name(topic if isinstance(topic, str) else self._topic_names.name(topic))
+            return by_name_or_id(topic, None) if isinstance(topic, str) else by_name_or_id(None, topic)
 
         if not (guarded and any(refused(topic) for topic in topics)):
             return self._decide(request, header, caller, limited_topics)

@@ -46,6 +46,7 @@ from proxy.decision.outcome import (
     local_answer,
     replacement_request,
 )
+from proxy.handlers.refused_topics import refused_by_name_or_id
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
 from proxy.security.acls import AclOperation, ResourceType
@@ -248,11 +249,10 @@ class ProduceHandler:
     def _refused_topics(self, scan: ProduceScan, caller: Caller) -> ProduceScan:
         """The scan with every partition of a topic the caller may not write refused as Kafka refuses it (its
         authorization comes before the records are validated)."""
-        refused = self._access.topic_refusal(caller, AclOperation.WRITE)
+        refused = refused_by_name_or_id(self._access.topic_refusal(caller, AclOperation.WRITE), self._topic_names)
         topics = []
         for topic in scan.topics:
-            name = topic.name if topic.topic_id is None else self._topic_names.name(topic.topic_id)
-            if refused(name):
+            if refused(topic.name, topic.topic_id):
                 topic = topic._replace(partitions=tuple(
                     partition._replace(error_code=TOPIC_AUTHORIZATION_FAILED, error_message=None)
                     for partition in topic.partitions))

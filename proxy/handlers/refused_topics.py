@@ -72,6 +72,21 @@ missing need more (a transactional id, the cluster); with the authorizer only su
 this far (``proxy.handlers.authorization``), and they are refused the proxy's own topics alone."""
 
 
+def refused_by_name_or_id(refused_name: NameRefusal, topic_names: TopicNames
+                          ) -> Callable[[str | None, bytes | None], bool]:
+    """Whether a topic given by name, or by id (``topic_names`` names it), is refused. An id the proxy could not name
+    is refused too, unless the cluster said it has no such topic (it answers UNKNOWN_TOPIC_ID itself, as Kafka does
+    before authorizing): a lookup that failed must not let a topic through unjudged."""
+
+    def refused(name: str | None, topic_id: bytes | None) -> bool:
+        if topic_id is None:
+            return refused_name(name)
+        named = topic_names.name(topic_id)
+        return refused_name(named) if named is not None else not topic_names.missing(topic_id)
+
+    return refused
+
+
 class MetadataWithoutRefusedTopics:
     """Metadata as Kafka answers the principal: the topics it may not describe left out or refused; with the
     authorizer, the authorized operations it asks for its own, and a missing topic it may not create refused, not
@@ -110,25 +125,28 @@ class MetadataWithoutRefusedTopics:
 
     async def _once_creations_judged(self, frame: memoryview, header: RequestHeader, asked: MetadataAsked,
                                      refused: NameRefusal, authorized: Authorized, memo_key: Hashable) -> Outcome:
-        """The request without the missing topics the principal may not create, refused, when the cluster would
-        create them."""
+        """The request without the missing topics the principal may not create: refused when the cluster would
+        create them (``unauthorizedForCreateTopics``), unknown when it would not. Kept from the cluster either way,
+        whatever it says of its auto-creation."""
         withheld = asked.creation_withheld
-        if not await self._auto_creation():
-            return self._forwarded(frame, header, asked, refused, authorized, memo_key)
         try:
             found = await self._partitions(sorted(withheld))
-            missing = {name for name in withheld if not found[name].partitions}
+            missing = frozenset(name for name in withheld if not found[name].partitions)
         except UPSTREAM_ERRORS as error:  # refused, as if missing: the client asks again
             log.warning("could not tell whether %s exist, so they are refused: %s", ", ".join(sorted(withheld)),
                         error or type(error).__name__)
-            missing = set(withheld)
+            missing = withheld
         if not missing:
             return self._forwarded(frame, header, asked, refused, authorized, memo_key)
+        body, version = frame[header.length:], header.api_version
+        if not await self._auto_creation():
+            return self._forwarded(frame, header, metadata_asked(body, version, refused, unknown=missing), refused,
+                                   authorized, memo_key)
 
         def refused_or_missing(name: str | None) -> bool:
             return refused(name) or name in missing
 
-        asked = metadata_asked(frame[header.length:], header.api_version, refused_or_missing)
+        asked = metadata_asked(body, version, refused_or_missing)
         return self._forwarded(frame, header, asked, refused_or_missing, authorized, memo_key)
 
     def _forwarded(self, frame: memoryview, header: RequestHeader, asked: MetadataAsked, refused: NameRefusal,
@@ -137,7 +155,8 @@ class MetadataWithoutRefusedTopics:
         version = header.api_version
 
         def finish(body: memoryview) -> bytes:
-            if asked.all_topics and not asked.refused_names:  # the same answer for every such client: remembered
+            # the same answer for every such client: remembered
+            if asked.all_topics and not (asked.refused_names or asked.unknown_names):
                 return self._all_topics_answers.rewritten(
                     ((Api.METADATA, memo_key), version, bytes(body)),
                     lambda: metadata_answer(body, version, asked, refused, authorized=authorized)) or bytes(body)

@@ -68,7 +68,7 @@ from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
 from proxy.security.tls import PrincipalMapper, ReloadingContext
 from proxy.security.users import SaslConfigError, UserStore, load_users
-from proxy.settings.config import ProxyConfig
+from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.state.pid_ledger import STORE as LEDGER_STORE
 from proxy.state.pid_ledger import LedgerRecorder, open_ledger
 from proxy.state.quota_service import RELOAD_INTERVAL_S, QuotaService, now_ms
@@ -138,12 +138,12 @@ class Services:
             + ([self.usage_shipper.topic] if self.usage_shipper is not None else []))
         """The proxy's own topics: no client's request may reach them (the proxy writes them with its own login,
         which the cluster lets write them whoever the client is)."""
-        self.authorizer, self._acl_file = self._authorizer()
-        self.access = Access(self.reserved_topics, self.authorizer)
-        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
         else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
+        self.authorizer, self._acl_file = self._authorizer()
+        self.access = Access(self.reserved_topics, self.authorizer)
+        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
         request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
         self.api_versions = ApiVersionsAnswers(config, self.upstream_access, self.in_front_of_controllers)
         client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)
@@ -196,6 +196,9 @@ class Services:
         settings = self.config.authorizer
         if settings is None:
             return None, None
+        if self.in_front_of_controllers:
+            raise ConfigError('[authorizer]: not in front of the controllers ([allocator] mode = "forward"), where '
+                              "only brokers connect and nothing is judged by ACLs")
         acl_file = None if settings.acl_file is None else WatchedFile(settings.acl_file)
         acls = [] if acl_file is None else read_acl_file(acl_file.path)
         authorizer = AclAuthorizer(acls, settings.super_users, settings.allow_everyone_if_no_acl_found)

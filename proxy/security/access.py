@@ -6,14 +6,9 @@ both: may this principal do this operation on this topic (``topic_refusal``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from protocol.refused_topics import NameRefusal
 from proxy.decision.outcome import Caller
 from proxy.security.acls import AclAuthorizer, AclOperation, Requester, ResourceType
-
-TopicRefusal = Callable[[str | None], bool]
-"""True for a topic (by name) the request may not use; a topic the proxy cannot name (an id the cluster does not
-know) is not refused here: the cluster answers it unknown, as Kafka does before authorizing."""
 
 
 class Access:
@@ -26,8 +21,10 @@ class Access:
         """Some topic may be refused: a request's topics must be read."""
         return bool(self.reserved_topics) or self.authorizer is not None
 
-    def topic_refusal(self, caller: Caller, operation: AclOperation) -> TopicRefusal:
-        """Which topics the caller may not do ``operation`` on."""
+    def topic_refusal(self, caller: Caller, operation: AclOperation) -> NameRefusal:
+        """Which topics (by name) the caller may not do ``operation`` on. A topic the proxy has no name for is
+        not refused here: a topic given by an id the proxy could not name is the handlers' to judge
+        (``proxy.handlers.refused_topics.refused_by_name_or_id``)."""
         reserved = self.reserved_topics
         authorizer = self.authorizer
         if authorizer is None:

@@ -1,6 +1,6 @@
 """Kafka's ACLs, decided at the proxy: the model (``AclBinding``, a resource pattern and an access-control entry,
-with Kafka's codes; ``AclFilter``, what DescribeAcls and DeleteAcls match with) and the decision (``AclAuthorizer``),
-with the semantics of Apache Kafka 4.3's ``StandardAuthorizer``:
+with Kafka's codes) and the decision (``AclAuthorizer``), with the semantics of Apache Kafka 4.3's
+``StandardAuthorizer``:
 
 - super users are allowed everything, before any ACL is looked at (``StandardAuthorizerData.authorize``);
 - the ACLs that cover a resource are those of its type that are LITERAL with its name, LITERAL ``*``, or PREFIXED with
@@ -140,45 +140,6 @@ class AclBinding:
             return (f"Could not parse principal from `{self.principal}` (no colon is present separating the principal "
                     f"type from the principal name)")
         return None
-
-
-@dataclass(frozen=True)
-class AclFilter:
-    """What DescribeAcls and DeleteAcls match ACLs with (``AclBindingFilter``): a type ANY, a pattern type ANY or
-    MATCH (LITERAL of the name or ``*``, and PREFIXED of a prefix of it), an operation or permission ANY, and a name,
-    principal or host None match any; the operation is matched as it is (an ALL filter matches ALL ACLs alone)."""
-
-    resource_type: ResourceType
-    name: str | None
-    pattern_type: PatternType
-    principal: str | None
-    host: str | None
-    operation: AclOperation
-    permission: AclPermission
-
-    def matches(self, acl: AclBinding) -> bool:
-        return self._matches_pattern(acl) and self._matches_entry(acl)
-
-    def _matches_pattern(self, acl: AclBinding) -> bool:
-        """``ResourcePatternFilter.matches``."""
-        if self.resource_type is not ResourceType.ANY and self.resource_type is not acl.resource_type:
-            return False
-        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type is not acl.pattern_type:
-            return False
-        if self.name is None:
-            return True
-        if self.pattern_type in (PatternType.ANY, acl.pattern_type):
-            return self.name == acl.name
-        if acl.pattern_type is PatternType.LITERAL:
-            return acl.name in (self.name, WILDCARD)
-        return self.name.startswith(acl.name)
-
-    def _matches_entry(self, acl: AclBinding) -> bool:
-        """``AccessControlEntryFilter.matches``."""
-        return ((self.principal is None or self.principal == acl.principal)
-                and (self.host is None or self.host == acl.host)
-                and self.operation in (AclOperation.ANY, acl.operation)
-                and self.permission in (AclPermission.ANY, acl.permission))
 
 
 def java_host_address(address: str) -> str:
@@ -325,7 +286,3 @@ class AclAuthorizer:
             if self.authorize(requester, operation, resource_type, name):
                 bits |= 1 << operation
         return bits
-
-    def matching(self, acl_filter: AclFilter) -> list[AclBinding]:
-        """The ACLs ``acl_filter`` matches, in the order they were given."""
-        return [acl for acl in self.acls if acl_filter.matches(acl)]

@@ -209,7 +209,8 @@ TABLES: tuple[Table, ...] = (
                  "table nobody may"),
     )),
     Table("authorizer", "Kafka's ACLs decided at the proxy, as Kafka's StandardAuthorizer decides them", (
-        TableKey("enabled", "judge requests by the ACLs", _AUTHORIZER_ENABLED_BY_DEFAULT),
+        TableKey("enabled", "judge requests by the ACLs (without it the table's other keys do nothing, as Kafka's "
+                 "without authorizer.class.name)", _AUTHORIZER_ENABLED_BY_DEFAULT),
         TableKey("super-users", 'principals allowed everything, such as ["User:admin"] (Kafka\'s super.users)',
                  list(_AUTHORIZER.super_users)),
         TableKey("allow-everyone-if-no-acl-found", "a resource no ACL covers is open to every principal",

@@ -178,9 +178,12 @@ def metadata_of_named(sock: socket.socket, side: Side) -> Any:
     names = [*TOPICS, f"acl-missing-{side.name}", f"acl-new.alice-{side.name}", f"acl-new.bob-{side.name}"]
     answer = call(sock, Api.METADATA, 12, topics=[{"name": name, "topic_id": None} for name in names],
                   allow_auto_topic_creation=True, include_topic_authorized_operations=True)
+    # v0-3 has no flag: a missing topic is created whenever the principal may
+    old = call(sock, Api.METADATA, 3, topics=[{"name": f"acl-new.old-{side.name}"}])
     return sorted((unsided(topic.name, side), topic.error_code, topic.authorized_operations,
                    topic.topic_id == ZERO_ID, topic.is_internal)
-                  for topic in answer.topics)  # type: ignore[attr-defined]
+                  for topic in answer.topics) + [  # type: ignore[attr-defined]
+        (unsided(topic.name, side), topic.error_code) for topic in old.topics]  # type: ignore[attr-defined]
 
 
 def metadata_by_id(sock: socket.socket, side: Side) -> Any:
@@ -336,7 +339,7 @@ def producer_ids(sock: socket.socket, side: Side) -> Any:
 
 
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
-    metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
+    metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids]
 
 
@@ -412,12 +415,18 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
 
 
 def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
+    """ListGroups, and DescribeTopicPartitions, which is not offered either (Kafka's clients use Metadata)."""
     proxy = setup.proxy
-    with proxy.connect("alice") as sock:
-        sock.sendall(encode_request(Api.LIST_GROUPS, 4, states_filter=[]))
-        assert closed_by_peer(sock)
+    for request in (encode_request(Api.LIST_GROUPS, 4, states_filter=[]), encode_request(
+            Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=100, cursor=None)):
+        with proxy.connect("alice") as sock:
+            sock.sendall(request)
+            assert closed_by_peer(sock)
     with proxy.connect(SUPER_USER) as sock:
         assert call(sock, Api.LIST_GROUPS, 4, states_filter=[]).error_code == 0  # type: ignore[attr-defined]
+        assert described_topics(sock, setup.proxy)[0] == [(name, 0, 3576) for name in sorted(TOPICS)]
+        offered = call(sock, Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+        assert Api.DESCRIBE_TOPIC_PARTITIONS not in {api.api_key for api in offered.api_keys}  # type: ignore[attr-defined]
 
 
 def hidden_fetch(sock: socket.socket, session_id: int, epoch: int, named: bool) -> Any:

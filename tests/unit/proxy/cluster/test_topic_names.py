@@ -89,6 +89,21 @@ def test_an_id_the_cluster_lacks_or_cannot_name_stays_unnamed_and_is_asked_again
     assert "cannot name 1 topic id(s) for the topic quotas: the cluster is down" in caplog.text
 
 
+def test_an_id_the_cluster_lacks_is_known_missing_and_one_it_could_not_be_asked_about_is_not() -> None:
+    """The refused topics tell them apart: the cluster answers a missing id itself, a lookup that failed leaves the
+    id's topic unjudged."""
+    async def run() -> TopicNames:
+        cluster = Cluster()
+        names = TopicNames(cluster.topics_by_id, clock=lambda: 0.0)
+        await names.look_up([GONE.bytes])
+        cluster.refusing = True
+        await names.look_up([ORDERS.bytes])
+        return names
+
+    names = asyncio.run(run())
+    assert names.missing(GONE.bytes) and names.name(ORDERS.bytes) is None and not names.missing(ORDERS.bytes)
+
+
 def test_the_names_kept_are_bounded_least_recently_used_first() -> None:
     names = TopicNames(Cluster().topics_by_id, capacity=2)
     names.learn(b"a" * 16, "a")

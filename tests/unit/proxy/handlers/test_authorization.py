@@ -9,6 +9,7 @@ from protocol.header import read_request_header
 from proxy.decision.outcome import CLOSE, FORWARD, Caller, Forward
 from proxy.handlers.authorization import (
     AUTHORIZED_APIS,
+    JUDGED_BY_THEIR_HANDLERS,
     Coordinators,
     GroupFirst,
     SuperUsersOnly,
@@ -53,8 +54,10 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
     authorizer = AclAuthorizer(super_users=["User:admin"])
     access = Access(authorizer=authorizer)
     topics = Throttling()
-    judged, otherwise = judged_by_acls({Api.PRODUCE: topics, Api.OFFSET_COMMIT: topics, Api.CREATE_TOPICS: topics},
-                                       access)
+    with pytest.raises(AssertionError, match="no handler to judge them"):
+        judged_by_acls({Api.OFFSET_COMMIT: topics}, access)
+    judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, topics), Api.OFFSET_COMMIT: topics,
+                                        Api.CREATE_TOPICS: topics}, access)
     assert set(judged) >= AUTHORIZED_APIS
     alice = Caller("alice", 0)
     assert judged[Api.PRODUCE] is topics and isinstance(judged[Api.OFFSET_COMMIT], GroupFirst)
@@ -64,3 +67,5 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
     assert handled(judged[Api.CREATE_TOPICS], FIND_COORDINATOR, alice) is CLOSE
     assert handled(judged[Api.CREATE_TOPICS], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
     assert handled(otherwise, FIND_COORDINATOR, alice) is CLOSE
+    fetch_by_id = memoryview(encode_request(Api.OFFSET_FETCH, 10, require_stable=False, groups=[]))[4:]
+    assert handled(judged[Api.OFFSET_FETCH], fetch_by_id, alice) is CLOSE, "v10 names topics by id: not offered"

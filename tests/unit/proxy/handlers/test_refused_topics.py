@@ -69,13 +69,33 @@ def test_a_missing_topic_the_principal_may_not_create_is_refused_not_created() -
         == [("orders", 0), ("created", 0), ("new", 29)]
 
 
-def test_nothing_is_looked_up_when_the_cluster_creates_no_topics_or_the_principal_may_create_them() -> None:
+def test_a_missing_topic_it_may_not_create_is_kept_from_the_cluster_and_unknown_where_none_is_created() -> None:
+    """Whatever a broker says of auto-creation, the cluster is not asked to create it."""
     asked: list[list[str]] = []
-    access = alices(("new", AclOperation.DESCRIBE))
-    assert forwarded_names(decided(handled(handler(access, False, asked), metadata("new"), ALICE))) is None
+    access = alices(("new", AclOperation.DESCRIBE), ("orders", AclOperation.DESCRIBE))
+    outcome = decided(handled(handler(access, False, asked), metadata("new", "orders"), ALICE))
+    assert asked == [["new", "orders"]] and forwarded_names(outcome) == ["orders"]
+    finished = finish_of(outcome)(memoryview(answer(["orders"])))
+    assert [(topic.name, topic.error_code) for topic in decode_response(Api.METADATA, 12, finished or b"").topics] \
+        == [("orders", 0), ("new", 3)]
+
+
+def test_nothing_is_looked_up_when_the_principal_may_create_the_topics() -> None:
+    asked: list[list[str]] = []
     creates = alices(("new", AclOperation.DESCRIBE), ("new", AclOperation.CREATE))
     assert forwarded_names(decided(handled(handler(creates, True, asked), metadata("new"), ALICE))) is None
     assert asked == []
+
+
+def test_a_metadata_request_before_v4_asks_for_creation_and_a_missing_topic_is_kept_from_it() -> None:
+    """Metadata v0-3 has no flag: the broker creates every missing topic it names."""
+    asked: list[list[str]] = []
+    access = alices(("new", AclOperation.DESCRIBE))
+    old = memoryview(encode_request(Api.METADATA, 3, topics=[{"name": "new"}]))[4:]
+    outcome = decided(handled(handler(access, True, asked), old, ALICE))
+    assert asked == [["new"]] and isinstance(outcome, Forward) and outcome.replacement is not None
+    frame = memoryview(outcome.replacement)[4:]
+    assert decode_request(Api.METADATA, 3, frame[read_request_header(frame).length:]).topics == []
 
 
 def answer(names: list[str]) -> bytes:
