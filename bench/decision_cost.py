@@ -2,10 +2,12 @@
 
 The request chain as the proxy wires it (``Services.request_chain``: the API's handler, the request rate, the answer's
 finish attached), handed the same small requests as ``bench.request_cost`` (a Produce of one 100-byte record, a
-Metadata of one topic, a Fetch with nothing new), without quotas and with ``bench.run``'s quotas. No socket and no
+Metadata of one topic, a Fetch with nothing new), without quotas, with ``bench.run``'s quotas, and with the authorizer
+judging them by ``ACLS`` ACLs of ``PRINCIPALS`` principals (the sender one of them, allowed). No socket and no
 cluster: only the proxy's own Python for a request, which a run through the network on a shared machine measures
 with far more noise (``bench.request_cost`` measures the whole, beside the floor). Figures are the fastest of several
-timed loops; the charges accumulate in the quota buckets as they would (the bench's quotas do not bind).
+timed loops; the charges accumulate in the quota buckets as they would (the bench's quotas do not bind). The
+authorizer's Metadata answer is rewritten for the principal too, in the finish, which is not timed here.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from protocol.apis import Api
 from protocol.header import peek_request
 from proxy.decision.outcome import ResponseFinisher, Sender
 from proxy.runtime.wiring import Services
-from proxy.settings.config import HostPort, ProxyConfig
+from proxy.settings.config import AuthorizerSettings, HostPort, ProxyConfig
 
-TOPIC = "bench-decisions"
-SENDER = Sender("ANONYMOUS", "127.0.0.1:9092")
+TOPIC = "team-0.decisions"
+SENDER = Sender("user-0", "127.0.0.1:9092", "127.0.0.1")
+PRINCIPALS = 1_000
+ACLS = 10 * PRINCIPALS
 
 
 class UnchangedAnswers:
@@ -42,10 +46,30 @@ class UnchangedAnswers:
         return None
 
 
-def decision_us(state_dir: Path, quota_file: Path | None) -> dict[str, float]:
+def acl_file_text() -> str:
+    """``ACLS`` ACLs, ten for each principal: read, write and describe of its topics (by prefix and by name), read and
+    describe of its groups, and two denied of a topic among its own. The bench's sender is the first principal."""
+    entries = []
+    for user in range(PRINCIPALS):
+        entries += [(f"User:user-{user}", "topic", f"team-{user}.", "prefixed", '"read", "write", "describe"', "allow"),
+                    (f"User:user-{user}", "topic", f"team-{user}-orders", "literal", '"read", "write", "describe"',
+                     "allow"),
+                    (f"User:user-{user}", "group", f"team-{user}.", "prefixed", '"read", "describe"', "allow"),
+                    (f"User:user-{user}", "topic", f"team-{user}.secret", "literal", '"read", "write"', "deny")]
+    return "".join(f'[[acl]]\nprincipal = "{principal}"\nresource-type = "{kind}"\nresource-name = "{name}"\n'
+                   f'pattern-type = "{pattern}"\noperations = [{operations}]\npermission = "{permission}"\n\n'
+                   for principal, kind, name, pattern, operations, permission in entries)
+
+
+def decision_us(state_dir: Path, quota_file: Path | None, acl_file: Path | None = None) -> dict[str, float]:
+    """``acl_file``: the ACLs of an authorizer judging the requests (none: no authorizer)."""
+    authorizer = None if acl_file is None else AuthorizerSettings(acl_file=acl_file)
     config = ProxyConfig(upstream=(HostPort("127.0.0.1", 9092),), listen=HostPort("127.0.0.1", 0),
-                         advertised_host="127.0.0.1", broker_port_base=0, state_dir=state_dir, quota_file=quota_file)
+                         advertised_host="127.0.0.1", broker_port_base=0, state_dir=state_dir, quota_file=quota_file,
+                         authorizer=authorizer)
     services = Services(config, tuple)
+    if services.authorizer is not None:
+        assert len(services.authorizer.acls) == ACLS, len(services.authorizer.acls)
     chain = services.request_chain(UnchangedAnswers())
     costs = {}
     for kind, make in KINDS.items():
@@ -66,10 +90,15 @@ def main() -> int:
         workdir = Path(directory)
         quota_file = workdir / "quotas.toml"
         quota_file.write_text(QUOTAS)
+        acl_file = workdir / "acls.toml"
+        acl_file.write_text(acl_file_text())
         without = decision_us(workdir / "without", None)
         with_quotas = decision_us(workdir / "with", quota_file)
+        with_acls = decision_us(workdir / "acls", None, acl_file)
+    results["acls"] = {"acls": ACLS, "principals": PRINCIPALS}
     results["cases"] = {kind: {"without_quotas_us": without[kind], "with_quotas_us": with_quotas[kind],
-                               "quotas_add_us": with_quotas[kind] - without[kind]} for kind in KINDS}
+                               "quotas_add_us": with_quotas[kind] - without[kind], "with_acls_us": with_acls[kind],
+                               "acls_add_us": with_acls[kind] - without[kind]} for kind in KINDS}
     write_results(args.out, results)
     return 0
 

@@ -3,11 +3,11 @@ id's, the cluster's), and every API the proxy does not judge yet kept for super 
 
 The proxy reaches the cluster under its own login, which the cluster lets do what the proxy may, whoever the client
 is: a request the proxy does not judge by the client's ACLs would be judged by the proxy's. So the APIs the proxy
-authorizes as Kafka's ``KafkaApis`` does (``AUTHORIZED_APIS``: topics' data and metadata, coordinators, a group's
-membership and offsets, and producer ids so far) are judged (``judged_by_acls``), and a request of any other API
-from a principal that is not a super user closes its connection, with a log line naming the API: a client is never
-allowed what Kafka's ACLs would not allow it. (Kafka answers a request it refuses, with the API's own error; the
-proxy does so for the APIs it authorizes.)
+authorizes as Kafka's ``KafkaApis`` and ``ControllerApis`` do (``AUTHORIZED_APIS``: topics' data and metadata, their
+creation and deletion, coordinators, a group's membership and offsets, and producer ids so far) are judged
+(``judged_by_acls``), and a request of any other API from a principal that is not a super user closes its
+connection, with a log line naming the API: a client is never allowed what Kafka's ACLs would not allow it. (Kafka
+answers a request it refuses, with the API's own error; the proxy does so for the APIs it authorizes.)
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SAS
                                    Api.GET_TELEMETRY_SUBSCRIPTIONS, Api.PUSH_TELEMETRY})
 """The APIs Kafka authorizes no request of: forwarded."""
 JUDGED_BY_THEIR_HANDLERS = frozenset({
-    Api.PRODUCE, Api.FETCH, Api.METADATA, *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS),
+    Api.PRODUCE, Api.FETCH, Api.METADATA, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
+    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS),
 })
 """The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone."""
 NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})

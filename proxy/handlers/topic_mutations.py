@@ -48,6 +48,7 @@ from protocol.errors import (
 )
 from protocol.framing import SIZE_PREFIX_BYTES
 from protocol.header import RequestHeader
+from protocol.refused_topics import NameRefusal
 from protocol.topic_admin import (
     THROTTLED,
     TopicError,
@@ -72,6 +73,8 @@ from proxy.decision.outcome import (
     replacement_request,
 )
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
+from proxy.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from proxy.state.quota_service import QuotaService
 from quotas.decisions import Requester
 from quotas.mutations import PartitionMutations
@@ -95,7 +98,7 @@ _DUPLICATE_NAME = TopicError(INVALID_REQUEST, "Duplicate topic name.")
 _DUPLICATE_ID = TopicError(INVALID_REQUEST, "Duplicate topic id.")
 _NAME_AND_ID = TopicError(INVALID_REQUEST, "You may not specify both topic name and topic id.")
 _NEITHER_NAME_NOR_ID = TopicError(INVALID_REQUEST, "Neither topic name nor id were specified.")
-_RESERVED_REFUSAL = {  # ControllerApis' answers to a topic the principal may not create, delete or extend
+_REFUSAL = {  # ControllerApis' answers to a topic the principal may not create, delete or extend
     Api.CREATE_TOPICS: TopicError(TOPIC_AUTHORIZATION_FAILED, "Authorization failed."),
     Api.DELETE_TOPICS: TopicError(TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
     Api.CREATE_PARTITIONS: TopicError(TOPIC_AUTHORIZATION_FAILED, None),
@@ -129,14 +132,16 @@ class _Charges:
 
 
 class TopicMutationHandler:
-    def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog,
-                 reserved_topics: frozenset[str] = frozenset()) -> None:
-        """``reserved_topics``: the proxy's own, refused to every client as Kafka refuses a topic the principal may
-        not create, delete or extend (before any other check, uncharged)."""
+    def __init__(self, quotas: QuotaService, cluster: ClusterInfo, usage: UsageLog, access: Access | None = None
+                 ) -> None:
+        """``access``: the topics a client may not create, delete or extend, refused as Kafka refuses them (before
+        any other check, uncharged): the proxy's own, and with the authorizer those its ACLs do not allow
+        (``ControllerApis``)."""
         self._quotas = quotas
         self._cluster = cluster
         self._usage = usage
-        self._reserved_topics = reserved_topics
+        self._access = access = access or Access()
+        self._reserved_topics = access.reserved_topics
         self._creations_in_flight = CreationsInFlight()
         """Creations of topics a tenant's cap counts, forwarded and not yet answered."""
 
@@ -145,13 +150,14 @@ class TopicMutationHandler:
         config = self._quotas.config
         limited = self._quotas.mutations.applies(Requester(caller.user, client_id))
         tenants_capped = config.tenants.capped
-        if not (limited or tenants_capped or self._reserved_topics):
+        authorizing = self._access.authorizer is not None
+        if not (limited or tenants_capped or self._reserved_topics or authorizing):
             return FORWARD
         request = decode_request(header.api_key, header.api_version, frame[header.length:])
         entries = request_topics(header.api_key, header.api_version, request)
         capped = tenants_capped and self._capped(Api(header.api_key), caller.user, entries)
-        if not (limited or capped) and not any(entry.name in self._reserved_topics or entry.topic_id
-                                               for entry in entries):
+        if not (limited or capped or authorizing) and not any(entry.name in self._reserved_topics or entry.topic_id
+                                                              for entry in entries):
             return FORWARD
         # a copy of the frame: the connection's buffer moves on
         return self._decide(bytes(frame), header, request, entries, caller, limited, capped)
@@ -167,9 +173,9 @@ class TopicMutationHandler:
                       caller: Caller, limited: bool, capped: bool) -> Outcome:
         api_key = Api(header.api_key)
         try:
-            refused = await self._reserved_refusals(api_key, entries)
+            refused = await self._refusals(api_key, entries, caller)
             if not (limited or capped):
-                if not refused:
+                if not refused and not self._withheld_configs(api_key, entries, caller):
                     return FORWARD
                 charges = _Charges()
             elif api_key == Api.CREATE_TOPICS:
@@ -194,17 +200,47 @@ class TopicMutationHandler:
             charges.display[index] = shown
         return self._admit(memoryview(frame), header, request, entries, charges, caller.later(), limited)
 
-    async def _reserved_refusals(self, api_key: Api, entries: list[TopicRef]) -> dict[int, tuple[TopicRef, TopicError]]:
-        """The entries naming a reserved topic (by name, or by id), with how the answer shows them: a topic
-        given by id keeps its name undisclosed, as Kafka answers a topic the principal may not describe."""
-        if not self._reserved_topics:
+    async def _refusals(self, api_key: Api, entries: list[TopicRef], caller: Caller
+                        ) -> dict[int, tuple[TopicRef, TopicError]]:
+        """The entries naming a topic the caller may not create, delete or extend (by name, or by id), with how the
+        answer shows them: a topic given by id keeps its name undisclosed unless the caller may describe it, as
+        Kafka answers (``ControllerApis.createTopics``, ``deleteTopics``, ``createPartitions``)."""
+        access = self._access
+        if not access.guards_topics:
             return {}
         ids = [entry.topic_id for entry in entries if entry.topic_id is not None]
         names_by_id = {topic_id: name for topic_id, (name, _) in (await self._cluster.topics_by_id(ids)).items()} \
             if ids else {}
-        error = _RESERVED_REFUSAL[api_key]
-        return {index: (entry, error) for index, entry in enumerate(entries)
-                if (entry.name if entry.topic_id is None else names_by_id.get(entry.topic_id)) in self._reserved_topics}
+        named = {index: name for index, entry in enumerate(entries)
+                 if (name := entry.name if entry.topic_id is None else names_by_id.get(entry.topic_id)) is not None}
+        undescribed = access.topic_refusal(caller, AclOperation.DESCRIBE)
+        own_topics: NameRefusal = access.reserved_topics.__contains__
+        if api_key == Api.CREATE_TOPICS:
+            creates_any = access.allows(caller, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+            refused = own_topics if creates_any else access.topic_refusal(caller, AclOperation.CREATE)
+        elif api_key == Api.CREATE_PARTITIONS:
+            refused = access.topic_refusal(caller, AclOperation.ALTER)
+        elif access.allows(caller, AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME):
+            refused = undescribed = own_topics
+        else:  # Kafka answers a missing topic it may describe UNKNOWN_TOPIC_OR_PARTITION: here it is refused
+            # too, as its metadata may lag behind a topic created a moment ago, which the cluster would delete
+            refused = access.topic_refusal(caller, AclOperation.DELETE)
+        error = _REFUSAL[api_key]
+        refusals = {}
+        for index, name in named.items():
+            if refused(name):
+                entry = entries[index]
+                shown = entry if entry.topic_id is None or undescribed(name) else TopicRef(name, entry.topic_id)
+                refusals[index] = (shown, error)
+        return refusals
+
+    def _withheld_configs(self, api_key: Api, entries: list[TopicRef], caller: Caller) -> set[int]:
+        """The CreateTopics entries whose configs the caller may not describe: the answer leaves them out, as
+        Kafka's controller does (``ReplicationControlManager.createTopic``)."""
+        if api_key != Api.CREATE_TOPICS or self._access.authorizer is None:
+            return set()
+        undescribed = self._access.topic_refusal(caller, AclOperation.DESCRIBE_CONFIGS)
+        return {index for index, entry in enumerate(entries) if undescribed(entry.name)}
 
     async def _tenant_refusals(self, api_key: Api, entries: list[TopicRef], charges: _Charges, caller: Caller,
                                refused: Mapping[int, object]) -> dict[int, tuple[TopicRef, TopicError]]:
@@ -373,6 +409,7 @@ class TopicMutationHandler:
         settle = self._settlement(api_key, version, shown, forwarded, charges, caller, client_id, validate_only,
                                   limited)
         held = None if validate_only else self._held_in_flight(charges, forwarded, now)
+        withheld = self._withheld_configs(api_key, entries, caller)
 
         def finish(upstream_body: memoryview) -> bytes:
             upstream = decode_response(api_key, version, upstream_body)
@@ -380,7 +417,12 @@ class TopicMutationHandler:
             if held is not None and all(result.error_code != REQUEST_TIMED_OUT for result in results.values()):
                 self._creations_in_flight.answered(held)  # timed out, the controller may still carry it out
             settle(results)
-            if not charges.refused:
+            created_unseen = [results[index] for index in withheld if index in results
+                              and not results[index].error_code]
+            for result in created_unseen:
+                result.configs, result.num_partitions, result.replication_factor = [], -1, -1
+                result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+            if not (charges.refused or created_unseen):
                 return bytes(upstream_body)
             return merged_topic_response(api_key, version, shown, results, charges.refused, 0,
                                          getattr(upstream, "throttle_time_ms", 0) or 0)

@@ -143,7 +143,7 @@ class Services:
         else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
         self.authorizer, self._acl_file = self._authorizer()
         self.access = Access(self.reserved_topics, self.authorizer)
-        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.reserved_topics)
+        mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.access)
         request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
         self.api_versions = ApiVersionsAnswers(config, self.upstream_access, self.in_front_of_controllers)
         client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)

@@ -119,7 +119,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "group.initial.rebalance.delay.ms": "0"}) as kafka:
         cluster = Cluster(kafka.bootstrap, kafka.sasl_bootstrap, started_here=True).wait_until_ready()
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-        for future in admin.create_topics([NewTopic(name, 1, 1) for name in TOPICS]).values():
+        for future in admin.create_topics([NewTopic(name, 1, 1) for name in [
+                *TOPICS, "acl-new.fixed-kafka", "acl-new.fixed-proxy"]]).values():
             future.result(60)
         for future in admin.create_acls([kafka_binding(*acl) for acl in ACLS]).values():
             future.result(60)
@@ -318,6 +319,26 @@ def group_offsets(sock: socket.socket, side: Side) -> Any:
                                           for topic in one_group.topics for partition in topic.partitions))]  # type: ignore[attr-defined]
 
 
+def topic_admin(sock: socket.socket, side: Side) -> Any:
+    """Topics created (with their configs, where the principal may describe them), grown and deleted: alice may
+    create, alter and delete acl-a.*, bob create acl-new.*, which both may describe."""
+    created = call(sock, Api.CREATE_TOPICS, 7, timeout_ms=30_000, validate_only=False, topics=[
+        {"name": f"{name}-{side.name}", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+         "configs": []} for name in ("acl-a.new", "acl-new.alice-made", "acl-new.bob-made")])
+    grown = call(sock, Api.CREATE_PARTITIONS, 3, timeout_ms=30_000, validate_only=False, topics=[
+        {"name": f"{name}-{side.name}", "count": 2, "assignments": None} for name in ("acl-a.new", "acl-new.fixed")])
+    deleted = call(sock, Api.DELETE_TOPICS, 6, timeout_ms=30_000, topics=[
+        {"name": f"{name}-{side.name}", "topic_id": None} for name in ("acl-a.new", "acl-new.fixed")])
+    return [sorted((unsided(topic.name, side), topic.error_code, topic.error_message and topic.error_message.replace(
+                        f"-{side.name}", ""), topic.topic_config_error_code, topic.num_partitions,
+                    topic.replication_factor, bool(topic.configs))
+                   for topic in created.topics),  # type: ignore[attr-defined]
+            sorted((unsided(topic.name, side), topic.error_code, topic.error_message)
+                   for topic in grown.results),  # type: ignore[attr-defined]
+            sorted((unsided(topic.name, side), topic.error_code, topic.error_message)
+                   for topic in deleted.responses)]  # type: ignore[attr-defined]
+
+
 RETRIED = {14, 15, 51}
 """COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS: asked again, as clients do."""
 
@@ -340,7 +361,8 @@ def producer_ids(sock: socket.socket, side: Side) -> Any:
 
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
-    fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids]
+    fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
+    topic_admin]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:

@@ -21,6 +21,7 @@ from proxy.handlers.refused_topics import MetadataWithoutRefusedTopics
 from proxy.handlers.topic_mutations import AutoCreationUnderTenantCaps, TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
+from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from proxy.state.quota_service import QuotaService, now_ms
 from quotas.config import QuotaKey
 from tests.support import encode_request
@@ -492,3 +493,68 @@ def test_a_topic_that_exists_asked_for_again_holds_nothing(tmp_path: Path) -> No
     mutations = Mutations(tmp_path, StubCluster({"p.old": 1}), rate=100, tenants=PAYMENTS)
     assert forwarded(create_topics(mutations, new_topic("p.old", 100), client_id="other")).replacement is None
     assert forwarded(create_topics(mutations, new_topic("p.new", 9), client_id="other")).replacement is None
+
+
+def alices_acls(*acls: tuple[ResourceType, str, PatternType, AclOperation]) -> Access:
+    return Access(authorizer=AclAuthorizer([
+        AclBinding(kind, name, pattern, "User:alice", "*", operation, AclPermission.ALLOW)
+        for kind, name, pattern, operation in acls]))
+
+
+def judged(handler: TopicMutationHandler, api_key: int, version: int, **fields: object) -> Outcome:
+    frame = encode_request(api_key, version, client_id="app", **fields)
+    decided = handled(handler, memoryview(frame)[4:], Caller("alice", now_ms(), clock=now_ms))
+    if isinstance(decided, Awaitable):
+        decided = asyncio.run(_wait(decided))
+    assert isinstance(decided, Outcome)
+    return decided
+
+
+def test_with_the_authorizer_a_topic_may_be_created_where_the_acls_allow_and_its_configs_shown_if_described(
+        tmp_path: Path) -> None:
+    """``ControllerApis.createTopics``: CREATE on the topic (or the cluster); the configs of a topic created
+    without DESCRIBE_CONFIGS on it are left out (``ReplicationControlManager.createTopic``)."""
+    access = alices_acls((ResourceType.TOPIC, "a.", PatternType.PREFIXED, AclOperation.CREATE),
+                         (ResourceType.TOPIC, "a.seen", PatternType.LITERAL, AclOperation.DESCRIBE_CONFIGS))
+    handler = TopicMutationHandler(Mutations(tmp_path, StubCluster({})).quotas, StubCluster({}),  # type: ignore[arg-type]
+                                   UsageLog(tmp_path / "usage"), access)
+    outcome = judged(handler, Api.CREATE_TOPICS, 7, topics=[new_topic("a.seen"), new_topic("a.unseen"),
+                                                            new_topic("b.theirs")], timeout_ms=1000,
+                     validate_only=False)
+    assert [topic.name for topic in forwarded_body(outcome).topics] == ["a.seen", "a.unseen"]
+    config = {"name": "cleanup.policy", "value": "delete", "read_only": False, "config_source": 5,
+              "is_sensitive": False}
+    upstream = encode_response(Api.CREATE_TOPICS, 7, {"throttle_time_ms": 0, "topics": [
+        {"name": name, "topic_id": uuid.uuid4(), "error_code": 0, "error_message": None, "num_partitions": 1,
+         "replication_factor": 1, "configs": [config], "topic_config_error_code": 0}
+        for name in ("a.seen", "a.unseen")]})
+    answer = decode_response(Api.CREATE_TOPICS, 7, finish_of(outcome)(memoryview(upstream)) or b"")
+    assert [(topic.name, topic.error_code, topic.error_message, topic.topic_config_error_code, topic.num_partitions,
+             len(topic.configs)) for topic in answer.topics] == [
+        ("a.seen", 0, None, 0, 1, 1), ("a.unseen", 0, None, 29, -1, 0), ("b.theirs", 29, "Authorization failed.", 0,
+                                                                         -1, 0)]
+
+
+def test_with_the_authorizer_a_topic_is_deleted_only_with_delete_and_named_only_where_it_may_be_described(
+        tmp_path: Path) -> None:
+    ids = {"a.mine": uuid.uuid4(), "a.seen": uuid.uuid4(), "b.theirs": uuid.uuid4()}
+    cluster = StubCluster({name: 1 for name in ids}, ids=ids)
+    access = alices_acls((ResourceType.TOPIC, "a.", PatternType.PREFIXED, AclOperation.DESCRIBE),
+                         (ResourceType.TOPIC, "a.mine", PatternType.LITERAL, AclOperation.DELETE))
+    handler = TopicMutationHandler(Mutations(tmp_path, cluster).quotas, cluster,  # type: ignore[arg-type]
+                                   UsageLog(tmp_path / "usage"), access)
+    outcome = judged(handler, Api.DELETE_TOPICS, 6, timeout_ms=1000, topics=[
+        {"name": None, "topic_id": ids[name]} for name in ids])
+    assert [topic.topic_id for topic in forwarded_body(outcome).topics] == [ids["a.mine"]]
+    upstream = encode_response(Api.DELETE_TOPICS, 6, {"throttle_time_ms": 0, "responses": [
+        {"name": "a.mine", "topic_id": ids["a.mine"], "error_code": 0, "error_message": None}]})
+    answer = decode_response(Api.DELETE_TOPICS, 6, finish_of(outcome)(memoryview(upstream)) or b"")
+    assert sorted((topic.name or "", topic.error_code) for topic in answer.responses) == [
+        ("", 29), ("a.mine", 0), ("a.seen", 29)], "b.theirs' name is not disclosed"
+    cluster_deleter = Access(authorizer=AclAuthorizer([AclBinding(
+        ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:alice", "*", AclOperation.DELETE,
+        AclPermission.ALLOW)]))
+    anything = TopicMutationHandler(Mutations(tmp_path, cluster).quotas, cluster,  # type: ignore[arg-type]
+                                    UsageLog(tmp_path / "usage"), cluster_deleter)
+    assert forwarded(judged(anything, Api.DELETE_TOPICS, 6, timeout_ms=1000, topics=[
+        {"name": None, "topic_id": ids[name]} for name in ids])).replacement is None
