@@ -42,7 +42,9 @@ def kafka_behind_proxy(tmp_path: Path) -> Iterator[Callable[..., Forwarded]]:
     started: list[Forwarded] = []
 
     def start(principal: str = "User:ANONYMOUS") -> Forwarded:
-        kafka = KafkaCluster(1, dedicated_controller=True, log_directory=tmp_path)
+        # a killed broker's session ends sooner, so that its next start registers sooner
+        kafka = KafkaCluster(1, dedicated_controller=True, log_directory=tmp_path, extra_properties={
+            "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "1000"})
         settings = (f'[allocator]\nmode = "forward"\ncluster_principals = ["{principal}"]\n'
                     f'allocations_per_second = {RATE}\n')
         proxy = ProxyProcess(kafka.controller.controller_endpoint, tmp_path / "forward.log",

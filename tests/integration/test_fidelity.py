@@ -134,7 +134,7 @@ def test_a_group_of_two_shares_its_users_quota_as_on_kafka(broker: Cluster, tmp_
     quota is theirs together, on Kafka and through the proxy alike."""
     name = "consume-group"
     case = Case(name, (Quota((("user", "carol"),), "consumer_byte_rate", MIB),),
-                lambda topic: fidelity.group_consume(topic, 24 * 1024, client_of(name), "carol", broker.bootstrap),
+                lambda topic: fidelity.group_consume(topic, 16 * 1024, client_of(name), "carol", broker.bootstrap),
                 fidelity.new_topic(partitions=2), logs_in=True)
     assert_within_margin(compare(broker, tmp_path, case), GROUP_MARGIN)
 

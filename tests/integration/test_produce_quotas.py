@@ -21,6 +21,9 @@ from tests.support import ProxyProcess, kafka_quota_model, new_producer_id, read
 
 pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
+MEBIBYTES = 17
+"""What the throttled client writes at 1 MiB/s: past the credit of Kafka's windows, within the first throttle cycle
+(22 MiB and more pay for a second one)."""
 MODEL_TOLERANCE = 0.2
 """Under Kafka's model's time and over its throttles (the directions a busy machine cannot break): for requests
 that are not all the model's size, nor come back when the model's do."""
@@ -160,19 +163,19 @@ def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, to
 
     def unlimited() -> None:
         wait_until(lambda: metrics(proxy).get(throttled, 0) > 0, 60, "the slow client's first throttle")
-        _, producer = produce(proxy.bootstrap, fast_topic, "fast", 24)  # while the slow one is held back
+        _, producer = produce(proxy.bootstrap, fast_topic, "fast", MEBIBYTES)  # while the slow one is held back
         producer.close()
         unlimited_delivered.set()
 
     other = threading.Thread(target=unlimited)
     other.start()
-    elapsed, producer = produce(proxy.bootstrap, topic, "slow", 24)
+    elapsed, producer = produce(proxy.bootstrap, topic, "slow", MEBIBYTES)
     throttle = max_throttle_ms(producer)
     producer.close()
     other.join()
     assert throttle > 0
     assert unlimited_delivered.is_set(), "the unlimited client did not deliver beside the throttled one"
-    assert count_messages(proxy.bootstrap, topic) == 24 * 1024
+    assert count_messages(proxy.bootstrap, topic) == MEBIBYTES * 1024
     values = metrics(proxy)
     assert values[throttled] > 0
     assert any(key.startswith('kafka_quota_proxy_produce_byte_rate{broker="127.0.0.1:')
@@ -180,8 +183,8 @@ def test_byte_rate_quota_throttles_only_its_client(own_proxy, tmp_path: Path, to
     assert not any('client_id="fast"' in key for key in values)
     lines = final_usage_lines(proxy)
     slow = summed_usage([line for line in lines if line["client_id"] == "slow"])
-    assert slow["bytes"] >= 24 * MIB  # every record charged (and the requests' framing)
-    assert_held_to_kafkas_model(elapsed, slow, MIB, "24 MiB at 1 MiB/s")
+    assert slow["bytes"] >= MEBIBYTES * MIB  # every record charged (and the requests' framing)
+    assert_held_to_kafkas_model(elapsed, slow, MIB, f"{MEBIBYTES} MiB at 1 MiB/s")
     # the unlimited client, beside it, was given no throttle (how fast it then ran is the machine's to decide)
     assert summed_usage([line for line in lines if line["client_id"] == "fast"]).get("throttle_ms", 0) == 0
 
