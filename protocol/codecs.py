@@ -21,7 +21,7 @@ TESTED_VERSIONS: dict[int, int] = {
     Api.CREATE_TOPICS: 7, Api.DELETE_TOPICS: 6, Api.CREATE_PARTITIONS: 3, Api.INIT_PRODUCER_ID: 6,
     Api.ALTER_CLIENT_QUOTAS: 1, Api.DESCRIBE_CLIENT_QUOTAS: 1, Api.SASL_HANDSHAKE: 1, Api.SASL_AUTHENTICATE: 2,
     Api.API_VERSIONS: 4, Api.METADATA: 13, Api.FIND_COORDINATOR: 6, Api.DESCRIBE_CLUSTER: 2, Api.DESCRIBE_CONFIGS: 4,
-    Api.ALLOCATE_PRODUCER_IDS: 0,
+    Api.ALLOCATE_PRODUCER_IDS: 0, Api.DESCRIBE_ACLS: 3, Api.CREATE_ACLS: 3, Api.DELETE_ACLS: 3,
     # the APIs naming topics the proxy keeps from clients (``protocol.refused_topics``); OffsetCommit v10 names
     # topics by id, which that check does not resolve
     Api.LIST_OFFSETS: 11, Api.OFFSET_COMMIT: 9, Api.DELETE_RECORDS: 2, Api.OFFSET_FOR_LEADER_EPOCH: 4,

@@ -4,10 +4,11 @@ id's, the cluster's), and every API the proxy does not judge yet kept for super 
 The proxy reaches the cluster under its own login, which the cluster lets do what the proxy may, whoever the client
 is: a request the proxy does not judge by the client's ACLs would be judged by the proxy's. So the APIs the proxy
 authorizes as Kafka's ``KafkaApis`` and ``ControllerApis`` do (``AUTHORIZED_APIS``: topics' data and metadata, their
-creation and deletion, coordinators, a group's membership and offsets, and producer ids so far) are judged
-(``judged_by_acls``), and a request of any other API from a principal that is not a super user closes its
-connection, with a log line naming the API: a client is never allowed what Kafka's ACLs would not allow it. (Kafka
-answers a request it refuses, with the API's own error; the proxy does so for the APIs it authorizes.)
+creation and deletion, coordinators, a group's membership and offsets, producer ids, and the ACLs themselves, which
+the proxy answers) are judged (``judged_by_acls``), and a request of any other API from a principal that is not a
+super user closes its connection, with a log line naming the API: a client is never allowed what Kafka's ACLs would
+not allow it. (Kafka answers a request it refuses, with the API's own error; the proxy does so for the APIs it
+authorizes.)
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from proxy.decision.outcome import (
     local_answer,
     replacement_request,
 )
+from proxy.handlers.acls import ACL_APIS
 from proxy.handlers.refused_topics import TOPIC_OPERATIONS
 from proxy.security.access import Access, requester_of
 from proxy.security.acls import CLUSTER_NAME, AclAuthorizer, AclOperation, ResourceType
@@ -66,9 +68,10 @@ NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SAS
 """The APIs Kafka authorizes no request of: forwarded."""
 JUDGED_BY_THEIR_HANDLERS = frozenset({
     Api.PRODUCE, Api.FETCH, Api.METADATA, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
-    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS),
+    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS), *ACL_APIS,
 })
-"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone."""
+"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone, and the
+ACL APIs (``proxy.handlers.acls``)."""
 NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
 """Left out of ApiVersions with the authorizer, and kept for super users: an all-topics DescribeTopicPartitions is
 answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not

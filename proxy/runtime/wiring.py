@@ -29,6 +29,7 @@ from proxy.cluster.usage_topic import POSITION_STORE as USAGE_TOPIC_POSITION_STO
 from proxy.cluster.usage_topic import usage_shipper
 from proxy.decision.interception import RequestHandler
 from proxy.files.watched_file import WatchedFile
+from proxy.handlers.acls import ACL_APIS, AclRequests
 from proxy.handlers.api_versions import ApiVersionsAnswers
 from proxy.handlers.authorization import judged_by_acls
 from proxy.handlers.chain import ClusterAnswers, RequestChain
@@ -61,8 +62,8 @@ from proxy.reporting.metrics import ProxyMetrics
 from proxy.reporting.usage_log import STORE as USAGE_LOG_STORE
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
-from proxy.security.acl_file import AclFileError, read_acl_file
-from proxy.security.acls import AclAuthorizer
+from proxy.security.acl_service import STORE as ACLS_STORE
+from proxy.security.acl_service import AclService
 from proxy.security.oauthbearer import token_validator
 from proxy.security.sasl import SaslServer
 from proxy.security.sasl_inspect import SaslInspector
@@ -89,8 +90,8 @@ class Services:
         """``known_brokers``: the node ids of the cluster's brokers the proxy has learnt (and serves)."""
         self.config = config
         self._state_lock = lock_directory(config.state_dir)  # first: nothing of the directory is read before
-        self.write_errors = WriteErrors((BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE, USAGE_LOG_STORE,
-                                         USAGE_TOPIC_POSITION_STORE))
+        self.write_errors = WriteErrors((ACLS_STORE, BLOCK_LOG_STORE, CLIENT_QUOTAS_STORE, LEDGER_STORE,
+                                         USAGE_LOG_STORE, USAGE_TOPIC_POSITION_STORE))
         upstream_tls = config.upstream_tls
         self.upstream_access = UpstreamAccess(config.upstream_sasl, None if upstream_tls is None else ReloadingContext(
             upstream_tls.context, upstream_tls.files(), "upstream"))
@@ -141,7 +142,8 @@ class Services:
         self.in_front_of_controllers = settings.mode == "forward"
         """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
         else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
-        self.authorizer, self._acl_file = self._authorizer()
+        self.acls = self._acls()
+        self.authorizer = None if self.acls is None else self.acls.authorizer
         self.access = Access(self.reserved_topics, self.authorizer)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.access)
         request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
@@ -165,6 +167,8 @@ class Services:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
+            **({} if self.acls is None else dict.fromkeys(ACL_APIS, AclRequests(self.acls, self.access,
+                                                                               in_a_fleet=fleet is not None))),
             **refused_topic_handlers,
             Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, refused_topic_handlers.get(Api.METADATA)),
         }
@@ -190,21 +194,17 @@ class Services:
                 Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutRefused(access, self.topic_names),
                 **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsetsWithoutReserved(self.reserved_topics))}
 
-    def _authorizer(self) -> tuple[AclAuthorizer | None, WatchedFile | None]:
-        """The ACLs' judge, with the ACL file to read again when it changes; raises ``AclFileError`` when the file
-        cannot be read (the proxy does not start with ACLs other than those it was given)."""
+    def _acls(self) -> AclService | None:
+        """The ACLs in force, with the authorizer; raises ``AclFileError`` when the ACL file or the state directory's
+        changes cannot be read (the proxy does not start with ACLs other than those it was given)."""
         settings = self.config.authorizer
         if settings is None:
-            return None, None
+            return None
         if self.in_front_of_controllers:
             raise ConfigError('[authorizer]: not in front of the controllers ([allocator] mode = "forward"), where '
                               "only brokers connect and nothing is judged by ACLs")
-        acl_file = None if settings.acl_file is None else WatchedFile(settings.acl_file)
-        acls = [] if acl_file is None else read_acl_file(acl_file.path)
-        authorizer = AclAuthorizer(acls, settings.super_users, settings.allow_everyone_if_no_acl_found)
-        log.info("the authorizer judges requests by %d ACL(s)%s", len(authorizer.acls),
-                 "" if acl_file is None else f" from {acl_file.path}")
-        return authorizer, acl_file
+        return AclService(settings.acl_file, self.config.state_dir, self.write_errors, settings.super_users,
+                          settings.allow_everyone_if_no_acl_found)
 
     def _block_claims(self, settings: AllocatorSettings) -> ClusterBlockClaims | None:
         if settings.pid_source != "cluster":
@@ -251,8 +251,8 @@ class Services:
         self._maintenance = [loop.create_task(self.quotas.maintain()), loop.create_task(self._flush_usage())]
         if self._users_file is not None:
             self._maintenance.append(loop.create_task(self._reload_users(self._users_file)))
-        if self.authorizer is not None and self._acl_file is not None:
-            self._maintenance.append(loop.create_task(self._reload_acls(self.authorizer, self._acl_file)))
+        if self.acls is not None:
+            self._maintenance.append(loop.create_task(self.acls.maintain()))
         if self._jwks_endpoint is not None:
             self._maintenance.append(loop.create_task(self._jwks_endpoint.refresh_periodically()))
         settings = self.allocator_settings
@@ -295,21 +295,6 @@ class Services:
                 log.error("keeping the loaded users: %s", error)
                 continue
             log.info("reloaded %d users from %s", len(self.users.users), users_file.path)
-
-    @staticmethod
-    async def _reload_acls(authorizer: AclAuthorizer, acl_file: WatchedFile) -> None:
-        """A changed ACL file applies to the next request; a bad one keeps the ACLs loaded before."""
-        while True:
-            await asyncio.sleep(RELOAD_INTERVAL_S)
-            if not acl_file.changed():
-                continue
-            try:
-                acls = read_acl_file(acl_file.path)
-            except AclFileError as error:
-                log.error("keeping the loaded ACLs: %s", error)
-                continue
-            authorizer.replace(acls)
-            log.info("reloaded %d ACL(s) from %s", len(authorizer.acls), acl_file.path)
 
     async def _flush_usage(self) -> None:
         """Each second, the usage counters go to the writer thread, stamped with that second."""

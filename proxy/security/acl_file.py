@@ -49,18 +49,31 @@ def read_acl_file(path: Path) -> list[AclBinding]:
     bindings: list[AclBinding] = []
     for number, entry in enumerate(entries, start=1):
         try:
-            bindings.extend(_bindings(entry))
+            bindings.extend(acls_of_entry(entry))
         except ValueError as problem:
             raise AclFileError(f"{path}: [[acl]] entry {number} {_named(entry)}: {problem}") from None
     return bindings
+
+
+def acl_entry(acl: AclBinding) -> dict[str, Any]:
+    """One ACL as an ``[[acl]]`` table (of one operation), which ``acls_of_entry`` reads back."""
+    return {"principal": acl.principal, "host": acl.host, "resource-type": _written(acl.resource_type),
+            "resource-name": acl.name, "pattern-type": _written(acl.pattern_type),
+            "operations": [_written(acl.operation)], "permission": _written(acl.permission)}
+
+
+def acls_of_entry(entry: Any) -> list[AclBinding]:
+    """The ACLs of one ``[[acl]]`` table; raises ValueError saying what is wrong with it."""
+    return _bindings(entry)
 
 
 def _named(entry: Any) -> str:
     """How an entry is called in an error: its principal and resource, as far as it has them."""
     if not isinstance(entry, dict):
         return ""
-    principal = entry.get("principal", "?")
-    return f"({principal} on {entry.get('resource-type', '?')} {entry.get('resource-name', CLUSTER_NAME)!s})"
+    kind = entry.get("resource-type", "?")
+    name = entry.get("resource-name", CLUSTER_NAME if kind == "cluster" else "?")
+    return f"({entry.get('principal', '?')} on {kind} {name!s})"
 
 
 def _bindings(entry: Any) -> list[AclBinding]:
@@ -120,5 +133,9 @@ def _squeezed(name: str) -> str:
     return name.replace("-", "").replace("_", "").upper()
 
 
+def _written(choice: AclOperation | AclPermission | PatternType | ResourceType) -> str:
+    return choice.name.lower().replace("_", "-")
+
+
 def _choices(choices: Sequence[Any]) -> str:
-    return ", ".join(choice.name.lower().replace("_", "-") for choice in choices)
+    return ", ".join(map(_written, choices))

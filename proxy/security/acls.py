@@ -142,6 +142,55 @@ class AclBinding:
         return None
 
 
+@dataclass(frozen=True)
+class AclFilter:
+    """What DescribeAcls and DeleteAcls match ACLs with (``AclBindingFilter``): a type ANY, a pattern type ANY or
+    MATCH (LITERAL of the name or ``*``, and PREFIXED of a prefix of it), an operation or permission ANY, and a name,
+    principal or host None match any; the operation is matched as it is (an ALL filter matches ALL ACLs alone). A
+    code Kafka does not know is UNKNOWN, which matches nothing."""
+
+    resource_type: ResourceType
+    name: str | None
+    pattern_type: PatternType
+    principal: str | None
+    host: str | None
+    operation: AclOperation
+    permission: AclPermission
+
+    def unknown_part(self) -> str | None:
+        """What DeleteAcls refuses a filter for (``AclControlManager.validateFilter``): "patternFilter" when its
+        resource type or pattern type is UNKNOWN, "entryFilter" when its operation or permission is; or None."""
+        if self.resource_type is ResourceType.UNKNOWN or self.pattern_type is PatternType.UNKNOWN:
+            return "patternFilter"
+        if self.operation is AclOperation.UNKNOWN or self.permission is AclPermission.UNKNOWN:
+            return "entryFilter"
+        return None
+
+    def matches(self, acl: AclBinding) -> bool:
+        return self._matches_pattern(acl) and self._matches_entry(acl)
+
+    def _matches_pattern(self, acl: AclBinding) -> bool:
+        """``ResourcePatternFilter.matches``."""
+        if self.resource_type is not ResourceType.ANY and self.resource_type is not acl.resource_type:
+            return False
+        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type is not acl.pattern_type:
+            return False
+        if self.name is None:
+            return True
+        if self.pattern_type in (PatternType.ANY, acl.pattern_type):
+            return self.name == acl.name
+        if acl.pattern_type is PatternType.LITERAL:
+            return acl.name in (self.name, WILDCARD)
+        return self.name.startswith(acl.name)
+
+    def _matches_entry(self, acl: AclBinding) -> bool:
+        """``AccessControlEntryFilter.matches``."""
+        return ((self.principal is None or self.principal == acl.principal)
+                and (self.host is None or self.host == acl.host)
+                and self.operation in (AclOperation.ANY, acl.operation)
+                and self.permission in (AclPermission.ANY, acl.permission))
+
+
 def java_host_address(address: str) -> str:
     """A client's address as Java's ``InetAddress.getHostAddress`` writes it, which is what Kafka compares an ACL's
     host with: IPv4 as it is (an IPv4-mapped IPv6 address too), IPv6 in eight groups of hex, none shortened
@@ -201,6 +250,10 @@ class AclAuthorizer:
         self._by_type = dict(by_type)
         self._decided = {}
         self.generation += 1
+
+    def matching(self, acl_filter: AclFilter) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches, in the order they were given."""
+        return [acl for acl in self.acls if acl_filter.matches(acl)]
 
     def authorize(self, requester: Requester, operation: AclOperation, resource_type: ResourceType,
                   name: str) -> bool:

@@ -215,7 +215,8 @@ TABLES: tuple[Table, ...] = (
                  list(_AUTHORIZER.super_users)),
         TableKey("allow-everyone-if-no-acl-found", "a resource no ACL covers is open to every principal",
                  _AUTHORIZER.allow_everyone_if_no_acl_found),
-        TableKey("acl-file", "the ACLs, as [[acl]] tables (docs/authorizer.md), read again when the file changes",
+        TableKey("acl-file", "the ACLs, as [[acl]] tables (docs/authorizer.md), read again when the file changes; "
+                 "kafka-acls adds and removes others over them",
                  derived="no ACLs: only super users are allowed, unless allow-everyone-if-no-acl-found"),
     )),
     Table("metrics", "protecting /metrics and /quotas/explain", (

@@ -11,6 +11,7 @@ that Kafka would refuse shows as a difference.
 from __future__ import annotations
 
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ from protocol.errors import FETCH_SESSION_ID_NOT_FOUND
 from proxy.dev.apache_kafka import LOOPBACK, KafkaCluster
 from proxy.security.sasl_messages import plain_token
 from proxy.security.users import UserStore, plain_credential, save_users
+from tests.fidelity import java_tool
 from tests.support import (
     CLUSTER_USERS,
     PASSWORDS,
@@ -359,10 +361,47 @@ def producer_ids(sock: socket.socket, side: Side) -> Any:
     return answers
 
 
+def acl_creation(name: str, pattern_type: int = 3, principal: str = "User:nobody", operation: int = 3,
+                 resource_type: int = 2) -> dict[str, Any]:
+    return {"resource_type": resource_type, "resource_name": name, "resource_pattern_type": pattern_type,
+            "principal": principal, "host": "*", "operation": operation, "permission_type": 3}
+
+
+def acl_filter(resource_type: int = 1, name: str | None = None, operation: int = 1) -> dict[str, Any]:
+    return {"resource_type_filter": resource_type, "resource_name_filter": name, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": operation, "permission_type": 1}
+
+
+def acl_requests(sock: socket.socket, side: Side) -> Any:
+    """Every ACL described (a super user's right alone here), creations Kafka refuses one by one (an empty name, a
+    principal without a type, a cluster of another name, an operation it does not know) or whole (a MATCH pattern
+    beside a valid ACL), and DeleteAcls filters it does not know beside one matching nothing: none of them changes
+    an ACL. A refusal's message is compared but for CLUSTER_AUTHORIZATION_FAILED's, which Kafka writes with the
+    request's connection in it."""
+    described = call(sock, Api.DESCRIBE_ACLS, 3, **acl_filter())
+    one_by_one = call(sock, Api.CREATE_ACLS, 3, creations=[
+        acl_creation(""), acl_creation("acl-none", principal="nobody"), acl_creation("acl-none", resource_type=4),
+        acl_creation("acl-none", operation=99)])
+    whole = call(sock, Api.CREATE_ACLS, 3, creations=[acl_creation("acl-none"), acl_creation("acl-none", 2)])
+    deleted = call(sock, Api.DELETE_ACLS, 3, filters=[acl_filter(99), acl_filter(operation=99),
+                                                      acl_filter(2, "acl-none")])
+
+    def told(code: int, message: str | None) -> tuple[int, str | None]:
+        return code, None if code == 31 else message
+
+    return (told(described.error_code, described.error_message),  # type: ignore[attr-defined]
+            sorted((r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+                    a.permission_type) for r in described.resources for a in r.acls),  # type: ignore[attr-defined]
+            [told(r.error_code, r.error_message) for r in one_by_one.results],  # type: ignore[attr-defined]
+            [told(r.error_code, r.error_message) for r in whole.results],  # type: ignore[attr-defined]
+            [(*told(r.error_code, r.error_message), len(r.matching_acls))
+             for r in deleted.filter_results])  # type: ignore[attr-defined]
+
+
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin]
+    topic_admin, acl_requests]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -433,6 +472,8 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert kafka[("alice", "fetched_as_a_follower")] == (0, [("acl-a.one", 29)])
     assert kafka[(SUPER_USER, "fetched_as_a_follower")] != (0, [("acl-a.one", 29)])
     assert kafka[("alice", "librdkafka consumer")] == "consumed"
+    assert kafka[("alice", "acl_requests")][0][0] == 31 and len(kafka[(SUPER_USER, "acl_requests")][1]) == len(ACLS)
+    assert kafka[(SUPER_USER, "acl_requests")][3] == [(-1, None)] * 2
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
 
 
@@ -480,7 +521,7 @@ def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_no
                     for partition in topic.partitions] == [True]
             setup.acl_file.write_text(original + '[[acl]]\nprincipal = "User:alice"\nresource-type = "topic"\n'
                                       'operations = ["write"]\npermission = "maybe"\n')
-            setup.proxy_process.wait_for_log("keeping the loaded ACLs", 30)
+            setup.proxy_process.wait_for_log("keeping the ACLs in force", 30)
             assert "[[acl]] entry 15" in setup.proxy_process.log() and alices_write_to_hidden() == 0
             setup.acl_file.write_text(original)
             wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")
@@ -492,3 +533,48 @@ def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_no
     finally:
         setup.acl_file.write_text(original)
     wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")
+
+
+def kafka_acls(side: Side, user: str, *args: str, succeeds: bool = True) -> str:
+    """Kafka's own ``kafka-acls`` (``AclCommand``, on the Java admin client), logged in as ``user``."""
+    config = Path(tempfile.mkdtemp()) / "login.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka."
+                      f'common.security.plain.PlainLoginModule required username="{user}" '
+                      f'password="{PASSWORDS[user]}";\n')
+    return java_tool("org.apache.kafka.tools.AclCommand", "--bootstrap-server", side.bootstrap, "--command-config",
+                     str(config), *args, succeeds=succeeds)
+
+
+def test_kafka_acls_manages_the_proxys_acls_as_kafkas_and_they_outlive_a_restart(setup: Setup) -> None:
+    """What ``kafka-acls`` adds through the proxy applies to the next request, as on Kafka, is listed as Kafka lists
+    it, is still there after the proxy restarts, and is gone once removed; a principal without ALTER on the cluster
+    may not add one, on either."""
+    sides = (setup.kafka, setup.proxy)
+    carols_grant = ("--allow-principal", "User:carol", "--operation", "Write", "--operation", "Describe",
+                    "--topic", "acl-public")
+
+    def carols_write(side: Side) -> int:
+        with side.connect("carol") as sock:
+            return dict(produced(sock, side))["acl-public"]  # type: ignore[no-any-return]
+
+    def listed(side: Side) -> list[str]:
+        return sorted(line.strip() for line in kafka_acls(side, SUPER_USER, "--list", "--topic", "acl-public")
+                      .splitlines() if line.strip())
+
+    assert [carols_write(side) for side in sides] == [29, 29]
+    refused = [kafka_acls(side, "alice", "--add", *carols_grant, succeeds=False) for side in sides]
+    assert all("ClusterAuthorizationException" in printed for printed in refused), refused
+    try:
+        for side in sides:
+            kafka_acls(side, SUPER_USER, "--add", *carols_grant)
+        wait_until(lambda: [carols_write(side) for side in sides] == [0, 0], 30, "carol's write allowed on both")
+        assert listed(setup.kafka) == listed(setup.proxy)
+        assert any("principal=User:carol" in line for line in listed(setup.proxy))
+        assert setup.proxy_process.stop() == 0
+        setup.proxy_process.start()
+        assert carols_write(setup.proxy) == 0, "the ACL outlives the proxy's restart"
+    finally:
+        for side in sides:
+            kafka_acls(side, SUPER_USER, "--remove", "--force", *carols_grant)
+    wait_until(lambda: [carols_write(side) for side in sides] == [29, 29], 30, "carol's write refused on both")
+    assert listed(setup.kafka) == listed(setup.proxy)

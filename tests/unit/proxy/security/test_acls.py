@@ -10,6 +10,7 @@ from proxy.security.acls import (
     CLUSTER_NAME,
     AclAuthorizer,
     AclBinding,
+    AclFilter,
     AclOperation,
     AclPermission,
     PatternType,
@@ -157,6 +158,25 @@ def test_decisions_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 ])
 def test_an_acl_kafka_would_not_create_is_refused_with_its_reason(binding: AclBinding, reason: str | None) -> None:
     assert binding.invalid_reason() == reason
+
+
+def test_a_filter_matches_as_kafkas_acl_binding_filter() -> None:
+    literal, prefixed, wildcard = acl("pay.in", READ), acl("pay.", READ, pattern_type=PREFIXED), acl("*", ALL)
+    authorizer = AclAuthorizer([literal, prefixed, wildcard, acl("g", READ, resource_type=GROUP)])
+
+    def matched(name: str | None, pattern_type: PatternType, operation: AclOperation = AclOperation.ANY,
+                resource_type: ResourceType = TOPIC) -> list[AclBinding]:
+        return authorizer.matching(AclFilter(resource_type, name, pattern_type, None, None, operation,
+                                             AclPermission.ANY))
+
+    assert matched("pay.in", PatternType.MATCH) == [literal, prefixed, wildcard]
+    assert matched("pay.in", PatternType.ANY) == [literal]
+    assert matched("pay.", PREFIXED) == [prefixed] and matched("pay.", LITERAL) == []
+    assert matched(None, PatternType.ANY) == [literal, prefixed, wildcard]
+    assert matched("*", PatternType.MATCH) == [wildcard]  # a filter's "*" is no wildcard
+    assert matched(None, PatternType.ANY, ALL) == [wildcard]  # ALL is matched as it is
+    assert len(matched(None, PatternType.ANY, resource_type=ResourceType.ANY)) == 4
+    assert matched(None, PatternType.ANY, resource_type=ResourceType.UNKNOWN) == []
 
 
 @pytest.mark.parametrize(("address", "java"), [
