@@ -29,10 +29,11 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from proxy.cluster.client import ClusterClient, ClusterError, Record
-from proxy.cluster.shared_overrides import SharedOverrides
+from proxy.cluster.shared_settings import shared_acls, shared_overrides
 from proxy.cluster.topic_link import RETRY_BACKOFF_S, TopicLink
 from proxy.cluster.upstream import UPSTREAM_ERRORS, UpstreamAccess
 from proxy.reporting.metrics import Observations
+from proxy.security.acl_service import AclService
 from proxy.settings.config import ConfigError, ProxyConfig
 from proxy.settings.definitions import Table, TableKey
 from proxy.state.quota_service import QuotaService, now_ms
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "__kafka_quota_proxy_usage"
 DEFAULT_QUOTAS_TOPIC = "__kafka_quota_proxy_quotas"
+DEFAULT_ACLS_TOPIC = "__kafka_quota_proxy_acls"
 DEFAULT_PUBLISH_INTERVAL_MS = 200
 TOPIC_RETENTION_MS = 600_000
 """``retention.ms`` of the usage topic when the proxy creates it: a member reads back one window at start."""
@@ -64,6 +66,8 @@ FLEET_TABLE = Table("fleet", "sharing quotas with the other proxies (or --worker
     TableKey("publish-interval-ms", "how often a member publishes its usage (10-60000)",
              DEFAULT_PUBLISH_INTERVAL_MS),
     TableKey("quotas-topic", "the compacted topic holding the quotas set with AlterClientQuotas", DEFAULT_QUOTAS_TOPIC),
+    TableKey("acls-topic", "the compacted topic holding the ACLs created and deleted with CreateAcls and DeleteAcls "
+             "(with [authorizer])", DEFAULT_ACLS_TOPIC),
 ))
 """``[fleet]``'s keys, for the settings reference and the check of what the table holds."""
 
@@ -77,7 +81,13 @@ class FleetSettings:
     """Unique in the fleet; "" means the advertised host:port of the bootstrap listener."""
     publish_interval_ms: int = DEFAULT_PUBLISH_INTERVAL_MS
     quotas_topic: str = DEFAULT_QUOTAS_TOPIC
-    """Where the fleet keeps the quotas set through AlterClientQuotas (``SharedOverrides``)."""
+    """Where the fleet keeps the quotas set through AlterClientQuotas (``shared_overrides``)."""
+    acls_topic: str = DEFAULT_ACLS_TOPIC
+    """Where the fleet keeps the ACLs created and deleted through the ACL APIs (``shared_acls``)."""
+
+    @property
+    def own_topics(self) -> tuple[str, ...]:
+        return self.topic, self.quotas_topic, self.acls_topic
 
     @classmethod
     def from_config(cls, config: ProxyConfig) -> FleetSettings | None:
@@ -92,14 +102,17 @@ class FleetSettings:
             settings = cls(topic=str(table.get("topic", DEFAULT_TOPIC)),
                            instance_id=str(table.get("instance-id", "")),
                            publish_interval_ms=int(table.get("publish-interval-ms", DEFAULT_PUBLISH_INTERVAL_MS)),
-                           quotas_topic=str(table.get("quotas-topic", DEFAULT_QUOTAS_TOPIC)))
+                           quotas_topic=str(table.get("quotas-topic", DEFAULT_QUOTAS_TOPIC)),
+                           acls_topic=str(table.get("acls-topic", DEFAULT_ACLS_TOPIC)))
         except (TypeError, ValueError) as error:
             raise ConfigError(f"[fleet]: {error}") from None
-        for key, topic in (("topic", settings.topic), ("quotas-topic", settings.quotas_topic)):
+        keys = ("topic", "quotas-topic", "acls-topic")
+        for key, topic in zip(keys, settings.own_topics, strict=True):
             if not topic or len(topic) > 249:  # the cluster judges the rest (a member says so in the log)
                 raise ConfigError(f"[fleet] {key}: a topic name of 1 to 249 characters")
-        if settings.topic == settings.quotas_topic:
-            raise ConfigError(f"[fleet] topic and quotas-topic: two topics, not one ({settings.topic})")
+        if len(set(settings.own_topics)) < len(keys):
+            raise ConfigError(f"[fleet] {', '.join(keys)}: a topic each, not one for two "
+                              f"({', '.join(settings.own_topics)})")
         if not 10 <= settings.publish_interval_ms <= 60_000:
             raise ConfigError(f"[fleet] publish-interval-ms: 10..60000, got {settings.publish_interval_ms}")
         return settings
@@ -115,7 +128,7 @@ def wall_ms() -> int:
 
 class Fleet(Collector):
     def __init__(self, settings: FleetSettings, instance: str, quotas: QuotaService, config: ProxyConfig,
-                 access: UpstreamAccess, registry: CollectorRegistry) -> None:
+                 access: UpstreamAccess, registry: CollectorRegistry, acls: AclService | None = None) -> None:
         self.settings = settings
         self.instance = instance
         self._quotas = quotas
@@ -143,7 +156,9 @@ class Fleet(Collector):
         self._usage_age = Observations(USAGE_AGE_BUCKETS_S)
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_ready = asyncio.Event()
-        self.overrides = SharedOverrides(settings.quotas_topic, quotas, config, access, registry)
+        self.overrides = shared_overrides(settings.quotas_topic, quotas, config, access, registry)
+        self.acls = None if acls is None else shared_acls(settings.acls_topic, acls, config, access, registry)
+        """With the authorizer: the ACLs created and deleted through the API, shared by the fleet."""
         registry.register(self)
 
     @staticmethod
@@ -154,11 +169,15 @@ class Fleet(Collector):
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._publish_forever()), loop.create_task(self._read_forever())]
         self.overrides.start()
+        if self.acls is not None:
+            self.acls.start()
         log.info("fleet: member %s of the fleet on topic %s (publishing every %d ms)", self.instance,
                  self.settings.topic, self.settings.publish_interval_ms)
 
     async def stop(self) -> None:
         await self.overrides.stop()
+        if self.acls is not None:
+            await self.acls.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

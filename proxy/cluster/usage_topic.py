@@ -82,7 +82,7 @@ class UsageTopicSettings:
         if not isinstance(topic, str) or len(topic) > 249:  # the cluster judges the rest (the log says so)
             raise ConfigError(f"[usage] topic: a topic name of at most 249 characters, got {topic!r}")
         fleet = FleetSettings.from_config(config)
-        if fleet is not None and topic in (fleet.topic, fleet.quotas_topic):
+        if fleet is not None and topic in fleet.own_topics:
             raise ConfigError(f"[usage] topic: {topic} is a topic of the [fleet] already; the usage log needs its own")
         return cls(topic) if topic else None
 

@@ -15,9 +15,8 @@ Kafka's ``kafka-acls`` manages the ACLs the proxy decides by, as Kafka's ``AclAp
   filter that matched it); more than ``MAX_ACLS_PER_OPERATION`` fails every filter;
 - DescribeAcls lists what its filter matches, by resource pattern.
 
-Without the authorizer the proxy does not answer them: they are forwarded to the cluster, as every API it does not
-judge. In a fleet CreateAcls and DeleteAcls are refused (INVALID_REQUEST): a change through one member would not reach
-the others, which decide by the ACL file alone.
+What is created and deleted is kept by ``AclService`` (the state directory; a fleet's topic). Without the authorizer
+the proxy does not answer them: they are forwarded to the cluster, as every API it does not judge.
 """
 
 from __future__ import annotations
@@ -48,18 +47,15 @@ FIRST_ACL_API_VERSION = 1
 """Kafka 4.3 serves these APIs from v1 on (v0 was removed)."""
 MAX_ACLS_PER_OPERATION = 10_000
 """A DeleteAcls deleting more fails whole, as Kafka's controller refuses it (``MAX_RECORDS_PER_USER_OP``)."""
-IN_A_FLEET = ("the members of a fleet decide by their ACL file ([authorizer] acl-file): an ACL created or deleted "
-              "through one member would not reach the others")
 Code = TypeVar("Code", AclOperation, AclPermission, PatternType, ResourceType)
 Result = tuple[int, str | None]
 _SUCCEEDED: Result = (0, None)
 
 
 class AclRequests:
-    def __init__(self, acls: AclService, access: Access, in_a_fleet: bool) -> None:
+    def __init__(self, acls: AclService, access: Access) -> None:
         self._acls = acls
         self._access = access
-        self._in_a_fleet = in_a_fleet
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
@@ -111,8 +107,6 @@ class AclRequests:
         refusal = self._refusal(caller, AclOperation.ALTER)
         if refusal is None and any(_not_an_acl(acl) for acl in acls):
             refusal = (UNKNOWN_SERVER_ERROR, None)
-        if refusal is None and self._in_a_fleet:
-            refusal = (INVALID_REQUEST, IN_A_FLEET)
         if refusal is not None:
             return _created(header, [refusal] * len(acls))
         reasons = [acl.invalid_reason() for acl in acls]
@@ -125,7 +119,7 @@ class AclRequests:
             try:
                 await self._acls.change(created=valid)
             except OSError as error:
-                return _created(header, [(UNKNOWN_SERVER_ERROR, f"not saved: {error}") if code == 0 else
+                return _created(header, [(UNKNOWN_SERVER_ERROR, f"not applied: {error}") if code == 0 else
                                          (code, message) for code, message in results])
             return _created(header, results)
 
@@ -138,8 +132,6 @@ class AclRequests:
         if None in filters:
             return CLOSE
         refusal = self._refusal(caller, AclOperation.ALTER)
-        if refusal is None and self._in_a_fleet:
-            refusal = (INVALID_REQUEST, IN_A_FLEET)
         if refusal is not None:
             return _deleted(header, [(*refusal, [])] * len(filters))
         in_force = self._acls.authorizer
@@ -160,7 +152,7 @@ class AclRequests:
             try:
                 await self._acls.change(deleted=deleted)
             except OSError as error:
-                return _deleted(header, [(UNKNOWN_SERVER_ERROR, f"not saved: {error}", []) if matched else
+                return _deleted(header, [(UNKNOWN_SERVER_ERROR, f"not applied: {error}", []) if matched else
                                          (code, message, matched) for code, message, matched in outcomes])
             return _deleted(header, outcomes)
 

@@ -110,9 +110,15 @@ class Services:
         self.quotas = QuotaService(config.quota_file, self.metrics.registry, config.state_dir, config.connection_limits,
                                    self.write_errors)
         self.metrics.busiest_ips = self.quotas.connections.busiest_ips
+        self.allocator_settings = settings = AllocatorSettings.from_config(config)
+        self.in_front_of_controllers = settings.mode == "forward"
+        """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
+        else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
+        self.acls = self._acls()
+        self.authorizer = None if self.acls is None else self.acls.authorizer
         fleet = FleetSettings.from_config(config)
         self.fleet = None if fleet is None else Fleet(fleet, fleet.instance(config, config.worker), self.quotas, config,
-                                                      self.upstream_access, self.metrics.registry)
+                                                      self.upstream_access, self.metrics.registry, self.acls)
         if self.fleet is None and self.quotas.config.settings.quota_scope is QuotaScope.CLUSTER:
             log.warning("quota.scope is \"cluster\" but --config has no [fleet]: budgets are this proxy's alone")
         self.usage = UsageLog(config.state_dir / "usage", config.usage_retention_days, self.write_errors)
@@ -125,7 +131,6 @@ class Services:
                                             else (None, None))
         """What checks OAUTHBEARER tokens (terminate mode), and the JWKS endpoint it fetches keys from."""
         self._users_file = WatchedFile(config.sasl_users) if config.sasl_users else None
-        self.allocator_settings = settings = AllocatorSettings.from_config(config)
         self.blocks = BlockLog(config.state_dir / BLOCK_LOG_FILE, settings.first_id, settings.end_id)
         self.allocator = Allocator(self.blocks, self.write_errors, self._block_claims(settings))
         self.ledger = LedgerRecorder(open_ledger(config.state_dir, settings.ledger_capacity), self.write_errors,
@@ -134,16 +139,11 @@ class Services:
         self.cluster = ClusterInfo(config, known_brokers, self.upstream_access)
         self.topic_names = TopicNames(self.cluster.topics_by_id)
         self.reserved_topics = frozenset(
-            ([fleet.topic, fleet.quotas_topic] if fleet is not None else [])
+            (list(fleet.own_topics) if fleet is not None else [])
             + ([settings.blocks_topic] if settings.pid_source == "cluster" else [])
             + ([self.usage_shipper.topic] if self.usage_shipper is not None else []))
         """The proxy's own topics: no client's request may reach them (the proxy writes them with its own login,
         which the cluster lets write them whoever the client is)."""
-        self.in_front_of_controllers = settings.mode == "forward"
-        """Between the brokers and the controller quorum: only AllocateProducerIds is looked at, everything
-        else (KRaft's Fetch, BrokerRegistration, BrokerHeartbeat, ...) passes untouched, addresses included."""
-        self.acls = self._acls()
-        self.authorizer = None if self.acls is None else self.acls.authorizer
         self.access = Access(self.reserved_topics, self.authorizer)
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.access)
         request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
@@ -167,8 +167,7 @@ class Services:
             Api.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsHandler(self.allocator, settings, allocations),
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
-            **({} if self.acls is None else dict.fromkeys(ACL_APIS, AclRequests(self.acls, self.access,
-                                                                               in_a_fleet=fleet is not None))),
+            **({} if self.acls is None else dict.fromkeys(ACL_APIS, AclRequests(self.acls, self.access))),
             **refused_topic_handlers,
             Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, refused_topic_handlers.get(Api.METADATA)),
         }

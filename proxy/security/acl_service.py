@@ -2,11 +2,13 @@
 DeleteAcls, as the quota file is by AlterClientQuotas.
 
 An ACL created through the API is in force until it is deleted through the API; one deleted through the API stays
-deleted, the file's too (its deletion is kept, so that ``kafka-acls --remove`` does what it says whatever the file
-holds). The API's changes are kept in ``<state-dir>/acls.json``, so they outlive restarts: a change is saved (write,
-fsync, rename, on a worker thread: a stalled disk must not stall every connection) before it is in force, and one
-whose save fails changes nothing. The ACL file is read again when it changes; a bad one keeps the ACLs in force and
-logs the file and entry.
+deleted, even if the file has it or comes to have it (its deletion is kept, so that ``kafka-acls --remove`` does what
+it says whatever the file holds). A proxy alone keeps the API's changes in ``<state-dir>/acls.json``, so they outlive
+restarts: a change is saved (write, fsync, rename, on a worker thread: a stalled disk must not stall every
+connection) before it is in force, and one whose save fails changes nothing. A fleet keeps them in a topic of the
+cluster (``share``; ``proxy.cluster.shared_settings``): a change is published there and in force as each member
+reads it back, and the file is a copy of what was read, in force at a start until the topic is read. The ACL file is
+read again when it changes; a bad one keeps the ACLs in force and logs the file and entry.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from allocator.durable import WriteErrors, write_durably
+from allocator.durable import WriteErrors
+from proxy.files.state_document import StateDocument
 from proxy.files.watched_file import WatchedFile
 from proxy.security.acl_file import AclFileError, acl_entry, acls_of_entry, read_acl_file
 from proxy.security.acls import AclAuthorizer, AclBinding
@@ -40,11 +43,12 @@ class AclService:
         with ACLs other than those it was given."""
         self._acl_file = None if acl_file is None else WatchedFile(acl_file)
         self._file_acls = [] if self._acl_file is None else read_acl_file(self._acl_file.path)
-        self._changes_path = state_dir / ACLS_FILE
-        self.changes: AclChanges = read_changes(self._changes_path)
-        self._write_errors = write_errors
+        self.changes: AclChanges = read_changes(state_dir / ACLS_FILE)
         self._saving = asyncio.Lock()
-        """Changes are saved one after another, each over the one before."""
+        """Held while the changes change: one after another, each over the one before."""
+        self._saved = StateDocument(state_dir / ACLS_FILE, STORE, write_errors, changes_document, self._saving)
+        self._publish: Callable[[AclChanges], Awaitable[None]] | None = None
+        """In a fleet: hands a change to the fleet's ACL topic, returning once it is there (and read back)."""
         self.authorizer = AclAuthorizer(self._in_force(self.changes), super_users, allow_everyone_if_no_acl_found)
         log.info("the authorizer judges requests by %d ACL(s)%s%s", len(self.authorizer.acls),
                  "" if self._acl_file is None else f" of {self._acl_file.path}",
@@ -54,25 +58,29 @@ class AclService:
         return [acl for acl in dict.fromkeys([*self._file_acls, *changes]) if changes.get(acl, True)]
 
     async def change(self, created: Iterable[AclBinding] = (), deleted: Iterable[AclBinding] = ()) -> None:
-        """Save, then put in force, ACLs created and deleted through the API; raises OSError when the save failed,
-        and then nothing changed."""
+        """Save (or, in a fleet, publish), then put in force, ACLs created and deleted through the API; raises OSError
+        when the save or the publication failed, and then nothing changed."""
+        delta: AclChanges = {**dict.fromkeys(deleted, False), **dict.fromkeys(created, True)}
         async with self._saving:
-            changes = dict(self.changes)
-            file_acls = set(self._file_acls)
-            for acl in deleted:
-                if acl in file_acls:
-                    changes[acl] = False
-                else:
-                    changes.pop(acl, None)
-            changes.update(dict.fromkeys(created, True))
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, save_changes, self._changes_path, changes)
-            except OSError as error:
-                self._write_errors.failed(STORE, error)
-                raise
-            self._write_errors.succeeded(STORE)
+            if self._publish is not None:
+                await self._publish(delta)  # in force once read back from the topic (replace_changes)
+                return
+            changes = {**self.changes, **delta}
+            await self._saved.save(changes)
             self.changes = changes
             self.authorizer.replace(self._in_force(changes))
+
+    def share(self, publish: Callable[[AclChanges], Awaitable[None]]) -> None:
+        """Keep the API's changes in the fleet's topic: ``change`` hands them to ``publish``, and
+        ``replace_changes`` puts in force what is read from the topic."""
+        self._publish = publish
+
+    def replace_changes(self, changes: AclChanges) -> None:
+        """Put in force the changes read from the fleet's topic, and copy them to the state directory in the
+        background."""
+        self.changes = changes
+        self.authorizer.replace(self._in_force(changes))
+        self._saved.copy(changes, lambda: self.changes)
 
     def reload_if_changed(self) -> None:
         if self._acl_file is None or not self._acl_file.changed():
@@ -117,8 +125,7 @@ def read_changes(path: Path) -> AclChanges:
     return changes
 
 
-def save_changes(path: Path, changes: AclChanges) -> None:
-    """Write what ``read_changes`` reads (durably: a crash leaves the file before or after, whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def changes_document(changes: AclChanges) -> bytes:
+    """What ``read_changes`` reads."""
     entries = [{**acl_entry(acl), "in-force": in_force} for acl, in_force in changes.items()]
-    write_durably(path, json.dumps({"acls": entries}, indent=1).encode())
+    return json.dumps({"acls": entries}, indent=1).encode()

@@ -13,7 +13,6 @@ why. Quota time is ``now_ms()``: the request chain reads it once per request and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,7 +20,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from allocator.durable import WriteErrors, write_durably
+from allocator.durable import WriteErrors
+from proxy.files.state_document import StateDocument
 from proxy.files.watched_file import WatchedFile
 from quotas.byte_rates import ByteRateManager, ClientQuotaManager, TenantBudgets, TopicQuotaManager
 from quotas.config import QuotaConfig, QuotaConfigError, QuotaEntity, QuotaType, load_quota_file
@@ -54,16 +54,14 @@ class QuotaService:
     def __init__(self, quota_file: Path | None, registry: CollectorRegistry, state_dir: Path | None = None,
                  connection_limits: ConnectionLimits | None = None, write_errors: WriteErrors | None = None) -> None:
         self._quota_file = None if quota_file is None else WatchedFile(quota_file)
-        self._overrides_path = None if state_dir is None else state_dir / OVERRIDES_FILE
-        self._kept_in = None if self._overrides_path is None else str(self._overrides_path)
+        self._saving = asyncio.Lock()
+        """Held while the overrides change: one after another, each over the one before."""
+        self._saved = None if state_dir is None else StateDocument(
+            state_dir / OVERRIDES_FILE, STORE, write_errors or WriteErrors(), overrides_document, self._saving)
+        self._kept_in = None if self._saved is None else str(self._saved.path)
         """Where the overrides are kept, as ``quotas explain`` names their origin."""
         self._publish: Callable[[OverrideChanges], Awaitable[None]] | None = None
         """With a fleet: hands a change to the fleet's topic, returning once it is there (and read back)."""
-        self._copying: set[asyncio.Task[None]] = set()
-        """Copies of the fleet's overrides being written to the state directory (kept: a task unreferenced may go)."""
-        self._write_errors = write_errors or WriteErrors()
-        self._saving = asyncio.Lock()
-        """Changes are saved one after another, each over the one before."""
         self.overrides: Overrides = self._load_overrides()
         self._file_config = self._load() if quota_file is not None else QuotaConfig()
         config = self._effective(self.overrides)
@@ -175,8 +173,8 @@ class QuotaService:
             if self._publish is not None:
                 await self._publish(changes)  # in force once read back from the topic (replace_overrides)
                 return
-            if self._overrides_path is not None:
-                await self._save(overrides)
+            if self._saved is not None:
+                await self._saved.save(overrides)
             self.overrides = overrides
             self.apply(config)
 
@@ -186,40 +184,16 @@ class QuotaService:
         config = self._effective(overrides)
         self.overrides = overrides
         self.apply(config)
-        if self._overrides_path is not None:
-            self._copying.add(task := asyncio.get_running_loop().create_task(self._copy_overrides(overrides)))
-            task.add_done_callback(self._copying.discard)
-
-    async def _copy_overrides(self, overrides: Overrides) -> None:
-        async with self._saving:
-            if overrides is not self.overrides:
-                return  # a later copy follows
-            with contextlib.suppress(OSError):  # counted and logged; the topic still has them
-                await self._save(overrides)
-
-    async def _save(self, overrides: Overrides) -> None:
-        """Write ``overrides`` to the state directory (write, fsync, rename, on a worker thread), the outcome
-        counted; raises OSError."""
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self._save_overrides, overrides)
-        except OSError as error:
-            self._write_errors.failed(STORE, error)
-            raise
-        self._write_errors.succeeded(STORE)
+        if self._saved is not None:
+            self._saved.copy(overrides, lambda: self.overrides)
 
     def _load_overrides(self) -> Overrides:
-        path = self._overrides_path
+        path = None if self._saved is None else self._saved.path
         if path is None or not path.exists():
             return {}
         overrides = read_overrides(path)
         log.info("loaded %d client-quota overrides from %s", len(overrides), path)
         return overrides
-
-    def _save_overrides(self, overrides: Overrides) -> None:
-        path = self._overrides_path
-        assert path is not None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(path, overrides_document(overrides))
 
     async def maintain(self) -> None:
         """Reload the file when it changes and drop expired producer-ID filters (KIP-936 cleanup)."""

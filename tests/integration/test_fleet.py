@@ -35,10 +35,11 @@ THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3,  # type: ignore[no-untyped-def]
-                quotas_topic: str | None = None, first: int = 0, arguments: tuple[str, ...] = ()
-                ) -> list[ProxyProcess]:
-    """``members`` proxies sharing a fresh usage topic (and quota topic, unless named), with ``quotas`` in cluster
-    scope; ANONYMOUS may set quotas (``[admin]``). ``arguments``: more of each member's command line."""
+                quotas_topic: str | None = None, first: int = 0, arguments: tuple[str, ...] = (),
+                more_config: str = "", acls_topic: str | None = None) -> list[ProxyProcess]:
+    """``members`` proxies sharing a fresh usage topic (and quota topic, unless named; ACL topic, if named), with
+    ``quotas`` in cluster scope; ANONYMOUS may set quotas (``[admin]``). ``arguments``: more of each member's command
+    line; ``more_config``: more of its ``--config`` file, after ``[fleet]`` and ``[admin]``."""
     quota_file = tmp_path / "quotas.toml"
     quota_file.write_text(quotas.replace("[settings]\n", '[settings]\n"quota.scope" = "cluster"\n'))
     usage_topic = f"usage-{uuid.uuid4().hex[:8]}"
@@ -48,7 +49,8 @@ def start_fleet(own_proxy, tmp_path: Path, quotas: str, members: int = 3,  # typ
         config = tmp_path / f"fleet{member}.toml"
         config.write_text(f'[fleet]\ntopic = "{usage_topic}"\nquotas-topic = "{quotas_topic}"\n'
                           f'instance-id = "proxy-{member}"\npublish-interval-ms = 200\n'
-                          '[admin]\nprincipals = ["User:ANONYMOUS"]\n')
+                          + (f'acls-topic = "{acls_topic}"\n' if acls_topic else "")
+                          + '[admin]\nprincipals = ["User:ANONYMOUS"]\n' + more_config)
         proxies.append(own_proxy("--quota-file", str(quota_file), "--config", str(config), *arguments))
     for proxy in proxies:
         proxy.wait_for_log("fleet: can read the usage topic", timeout_s=30)
@@ -266,7 +268,7 @@ def test_members_keep_the_quotas_they_read_while_the_topic_is_gone_and_give_them
         assert described_producer_rate(proxy, "ANONYMOUS") == 50_000  # kept meanwhile
     # made again by a member (whichever reads first), and given the overrides in force: a member that starts now
     # reads them
-    wait_for_log_in_any(proxies, "is new: publishing the 1 overrides in force", timeout_s=60)
+    wait_for_log_in_any(proxies, "is new: publishing the 1 settings in force", timeout_s=60)
     (late,) = start_fleet(own_proxy, tmp_path, "[settings]\n", members=1, quotas_topic=quotas_topic, first=2)
     until_every_member_describes([late], "ANONYMOUS", 50_000)  # the seed may land after its first read
     assert all(metrics(proxy)["kafka_quota_proxy_quota_store_reachable"] == 1 for proxy in (*proxies, late))
@@ -564,3 +566,56 @@ def metrics_of(port: int, timeout_s: float = 30) -> dict[str, float]:
         text = response.read().decode()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def anonymous_write(proxy: ProxyProcess, topic: str) -> int:
+    """The error of one record ANONYMOUS writes to ``topic`` through ``proxy``."""
+    with connect_to_leader(proxy, topic) as sock:
+        answer = call(sock, Api.PRODUCE, 9, transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
+            {"name": topic, "partition_data": [{"index": 0, "records": record_batch([b"a record"])}]}])
+    return int(answer.responses[0].partition_responses[0].error_code)  # type: ignore[attr-defined]
+
+
+def acl_change(proxy: ProxyProcess, api_key: int, topic: str) -> list[int]:
+    """ANONYMOUS's WRITE on ``topic`` created (CreateAcls) or deleted (DeleteAcls) through ``proxy``: the errors."""
+    fields = {"resource_type": 2, "resource_name": topic, "principal": "User:ANONYMOUS", "host": "*",
+              "operation": 4, "permission_type": 3}
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        if api_key == Api.CREATE_ACLS:
+            created = call(sock, api_key, 3, creations=[{**fields, "resource_pattern_type": 3}])
+            return [result.error_code for result in created.results]  # type: ignore[attr-defined]
+        deleted = call(sock, api_key, 3, filters=[{
+            "resource_type_filter": 2, "resource_name_filter": topic, "pattern_type_filter": 3,
+            "principal_filter": "User:ANONYMOUS", "host_filter": "*", "operation": 4, "permission_type": 3}])
+        return [len(result.matching_acls) for result in deleted.filter_results]  # type: ignore[attr-defined]
+
+
+def test_an_acl_created_through_one_member_is_enforced_by_all_and_outlives_them(  # type: ignore[no-untyped-def]
+        own_proxy, broker: Cluster, tmp_path: Path, topic: str) -> None:
+    """With the authorizer, the ACLs created and deleted with the ACL APIs are the fleet's, as the quotas set with
+    AlterClientQuotas are: kept in a topic of the cluster, read by every member (and by a member that starts later)."""
+    acl_file = tmp_path / "acls.toml"
+    acl_file.write_text('[[acl]]\nprincipal = "User:ANONYMOUS"\nresource-type = "cluster"\noperations = ["alter"]\n'
+                        '[[acl]]\nprincipal = "User:ANONYMOUS"\nresource-type = "topic"\nresource-name = "*"\n'
+                        'operations = ["describe"]\n')
+    acls_topic = f"acls-{uuid.uuid4().hex[:8]}"
+    authorizer = f'[authorizer]\nenabled = true\nacl-file = "{acl_file}"\n'
+    proxies = start_fleet(own_proxy, tmp_path, "[settings]\n", members=2, more_config=authorizer,
+                          acls_topic=acls_topic)
+    create_topic(broker.bootstrap, topic)
+    assert [anonymous_write(proxy, topic) for proxy in proxies] == [29, 29]
+    assert acl_change(proxies[0], Api.CREATE_ACLS, topic) == [0]
+    assert anonymous_write(proxies[0], topic) == 0, "in force on the member that took it when it answers"
+    wait_until(lambda: anonymous_write(proxies[1], topic) == 0, 30, "the other member allowing the write")
+    assert acl_change(proxies[1], Api.DELETE_ACLS, topic) == [1]
+    assert anonymous_write(proxies[1], topic) == 29
+    wait_until(lambda: anonymous_write(proxies[0], topic) == 29, 30, "the other member refusing the write again")
+    assert acl_change(proxies[0], Api.CREATE_ACLS, topic) == [0]
+    for proxy in proxies:
+        assert proxy.stop() == 0, proxy.log()
+    # all of them gone: the topic keeps the ACLs for the next fleet (a member on a fresh state directory)
+    (late,) = start_fleet(own_proxy, tmp_path, "[settings]\n", members=1, first=5, more_config=authorizer,
+                          acls_topic=acls_topic)
+    late.wait_for_log("ACLs: can read the ACL topic", timeout_s=30)
+    wait_until(lambda: anonymous_write(late, topic) == 0, 30, "the late member allowing the write")
+    assert metrics(late)["kafka_quota_proxy_acl_store_reachable"] == 1

@@ -13,7 +13,7 @@ from protocol.codecs import decode_response
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNKNOWN_SERVER_ERROR
 from protocol.header import response_header_length
 from proxy.decision.outcome import CLOSE, Caller, Decided
-from proxy.handlers.acls import IN_A_FLEET, MAX_ACLS_PER_OPERATION, AclRequests
+from proxy.handlers.acls import MAX_ACLS_PER_OPERATION, AclRequests
 from proxy.security.access import Access
 from proxy.security.acl_service import AclService, read_changes
 from proxy.security.acls import AclBinding, AclOperation, AclPermission, PatternType, ResourceType
@@ -48,12 +48,12 @@ def acl_filter(resource_type: int = ResourceType.ANY, name: str | None = None, p
 class Proxy:
     """An ``AclRequests`` over an ``AclService`` of ``file_acls`` (in an ACL file) and a state directory."""
 
-    def __init__(self, tmp_path: Path, file_acls: str = "", in_a_fleet: bool = False) -> None:
+    def __init__(self, tmp_path: Path, file_acls: str = "") -> None:
         acl_file = tmp_path / "acls.toml"
         acl_file.write_text(file_acls)
         self.state_dir = tmp_path / "state"
         self.service = AclService(acl_file, self.state_dir, WriteErrors(), super_users=["User:admin"])
-        self.requests = AclRequests(self.service, Access(authorizer=self.service.authorizer), in_a_fleet)
+        self.requests = AclRequests(self.service, Access(authorizer=self.service.authorizer))
 
     def ask(self, api_key: int, caller: Caller = ADMIN, version: int = 3, **fields: Any) -> Any:
         decided: Decided = handled(self.requests, memoryview(encode_request(api_key, version, **fields))[4:], caller)
@@ -160,19 +160,12 @@ def test_only_a_principal_allowed_alter_or_describe_on_the_cluster_manages_acls(
     assert proxy.create(acl("t"), caller=ALICE) == [(0, None)]
 
 
-def test_in_a_fleet_changes_are_refused_and_the_acls_described(tmp_path: Path) -> None:
-    proxy = Proxy(tmp_path, FILE_ACL, in_a_fleet=True)
-    assert proxy.create(acl("t")) == [(INVALID_REQUEST, IN_A_FLEET)]
-    assert proxy.deleted(acl_filter()) == [(INVALID_REQUEST, IN_A_FLEET, [])]
-    assert [r.resource_name for r in proxy.described().resources] == ["orders"]
-
-
 def test_a_change_whose_save_fails_changes_nothing(tmp_path: Path) -> None:
     proxy = Proxy(tmp_path, FILE_ACL)
     proxy.state_dir.mkdir()
     (proxy.state_dir / "acls.json").mkdir()  # cannot be replaced by a file
     [(code, message)] = proxy.create(acl("t"))
-    assert code == UNKNOWN_SERVER_ERROR and message is not None and message.startswith("not saved:")
+    assert code == UNKNOWN_SERVER_ERROR and message is not None and message.startswith("not applied:")
     [(code, _, matched)] = proxy.deleted(acl_filter())
     assert code == UNKNOWN_SERVER_ERROR and matched == []
     assert proxy.service.authorizer.acls == (acl("orders"),)

@@ -46,9 +46,33 @@ def test_the_file_reloaded_keeps_the_apis_changes_over_it_and_a_bad_one_keeps_al
     assert "keeping the ACLs in force" in caplog.text and "[[acl]] entry 2" in caplog.text
 
 
-def test_an_acl_of_the_api_deleted_leaves_nothing_behind(tmp_path: Path) -> None:
-    service = AclService(None, tmp_path, WriteErrors())
+def test_an_acl_deleted_stays_deleted_when_the_file_comes_to_have_it(tmp_path: Path) -> None:
+    acl_file = tmp_path / "acls.toml"
+    acl_file.write_text("")
+    service = AclService(acl_file, tmp_path / "state", WriteErrors())
     asyncio.run(service.change(created=[acl("api")]))
     asyncio.run(service.change(deleted=[acl("api")]))
-    assert service.changes == {} and read_changes(tmp_path / "acls.json") == {}
+    assert read_changes(tmp_path / "state" / "acls.json") == {acl("api"): False}
+    rewritten(acl_file, file_of("api"))
+    service.reload_if_changed()
     assert service.authorizer.acls == ()
+
+
+def test_in_a_fleet_a_change_is_published_and_in_force_once_read_back_then_copied(tmp_path: Path) -> None:
+    service = AclService(None, tmp_path, WriteErrors())
+    published: list[dict[AclBinding, bool]] = []
+
+    async def publish(changes: dict[AclBinding, bool]) -> None:
+        published.append(changes)
+        assert service.authorizer.acls == (), "in force only once read back"
+        service.replace_changes({**service.changes, **changes})
+
+    async def run() -> None:
+        service.share(publish)
+        await service.change(created=[acl("a")], deleted=[acl("b")])
+        await asyncio.sleep(0.1)  # the copy, on a worker thread
+
+    asyncio.run(run())
+    assert published == [{acl("a"): True, acl("b"): False}]
+    assert service.authorizer.acls == (acl("a"),)
+    assert read_changes(tmp_path / "acls.json") == {acl("a"): True, acl("b"): False}

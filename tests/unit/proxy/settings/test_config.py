@@ -184,7 +184,8 @@ def test_tls_tables_are_checked_when_loaded(tmp_path: Path) -> None:
     ('[fleet]\ninstance_id = "a"\n', "unknown key"),
     ('[fleet]\nquotas-topic = ""\n', "quotas-topic: a topic name"),
     (f'[fleet]\nquotas-topic = "{"q" * 250}"\n', "quotas-topic: a topic name"),
-    ('[fleet]\ntopic = "shared"\nquotas-topic = "shared"\n', "two topics, not one"),
+    ('[fleet]\ntopic = "shared"\nquotas-topic = "shared"\n', "a topic each, not one for two"),
+    ('[fleet]\nquotas-topic = "q"\nacls-topic = "q"\n', "a topic each, not one for two"),
 ])
 def test_bad_fleet_settings_are_refused(tmp_path: Path, toml: str, message: str) -> None:
     path = tmp_path / "proxy.toml"
