@@ -209,3 +209,46 @@ def producer_id_refused(version: int, error_code: int) -> bytes:
     """InitProducerId refused (``InitProducerIdRequest.getErrorResponse``): no producer id, no epoch."""
     return encode_response(Api.INIT_PRODUCER_ID, version, {"throttle_time_ms": 0, "error_code": error_code,
                                                            "producer_id": -1, "producer_epoch": -1})
+
+
+TRANSACTION_APIS = frozenset({Api.ADD_PARTITIONS_TO_TXN, Api.ADD_OFFSETS_TO_TXN, Api.END_TXN})
+
+
+class TransactionAsked(NamedTuple):
+    """What a transaction request needs authorized: its transactional id, AddOffsetsToTxn's group, and
+    AddPartitionsToTxn's partitions."""
+
+    transactional_id: str
+    group_id: str | None
+    partitions: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def transaction_asked(api_key: int, version: int, body: memoryview) -> TransactionAsked:
+    request = decode_request(api_key, version, body)
+    if api_key == Api.ADD_PARTITIONS_TO_TXN:
+        return TransactionAsked(request.v3_and_below_transactional_id, None, tuple(
+            (topic.name, tuple(topic.partitions)) for topic in request.v3_and_below_topics))
+    return TransactionAsked(request.transactional_id, getattr(request, "group_id", None), ())
+
+
+def transaction_refused(api_key: int, version: int, asked: TransactionAsked, error_code: int,
+                        topic_errors: dict[str, int] | None = None) -> bytes:
+    """The answer of a transaction request refused with ``error_code``: whole (EndTxn with no producer id or epoch,
+    AddOffsetsToTxn), or on every partition of AddPartitionsToTxn, a topic of ``topic_errors`` with its own error
+    (``errorResponseForTransaction``, ``resultForTransaction``)."""
+    if api_key != Api.ADD_PARTITIONS_TO_TXN:
+        fields: dict[str, Any] = {"throttle_time_ms": 0, "error_code": error_code}
+        if api_key == Api.END_TXN:
+            fields.update(producer_id=-1, producer_epoch=-1)
+        return encode_response(api_key, version, fields)
+    errors = topic_errors or {}
+    return encode_response(api_key, version, {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+        {"name": name, "results_by_partition": [
+            {"partition_index": partition, "partition_error_code": errors.get(name, error_code)}
+            for partition in partitions]} for name, partitions in asked.partitions]})
+
+
+def group_and_transaction(api_key: int, version: int, body: memoryview) -> tuple[str, str | None]:
+    """An OffsetCommit's group, or a TxnOffsetCommit's group and transactional id."""
+    request = decode_request(api_key, version, body)
+    return request.group_id, getattr(request, "transactional_id", None)

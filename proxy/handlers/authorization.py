@@ -22,11 +22,13 @@ from protocol.authorization_answers import (
     GROUP_KEY_TYPE,
     GROUP_MEMBERSHIP_APIS,
     SHARE_KEY_TYPE,
+    TRANSACTION_APIS,
     TRANSACTION_KEY_TYPE,
     ProducerIdAsked,
     coordinators_answer,
     coordinators_asked,
     coordinators_without,
+    group_and_transaction,
     group_id,
     judged_by_the_cluster_first,
     membership_refused,
@@ -34,11 +36,15 @@ from protocol.authorization_answers import (
     offsets_asked,
     producer_id_asked,
     producer_id_refused,
+    transaction_asked,
+    transaction_refused,
 )
 from protocol.codecs import max_version
 from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
+    OPERATION_NOT_ATTEMPTED,
+    TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
 from protocol.header import RequestHeader
@@ -61,7 +67,7 @@ from proxy.security.acls import CLUSTER_NAME, AclAuthorizer, AclOperation, Resou
 
 log = logging.getLogger(__name__)
 
-GROUP_FIRST_APIS = frozenset({Api.OFFSET_COMMIT})
+GROUP_FIRST_APIS = frozenset({Api.OFFSET_COMMIT, Api.TXN_OFFSET_COMMIT})
 """The APIs naming topics whose group is authorized first (``GroupFirst``)."""
 NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,
                                    Api.GET_TELEMETRY_SUBSCRIPTIONS, Api.PUSH_TELEMETRY})
@@ -77,9 +83,11 @@ NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
 answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not
 describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
-    Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID}
+    Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
+    *TRANSACTION_APIS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
-AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH})
+AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
+                                     *TRANSACTION_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -92,7 +100,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
     authorizer = access.authorizer
     assert authorizer is not None, "judged with the authorizer"
     logged: set[tuple[str, int]] = set()
-    missing = JUDGED_BY_THEIR_HANDLERS - set(handlers)
+    missing = (JUDGED_BY_THEIR_HANDLERS | GROUP_FIRST_APIS) - set(handlers)
     assert not missing, f"the APIs {sorted(missing)} have no handler to judge them"
     judged: dict[int, RequestHandler] = {
         **dict.fromkeys(NEVER_AUTHORIZED_APIS, _FORWARDED),
@@ -102,6 +110,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
     judged.update({Api.FIND_COORDINATOR: Coordinators(access), **dict.fromkeys(GROUP_MEMBERSHIP_APIS, membership),
                    **{api_key: GroupFirst(access, handlers[api_key]) for api_key in GROUP_FIRST_APIS},
                    Api.OFFSET_FETCH: GroupOffsets(access),
+                   **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
                    Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
     return judged, SuperUsersOnly(authorizer, None, logged)
 
@@ -195,8 +204,10 @@ _COORDINATED = {GROUP_KEY_TYPE: (ResourceType.GROUP, GROUP_AUTHORIZATION_FAILED)
 
 
 class GroupFirst:
-    """OffsetCommit: READ on the group, or every partition refused GROUP_AUTHORIZATION_FAILED
-    (``handleOffsetCommitRequest``); then READ on each topic, judged by ``then`` (``TopicsWithoutRefused``)."""
+    """OffsetCommit: READ on the group (``handleOffsetCommitRequest``); TxnOffsetCommit: WRITE on the transactional
+    id, then READ on the group (``handleTxnOffsetCommitRequest``). Each refused, every partition is refused with its
+    error (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED); then READ on each topic, judged by
+    ``then`` (``TopicsWithoutRefused``)."""
 
     def __init__(self, access: Access, then: RequestHandler) -> None:
         self._access = access
@@ -205,11 +216,49 @@ class GroupFirst:
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
         body = frame[header.length:]
-        if self._access.allows(caller, AclOperation.READ, ResourceType.GROUP, group_id(api_key, version, body)):
+        group, transactional_id = group_and_transaction(api_key, version, body)
+        allows = self._access.allows
+        if transactional_id is not None and not allows(caller, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                       transactional_id):
+            error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not allows(caller, AclOperation.READ, ResourceType.GROUP, group):
+            error = GROUP_AUTHORIZATION_FAILED
+        else:
             return self._then.on_request(header, frame, caller)
         every_topic = topics_refused(api_key, version, body, lambda name: True) or TopicsRefused((), None)
-        return local_answer(header, answer_with_refusals(api_key, version, None, every_topic,
-                                                         GROUP_AUTHORIZATION_FAILED))
+        return local_answer(header, answer_with_refusals(api_key, version, None, every_topic, error))
+
+
+class TransactionalIdFirst:
+    """EndTxn, AddOffsetsToTxn and a client's AddPartitionsToTxn (v0-3): WRITE on the transactional id, or refused
+    with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (whole; on every partition); then READ on AddOffsetsToTxn's group
+    (GROUP_AUTHORIZATION_FAILED), and WRITE on each of AddPartitionsToTxn's topics: a refused topic's partitions get
+    TOPIC_AUTHORIZATION_FAILED and every other OPERATION_NOT_ATTEMPTED, nothing added (``handleEndTxnRequest``,
+    ``handleAddOffsetsToTxnRequest``, ``handleAddPartitionsToTxnRequest``; an internal topic, which Kafka never lets a
+    client add, the cluster refuses itself, whoever asks). A broker's AddPartitionsToTxn (v4+) is not offered, and
+    closes the connection."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        if version > max_version(api_key):
+            return CLOSE
+        asked = transaction_asked(api_key, version, frame[header.length:])
+        access = self._access
+        if not access.allows(caller, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, asked.transactional_id):
+            return local_answer(header, transaction_refused(api_key, version, asked,
+                                                            TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        if asked.group_id is not None and not access.allows(caller, AclOperation.READ, ResourceType.GROUP,
+                                                            asked.group_id):
+            return local_answer(header, transaction_refused(api_key, version, asked, GROUP_AUTHORIZATION_FAILED))
+        refused = access.topic_refusal(caller, AclOperation.WRITE)
+        topic_errors = {name: TOPIC_AUTHORIZATION_FAILED for name, _ in asked.partitions if refused(name)}
+        if topic_errors:
+            return local_answer(header, transaction_refused(api_key, version, asked, OPERATION_NOT_ATTEMPTED,
+                                                            topic_errors))
+        return FORWARD
 
 
 class GroupOffsets:

@@ -65,9 +65,11 @@ TOPIC_OPERATIONS: dict[int, AclOperation] = {
     Api.DELETE_RECORDS: AclOperation.DELETE,
     Api.DESCRIBE_PRODUCERS: AclOperation.READ,
     Api.OFFSET_COMMIT: AclOperation.READ,
+    Api.TXN_OFFSET_COMMIT: AclOperation.READ,
 }
 """The operation Kafka authorizes on each topic of the APIs naming topics' partitions (``KafkaApis``), judged here
-with the authorizer: for OffsetCommit once its group is (``proxy.handlers.authorization.GroupFirst``). The APIs
+with the authorizer: for OffsetCommit once its group is, for TxnOffsetCommit once its transactional id and group are
+(``proxy.handlers.authorization.GroupFirst``). The APIs
 missing need more (a transactional id, the cluster); with the authorizer only super users' requests of them come
 this far (``proxy.handlers.authorization``), and they are refused the proxy's own topics alone."""
 

@@ -63,6 +63,7 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
     ("User:bob", "topic", "acl-new.", "prefixed", "create", "allow"),
     ("User:*", "topic", "acl-public", "literal", "describe", "allow"),
     ("User:alice", "group", "alice-", "prefixed", "read", "allow"),
+    ("User:alice", "topic", "acl-a.one", "literal", "read", "allow"),
     ("User:alice", "group", "shared-group", "literal", "describe", "allow"),
     ("User:bob", "group", "shared-group", "literal", "read", "allow"),
     ("User:bob", "transactional-id", "tx-", "prefixed", "describe", "allow"),
@@ -398,10 +399,41 @@ def acl_requests(sock: socket.socket, side: Side) -> Any:
              for r in deleted.filter_results])  # type: ignore[attr-defined]
 
 
+def transactions(sock: socket.socket, side: Side) -> Any:
+    """A transaction's requests for tx-a (alice may write it) and tx-b (nobody), with a producer id the cluster
+    never gave (so that nothing changes there: where allowed, its own refusal): partitions added (to acl-a.one,
+    acl-hidden and an internal topic), offsets added and committed for alice's group and for one that is nobody's,
+    and the transaction ended."""
+    answers: list[Any] = []
+    for transactional_id in ("tx-a", "tx-b"):
+        for topics in (["acl-a.one"], ["acl-a.one", "acl-hidden"], ["acl-a.one", "__consumer_offsets"]):
+            added = call(sock, Api.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=transactional_id,
+                         v3_and_below_producer_id=4242, v3_and_below_producer_epoch=0,
+                         v3_and_below_topics=[{"name": name, "partitions": [0]} for name in topics])
+            answers.append(sorted((topic.name, partition.partition_error_code)
+                                  for topic in added.results_by_topic_v3_and_below  # type: ignore[attr-defined]
+                                  for partition in topic.results_by_partition))
+        for group in ("alice-tx", "nobodys-group"):
+            offsets = call(sock, Api.ADD_OFFSETS_TO_TXN, 4, transactional_id=transactional_id, producer_id=4242,
+                           producer_epoch=0, group_id=group)
+            committed = call(sock, Api.TXN_OFFSET_COMMIT, 5, transactional_id=transactional_id, group_id=group,
+                             producer_id=4242, producer_epoch=0, generation_id=-1, member_id="",
+                             group_instance_id=None, topics=[{"name": name, "partitions": [{
+                                 "partition_index": 0, "committed_offset": 0, "committed_leader_epoch": -1,
+                                 "committed_metadata": ""}]} for name in ("acl-a.one", "acl-hidden")])
+            answers.append((offsets.error_code, sorted(  # type: ignore[attr-defined]
+                (topic.name, partition.error_code) for topic in committed.topics  # type: ignore[attr-defined]
+                for partition in topic.partitions)))
+        ended = call(sock, Api.END_TXN, 5, transactional_id=transactional_id, producer_id=4242, producer_epoch=0,
+                     committed=True)
+        answers.append((ended.error_code, ended.producer_id, ended.producer_epoch))  # type: ignore[attr-defined]
+    return answers
+
+
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests]
+    topic_admin, acl_requests, transactions]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -419,6 +451,21 @@ def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple
     except KafkaException as fatal:  # an idempotent producer refused its producer id
         reports.append(("fatal", fatal.args[0].name()))
     return sorted(reports)
+
+
+def librdkafka_transaction(side: Side, user: str) -> str:
+    """What a librdkafka transactional producer of tx-a makes of one record to acl-a.one, committed."""
+    producer = Producer({"bootstrap.servers": side.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user],
+                         "transactional.id": "tx-a", "transaction.timeout.ms": 60_000})
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("acl-a.one", b"in a transaction")
+        producer.commit_transaction(30)
+    except KafkaException as error:
+        return str(error.args[0].name())
+    return "committed"
 
 
 def librdkafka_consumed(side: Side, user: str) -> str:
@@ -459,6 +506,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
                     librdkafka_deliveries(side, user, idempotent)
         for side in sides:
             answers[side.name][(user, "librdkafka consumer")] = librdkafka_consumed(side, user)
+            answers[side.name][(user, "librdkafka transaction")] = librdkafka_transaction(side, user)
     kafka, proxy = answers["kafka"], answers["proxy"]
     differences = {question: (kafka[question], proxy[question]) for question in kafka if kafka[question] !=
                    proxy[question]}
@@ -474,6 +522,9 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert kafka[("alice", "librdkafka consumer")] == "consumed"
     assert kafka[("alice", "acl_requests")][0][0] == 31 and len(kafka[(SUPER_USER, "acl_requests")][1]) == len(ACLS)
     assert kafka[(SUPER_USER, "acl_requests")][3] == [(-1, None)] * 2
+    assert kafka[("alice", "librdkafka transaction")] == "committed"
+    assert kafka[("bob", "librdkafka transaction")] == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    assert kafka[("alice", "transactions")][1] == [("acl-a.one", 55), ("acl-hidden", 29)]
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
 
 
@@ -522,7 +573,7 @@ def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_no
             setup.acl_file.write_text(original + '[[acl]]\nprincipal = "User:alice"\nresource-type = "topic"\n'
                                       'operations = ["write"]\npermission = "maybe"\n')
             setup.proxy_process.wait_for_log("keeping the ACLs in force", 30)
-            assert "[[acl]] entry 15" in setup.proxy_process.log() and alices_write_to_hidden() == 0
+            assert f"[[acl]] entry {len(ACLS) + 1}" in setup.proxy_process.log() and alices_write_to_hidden() == 0
             setup.acl_file.write_text(original)
             wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")
             later = hidden_fetch(sock, opened.session_id, 1, named=False)  # type: ignore[attr-defined]

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
 from protocol.apis import Api
-from protocol.header import read_request_header
+from protocol.codecs import decode_response
+from protocol.header import read_request_header, response_header_length
 from proxy.decision.outcome import CLOSE, FORWARD, Caller, Forward
 from proxy.handlers.authorization import (
     AUTHORIZED_APIS,
@@ -13,12 +15,13 @@ from proxy.handlers.authorization import (
     Coordinators,
     GroupFirst,
     SuperUsersOnly,
+    TransactionalIdFirst,
     judged_by_acls,
 )
 from proxy.security.access import Access
-from proxy.security.acls import AclAuthorizer
+from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from tests.support import encode_request
-from tests.unit.proxy.outcomes import handled
+from tests.unit.proxy.outcomes import answered, handled
 
 FIND_COORDINATOR = memoryview(encode_request(Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"]))[4:]
 THROTTLED = Forward(throttle_ms=5)
@@ -57,7 +60,7 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
     with pytest.raises(AssertionError, match="no handler to judge them"):
         judged_by_acls({Api.OFFSET_COMMIT: topics}, access)
     judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, topics), Api.OFFSET_COMMIT: topics,
-                                        Api.DESCRIBE_CONFIGS: topics}, access)
+                                        Api.TXN_OFFSET_COMMIT: topics, Api.DESCRIBE_CONFIGS: topics}, access)
     assert set(judged) >= AUTHORIZED_APIS
     alice = Caller("alice", 0)
     assert judged[Api.PRODUCE] is topics and isinstance(judged[Api.OFFSET_COMMIT], GroupFirst)
@@ -69,3 +72,55 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
     assert handled(otherwise, FIND_COORDINATOR, alice) is CLOSE
     fetch_by_id = memoryview(encode_request(Api.OFFSET_FETCH, 10, require_stable=False, groups=[]))[4:]
     assert handled(judged[Api.OFFSET_FETCH], fetch_by_id, alice) is CLOSE, "v10 names topics by id: not offered"
+
+
+def transaction_request(api_key: int, version: int, **fields: object) -> memoryview:
+    return memoryview(encode_request(api_key, version, **fields))[4:]
+
+
+def add_partitions(transactional_id: str, *topics: str, version: int = 3) -> memoryview:
+    return transaction_request(Api.ADD_PARTITIONS_TO_TXN, version, v3_and_below_transactional_id=transactional_id,
+                               v3_and_below_producer_id=7, v3_and_below_producer_epoch=0,
+                               v3_and_below_topics=[{"name": name, "partitions": [0, 1]} for name in topics])
+
+
+def answer_of(decided: object, api_key: int, version: int) -> Any:
+    frame = answered(decided).response[4:]  # type: ignore[arg-type]
+    return decode_response(api_key, version, frame[response_header_length(frame, flexible=version >= 3):])
+
+
+def test_a_transaction_needs_write_on_its_id_its_groups_read_and_write_on_its_topics() -> None:
+    authorizer = AclAuthorizer([
+        AclBinding(ResourceType.TRANSACTIONAL_ID, "tx", PatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
+                   AclPermission.ALLOW),
+        AclBinding(ResourceType.GROUP, "g", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                   AclPermission.ALLOW),
+        AclBinding(ResourceType.TOPIC, "mine", PatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
+                   AclPermission.ALLOW)])
+    judge = TransactionalIdFirst(Access(authorizer=authorizer))
+    alice = Caller("alice", 0)
+    assert handled(judge, add_partitions("tx", "mine"), alice) is FORWARD
+    refused = answer_of(handled(judge, add_partitions("tx", "mine", "theirs"), alice), Api.ADD_PARTITIONS_TO_TXN, 3)
+    assert sorted((topic.name, partition.partition_error_code) for topic in refused.results_by_topic_v3_and_below
+                  for partition in topic.results_by_partition) == [
+        ("mine", 55), ("mine", 55), ("theirs", 29), ("theirs", 29)]
+    other_id = answer_of(handled(judge, add_partitions("tx-b", "mine"), alice), Api.ADD_PARTITIONS_TO_TXN, 3)
+    assert {partition.partition_error_code for topic in other_id.results_by_topic_v3_and_below
+            for partition in topic.results_by_partition} == {53}
+    assert handled(judge, add_partitions("tx", "mine", version=4), alice) is CLOSE, "a broker's: not offered"
+    ended = answer_of(handled(judge, transaction_request(Api.END_TXN, 5, transactional_id="tx-b", producer_id=7,
+                                                         producer_epoch=0, committed=True), alice), Api.END_TXN, 5)
+    assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (53, -1, -1)
+    for group, error in (("g", None), ("other", 30)):
+        offsets = transaction_request(Api.ADD_OFFSETS_TO_TXN, 4, transactional_id="tx", producer_id=7,
+                                      producer_epoch=0, group_id=group)
+        decided = handled(judge, offsets, alice)
+        assert decided is FORWARD if error is None else answer_of(decided, Api.ADD_OFFSETS_TO_TXN, 4).error_code == 30
+    commit = transaction_request(Api.TXN_OFFSET_COMMIT, 5, transactional_id="tx-b", group_id="g", producer_id=7,
+                                 producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+                                 topics=[{"name": "mine", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                                          "committed_leader_epoch": -1,
+                                                                          "committed_metadata": ""}]}])
+    refused_commit = answer_of(handled(GroupFirst(Access(authorizer=authorizer), Throttling()), commit, alice),
+                               Api.TXN_OFFSET_COMMIT, 5)
+    assert [partition.error_code for topic in refused_commit.topics for partition in topic.partitions] == [53]
