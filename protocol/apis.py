@@ -34,6 +34,7 @@ class Api(enum.IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18

@@ -9,13 +9,13 @@ each topic (v8+ asks for several groups).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
-from protocol.refused_topics import NameRefusal
+from protocol.refused_topics import NameRefusal, bit_positions
 
 GROUP_MEMBERSHIP_APIS = frozenset({Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP})
 _FIRST_JOIN_GROUP_WITH_NULL_PROTOCOL = 7
@@ -26,6 +26,7 @@ _NO_NODE = {"node_id": -1, "host": "", "port": -1}
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
 FIRST_SHARE_FIND_COORDINATOR = 6
 """Before it a share key is INVALID_REQUEST, answered before any authorization (``getCoordinator``)."""
+_FIRST_DESCRIBE_GROUPS_WITH_OPERATIONS = 3
 _ERROR_MESSAGES = {30: "Group authorization failed.", 31: "Cluster authorization failed.",
                    53: "Transactional Id authorization failed."}
 """``Errors.message()`` of the codes refused here."""
@@ -252,3 +253,51 @@ def group_and_transaction(api_key: int, version: int, body: memoryview) -> tuple
     """An OffsetCommit's group, or a TxnOffsetCommit's group and transactional id."""
     request = decode_request(api_key, version, body)
     return request.group_id, getattr(request, "transactional_id", None)
+
+
+def groups_listed(version: int, upstream_body: memoryview, refused: NameRefusal) -> bytes:
+    """A ListGroups answer without the groups ``refused`` (``handleListGroupsRequest``)."""
+    answer = decode_response(Api.LIST_GROUPS, version, upstream_body)
+    answer.groups = [group for group in answer.groups if not refused(group.group_id)]
+    return encode_response(Api.LIST_GROUPS, version, answer)
+
+
+class GroupsDescribed(NamedTuple):
+    """A DescribeGroups' groups the principal may not describe, and the request for the others."""
+
+    refused: tuple[str, ...]
+    forwarded_body: bytes | None
+    """None when no group is left to ask."""
+    with_operations: bool
+    """Authorized operations asked for (v3+)."""
+
+
+def groups_described(version: int, body: memoryview, refused: NameRefusal) -> GroupsDescribed:
+    request = decode_request(Api.DESCRIBE_GROUPS, version, body)
+    kept = [group for group in request.groups if not refused(group)]
+    refusals = tuple(group for group in request.groups if refused(group))
+    with_operations = bool(getattr(request, "include_authorized_operations", False))
+    if not kept:
+        return GroupsDescribed(refusals, None, with_operations)
+    request.groups = kept
+    return GroupsDescribed(refusals, encode_request(Api.DESCRIBE_GROUPS, version, request), with_operations)
+
+
+def groups_described_answer(version: int, described: GroupsDescribed, upstream_body: memoryview | None,
+                            operations: Callable[[str], int]) -> bytes:
+    """The refused groups first, with GROUP_AUTHORIZATION_FAILED and nothing else (``groupError``), then the
+    cluster's, their authorized operations the principal's (``operations``: by group) where asked for
+    (``handleDescribeGroupsRequest``)."""
+    cls = response_class(Api.DESCRIBE_GROUPS)
+    answer = cls(version=version, throttle_time_ms=0, groups=[]) if upstream_body is None else \
+        decode_response(Api.DESCRIBE_GROUPS, version, upstream_body)
+    if described.with_operations and version >= _FIRST_DESCRIBE_GROUPS_WITH_OPERATIONS:
+        for group in answer.groups:
+            if group.error_code == 0:
+                group.authorized_operations = bit_positions(operations(group.group_id))
+    answer.groups = [cls.DescribedGroup(
+        error_code=GROUP_AUTHORIZATION_FAILED, error_message=None, group_id=group, group_state="", protocol_type="",
+        protocol_data="", members=[], authorized_operations=None)  # None: AUTHORIZED_OPERATIONS_OMITTED
+        for group in described.refused] + \
+        list(answer.groups)
+    return encode_response(Api.DESCRIBE_GROUPS, version, answer)

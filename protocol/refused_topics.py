@@ -40,7 +40,7 @@ _TOPIC_OPERATIONS_FIELDS: dict[int, tuple[str, bool]] = {Api.METADATA: ("authori
 its bits' positions (else as the 32-bit field itself)."""
 
 
-def _bit_positions(bits: int) -> set[int]:
+def bit_positions(bits: int) -> set[int]:
     return {position for position in range(32) if bits >> position & 1}
 
 
@@ -125,7 +125,7 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refuse
             if authorized is not None and asked.topic_operations and topic.name is not None:
                 field, as_bits = _TOPIC_OPERATIONS_FIELDS[api_key]
                 operations = authorized.topic_operations(topic.name)
-                setattr(topic, field, _bit_positions(operations) if as_bits else operations)
+                setattr(topic, field, bit_positions(operations) if as_bits else operations)
             topics.append(topic)
         elif not asked.all_topics:  # named by id: Kafka does not disclose the name
             topics.append(_refused(topic_class, None, topic.topic_id))
@@ -133,7 +133,7 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refuse
     topics += [_refused(topic_class, name, _ZERO_ID, UNKNOWN_TOPIC_OR_PARTITION) for name in asked.unknown_names]
     answer.topics = topics
     if authorized is not None and asked.cluster_operations:
-        answer.authorized_operations = _bit_positions(authorized.cluster_operations)
+        answer.authorized_operations = bit_positions(authorized.cluster_operations)
     return encode_response(api_key, version, answer)
 
 

@@ -30,6 +30,9 @@ from protocol.authorization_answers import (
     coordinators_without,
     group_and_transaction,
     group_id,
+    groups_described,
+    groups_described_answer,
+    groups_listed,
     judged_by_the_cluster_first,
     membership_refused,
     offsets_answer,
@@ -84,10 +87,10 @@ answered in pages whose cursor, which the cluster gives over every topic, may na
 describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
-    *TRANSACTION_APIS}
+    *TRANSACTION_APIS, Api.LIST_GROUPS, Api.DESCRIBE_GROUPS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
-                                     *TRANSACTION_APIS})
+                                     *TRANSACTION_APIS, Api.LIST_GROUPS, Api.DESCRIBE_GROUPS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -111,6 +114,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
                    **{api_key: GroupFirst(access, handlers[api_key]) for api_key in GROUP_FIRST_APIS},
                    Api.OFFSET_FETCH: GroupOffsets(access),
                    **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
+                   **dict.fromkeys((Api.LIST_GROUPS, Api.DESCRIBE_GROUPS), GroupsListedAndDescribed(access)),
                    Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
     return judged, SuperUsersOnly(authorizer, None, logged)
 
@@ -227,6 +231,40 @@ class GroupFirst:
             return self._then.on_request(header, frame, caller)
         every_topic = topics_refused(api_key, version, body, lambda name: True) or TopicsRefused((), None)
         return local_answer(header, answer_with_refusals(api_key, version, None, every_topic, error))
+
+
+class GroupsListedAndDescribed:
+    """ListGroups: every group with DESCRIBE on the cluster, else the groups the principal may describe
+    (``handleListGroupsRequest``). DescribeGroups: DESCRIBE on each group, a refused one answered first with
+    GROUP_AUTHORIZATION_FAILED and nothing else, the others asked of the cluster, their authorized operations the
+    principal's (``handleDescribeGroupsRequest``)."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        access, version = self._access, header.api_version
+
+        def refused(group: str | None) -> bool:
+            return not access.allows(caller, AclOperation.DESCRIBE, ResourceType.GROUP, group or "")
+
+        if header.api_key == Api.LIST_GROUPS:
+            if access.allows(caller, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+                return FORWARD
+            return Forward(on_response=OnResponse(finish=lambda body: groups_listed(version, body, refused)))
+        described = groups_described(version, frame[header.length:], refused)
+        authorizer = access.authorizer
+        assert authorizer is not None, "judged with the authorizer"
+        requester = requester_of(caller)
+
+        def operations(group: str) -> int:
+            return authorizer.authorized_operations(requester, ResourceType.GROUP, group)
+
+        if described.forwarded_body is None:
+            return local_answer(header, groups_described_answer(version, described, None, operations))
+        return Forward(replacement=replacement_request(frame, header, described.forwarded_body),
+                       on_response=OnResponse(finish=lambda body: groups_described_answer(
+                           version, described, body, operations)))
 
 
 class TransactionalIdFirst:

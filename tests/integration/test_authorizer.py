@@ -399,6 +399,18 @@ def acl_requests(sock: socket.socket, side: Side) -> Any:
              for r in deleted.filter_results])  # type: ignore[attr-defined]
 
 
+def groups(sock: socket.socket, side: Side) -> Any:
+    """The groups listed (of those the matrix makes), and described: alice's, the shared one (alice may describe it,
+    bob read it) and one that is nobody's, with their authorized operations."""
+    made = {"alice-g", "alice-consumer", "shared-group", "nobodys-group"}
+    listed = call(sock, Api.LIST_GROUPS, 5, states_filter=[], types_filter=[])
+    described = call(sock, Api.DESCRIBE_GROUPS, 5, groups=sorted(made), include_authorized_operations=True)
+    return (listed.error_code, sorted(group.group_id for group in listed.groups  # type: ignore[attr-defined]
+                                      if group.group_id in made),  # type: ignore[attr-defined]
+            [(group.group_id, group.error_code, group.group_state, group.protocol_type, len(group.members),
+              group.authorized_operations) for group in described.groups])  # type: ignore[attr-defined]
+
+
 def transactions(sock: socket.socket, side: Side) -> Any:
     """A transaction's requests for tx-a (alice may write it) and tx-b (nobody), with a producer id the cluster
     never gave (so that nothing changes there: where allowed, its own refusal): partitions added (to acl-a.one,
@@ -433,7 +445,7 @@ def transactions(sock: socket.socket, side: Side) -> Any:
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions]
+    topic_admin, acl_requests, transactions, groups]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -525,19 +537,24 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert kafka[("alice", "librdkafka transaction")] == "committed"
     assert kafka[("bob", "librdkafka transaction")] == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     assert kafka[("alice", "transactions")][1] == [("acl-a.one", 55), ("acl-hidden", 29)]
+    assert "alice-g" in kafka[("alice", "groups")][1] and "alice-g" not in kafka[("bob", "groups")][1]
+    assert {error for _, error, *_ in kafka[("alice", "groups")][2]} == {0, 30}
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
 
 
 def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
-    """ListGroups, and DescribeTopicPartitions, which is not offered either (Kafka's clients use Metadata)."""
+    """DescribeConfigs, and DescribeTopicPartitions, which is not offered either (Kafka's clients use Metadata)."""
     proxy = setup.proxy
-    for request in (encode_request(Api.LIST_GROUPS, 4, states_filter=[]), encode_request(
+    describe_configs = {"resources": [{"resource_type": 2, "resource_name": "acl-a.one", "configuration_keys": None}],
+                        "include_synonyms": False, "include_documentation": False}
+    for request in (encode_request(Api.DESCRIBE_CONFIGS, 4, **describe_configs), encode_request(
             Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=100, cursor=None)):
         with proxy.connect("alice") as sock:
             sock.sendall(request)
             assert closed_by_peer(sock)
     with proxy.connect(SUPER_USER) as sock:
-        assert call(sock, Api.LIST_GROUPS, 4, states_filter=[]).error_code == 0  # type: ignore[attr-defined]
+        described = call(sock, Api.DESCRIBE_CONFIGS, 4, **describe_configs)
+        assert described.results[0].error_code == 0  # type: ignore[attr-defined]
         assert described_topics(sock, setup.proxy)[0] == [(name, 0, 3576) for name in sorted(TOPICS)]
         offered = call(sock, Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
         assert Api.DESCRIBE_TOPIC_PARTITIONS not in {api.api_key for api in offered.api_keys}  # type: ignore[attr-defined]

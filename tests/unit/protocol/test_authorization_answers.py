@@ -9,6 +9,9 @@ from protocol.authorization_answers import (
     coordinators_answer,
     coordinators_asked,
     coordinators_without,
+    groups_described,
+    groups_described_answer,
+    groups_listed,
     judged_by_the_cluster_first,
     membership_refused,
     offsets_answer,
@@ -107,3 +110,27 @@ def test_a_refused_group_of_an_older_offset_fetch_is_answered_as_kafka_answers_i
     else:  # on every partition asked
         assert [(p.partition_index, p.error_code) for topic in answer.topics for p in topic.partitions] == [
             (0, 30), (1, 30)]
+
+
+def test_groups_a_principal_may_not_describe_are_left_out_of_a_list_and_refused_first_in_a_description() -> None:
+    listed = encode_response(Api.LIST_GROUPS, 5, {"throttle_time_ms": 0, "error_code": 0, "groups": [
+        {"group_id": name, "protocol_type": "consumer", "group_state": "Stable", "group_type": "classic"}
+        for name in ("mine", "theirs")]})
+    answer = decode_response(Api.LIST_GROUPS, 5, groups_listed(5, memoryview(listed), REFUSED_GROUP))
+    assert [group.group_id for group in answer.groups] == ["mine"]
+    asked = groups_described(5, body(Api.DESCRIBE_GROUPS, 5, groups=["theirs", "mine"],
+                                     include_authorized_operations=True), REFUSED_GROUP)
+    assert asked.refused == ("theirs",) and asked.forwarded_body is not None
+    assert decode_request(Api.DESCRIBE_GROUPS, 5, memoryview(asked.forwarded_body)).groups == ["mine"]
+    upstream = encode_response(Api.DESCRIBE_GROUPS, 5, {"throttle_time_ms": 0, "groups": [{
+        "error_code": 0, "group_id": "mine", "group_state": "Stable", "protocol_type": "consumer",
+        "protocol_data": "range", "members": [], "authorized_operations": {3, 8}}]})
+    described = decode_response(Api.DESCRIBE_GROUPS, 5, groups_described_answer(
+        5, asked, memoryview(upstream), lambda group: 1 << 8))
+    assert [(group.group_id, group.error_code, group.group_state, group.authorized_operations)
+            for group in described.groups] == [("theirs", 30, "", None), ("mine", 0, "Stable", {8})]
+    nothing_asked = groups_described(5, body(Api.DESCRIBE_GROUPS, 5, groups=["theirs"],
+                                             include_authorized_operations=False), REFUSED_GROUP)
+    assert nothing_asked.forwarded_body is None
+    assert [group.error_code for group in decode_response(Api.DESCRIBE_GROUPS, 5, groups_described_answer(
+        5, nothing_asked, None, lambda group: 0)).groups] == [30]
