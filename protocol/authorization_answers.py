@@ -213,6 +213,8 @@ def producer_id_refused(version: int, error_code: int) -> bytes:
 
 
 TRANSACTION_APIS = frozenset({Api.ADD_PARTITIONS_TO_TXN, Api.ADD_OFFSETS_TO_TXN, Api.END_TXN})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""Kafka's ``Topic.isInternal``: AddPartitionsToTxn never lets a client add one, whatever its ACLs."""
 
 
 class TransactionAsked(NamedTuple):
@@ -274,8 +276,8 @@ class GroupsDescribed(NamedTuple):
 
 def groups_described(version: int, body: memoryview, refused: NameRefusal) -> GroupsDescribed:
     request = decode_request(Api.DESCRIBE_GROUPS, version, body)
-    kept = [group for group in request.groups if not refused(group)]
     refusals = tuple(group for group in request.groups if refused(group))
+    kept = [group for group in request.groups if group not in refusals]
     with_operations = bool(getattr(request, "include_authorized_operations", False))
     if not kept:
         return GroupsDescribed(refusals, None, with_operations)
@@ -301,3 +303,40 @@ def groups_described_answer(version: int, described: GroupsDescribed, upstream_b
         for group in described.refused] + \
         list(answer.groups)
     return encode_response(Api.DESCRIBE_GROUPS, version, answer)
+
+
+def cluster_described(version: int, upstream_body: memoryview, operations: int) -> bytes:
+    """A DescribeCluster answer with the principal's authorized operations on the cluster (``operations``: its bit
+    field, 0 without DESCRIBE on it; ``computeDescribeClusterResponse``); a refusal of the cluster's as it is."""
+    answer = decode_response(Api.DESCRIBE_CLUSTER, version, upstream_body)
+    if answer.error_code:
+        return bytes(upstream_body)
+    answer.authorized_operations = bit_positions(operations)
+    return encode_response(Api.DESCRIBE_CLUSTER, version, answer)
+
+
+def cluster_operations_asked(version: int, body: memoryview) -> bool:
+    return bool(decode_request(Api.DESCRIBE_CLUSTER, version, body).include_cluster_authorized_operations)
+
+
+def groups_deleted(version: int, body: memoryview, refused: NameRefusal) -> tuple[tuple[str, ...], bytes | None]:
+    """A DeleteGroups' groups (each once) the principal may not delete, and the request for the others (None when
+    none is left)."""
+    request = decode_request(Api.DELETE_GROUPS, version, body)
+    groups = list(dict.fromkeys(request.groups_names))
+    refusals = tuple(group for group in groups if refused(group))
+    kept = [group for group in groups if group not in refusals]
+    if not kept:
+        return refusals, None
+    request.groups_names = kept
+    return refusals, encode_request(Api.DELETE_GROUPS, version, request)
+
+
+def groups_deleted_answer(version: int, refusals: tuple[str, ...], upstream_body: memoryview | None) -> bytes:
+    """The cluster's results, then each refused group's GROUP_AUTHORIZATION_FAILED (``handleDeleteGroupsRequest``)."""
+    cls = response_class(Api.DELETE_GROUPS)
+    answer = cls(version=version, throttle_time_ms=0, results=[]) if upstream_body is None else \
+        decode_response(Api.DELETE_GROUPS, version, upstream_body)
+    answer.results = [*answer.results, *(cls.DeletableGroupResult(group_id=group, error_code=GROUP_AUTHORIZATION_FAILED)
+                                         for group in refusals)]
+    return encode_response(Api.DELETE_GROUPS, version, answer)

@@ -1,6 +1,6 @@
 """Settings changed through an API and kept for a fleet in one compacted topic of the cluster: the quotas set with
-AlterClientQuotas (``SharedOverrides``), and the ACLs created and deleted with CreateAcls and DeleteAcls
-(``SharedAcls``, with the authorizer).
+AlterClientQuotas (``shared_overrides``), and the ACLs created and deleted with CreateAcls and DeleteAcls
+(``shared_acls``, with the authorizer).
 
 As Kafka's controller stores ``kafka-configs --alter`` or ``kafka-acls --add`` and every broker applies it, a change
 accepted by any member (or worker) is appended to the topic, one record per key (an entity and quota type; an ACL),
@@ -10,7 +10,8 @@ the member has read it back, so the same connection sees it at once; the others 
 long poll, answered when the record is appended). A member that cannot read the topic keeps the settings it read last
 (copied to its state directory, in force from a start until the topic is read), and says so in the log and in
 ``kafka_quota_proxy_<store>_reachable``. A topic never written to gets the settings in force (those of the state
-directory, for a proxy that joins a fleet; those read before, when the topic was deleted).
+directory, for a proxy that joins a fleet; those read before, when the topic was deleted), until it takes them.
+A change goes in one batch, which the topic takes up to ``MAX_BATCH_BYTES`` (about 20,000 ACLs).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ from quotas.overrides import override_record, read_override_record
 
 log = logging.getLogger(__name__)
 
-TOPIC_CONFIGS = {"cleanup.policy": "compact"}
-"""Only the last record of each key matters, and it must never expire."""
+FETCH_MAX_BYTES = 4 * 1024 * 1024
+MAX_BATCH_BYTES = FETCH_MAX_BYTES
+TOPIC_CONFIGS = {"cleanup.policy": "compact", "max.message.bytes": str(MAX_BATCH_BYTES)}
+"""Only the last record of each key matters, and it must never expire; a change is one batch, fetched whole."""
 EARLIEST = -2
 READ_AGAIN_ERRORS = frozenset({
     1,    # OFFSET_OUT_OF_RANGE: truncated
@@ -49,7 +52,6 @@ READ_AGAIN_ERRORS = frozenset({
 })
 LONG_POLL_MS = 500
 """A fetch waits this long for a record; one appended meanwhile answers it at once."""
-FETCH_MAX_BYTES = 4 * 1024 * 1024
 
 Key = TypeVar("Key")
 Value = TypeVar("Value")
@@ -121,7 +123,8 @@ class SharedSettings(Collector, Generic[Key, Value]):
 
     async def publish(self, changes: Mapping[Key, Value]) -> None:
         """Append ``changes`` to the topic (one batch: all or none), then wait to have read them back, so that
-        they are in force here when the client is answered. Raises OSError when the cluster did not take them."""
+        they are in force here when the client is answered. Raises OSError (``ClusterError``) when the cluster did not
+        take them."""
         keys, values = self._records(changes)
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -131,6 +134,10 @@ class SharedSettings(Collector, Generic[Key, Value]):
         except TimeoutError:
             raise ClusterError(f"the {self._naming.topic} {self.topic} was not read or did not take the change in "
                                f"{self._timeout_s:g} s") from None
+        except UPSTREAM_ERRORS as error:  # garbled or refused: still the cluster not taking it
+            if isinstance(error, OSError):
+                raise
+            raise ClusterError(f"the {self._naming.topic} {self.topic} did not take the change: {error}") from error
         last = first + len(values) - 1
         try:
             async with asyncio.timeout(self._timeout_s), self._read_back:
@@ -161,7 +168,9 @@ class SharedSettings(Collector, Generic[Key, Value]):
             offset = fetched.next_offset
             caught_up = offset >= fetched.high_watermark
             if caught_up and not self._caught_up and fetched.high_watermark == 0 and self._kept.in_force():
-                await self._seed()
+                if not await self._seed():
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+                    continue  # not read to its end until it has them: what it would read would replace them
             elif fetched.records or (caught_up and not self._caught_up):
                 self._put_in_force(caught_up)
             async with self._read_back:
@@ -169,9 +178,9 @@ class SharedSettings(Collector, Generic[Key, Value]):
                 self._caught_up = self._caught_up or caught_up
                 self._read_back.notify_all()
 
-    async def _seed(self) -> None:
+    async def _seed(self) -> bool:
         """A topic never written to gets the settings in force, read back like any other change; they stay in force
-        meanwhile."""
+        meanwhile. False when the cluster did not take them."""
         in_force = self._kept.in_force()
         log.info("%s: %s is new: publishing the %d settings in force to it", self.what, self.topic, len(in_force))
         keys, values = self._records(in_force)
@@ -180,6 +189,8 @@ class SharedSettings(Collector, Generic[Key, Value]):
         except UPSTREAM_ERRORS as error:
             log.warning("%s: cannot publish the settings in force to %s (%s): trying again", self.what, self.topic,
                         error)
+            return False
+        return True
 
     def _take(self, record: Record) -> None:
         try:

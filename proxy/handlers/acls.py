@@ -12,7 +12,8 @@ Kafka's ``kafka-acls`` manages the ACLs the proxy decides by, as Kafka's ``AclAp
 - every other creation Kafka would refuse gets its INVALID_REQUEST (``AclBinding.invalid_reason``); an ACL that
   exists, or is created twice, is created once and answered success;
 - DeleteAcls deletes what each filter matches among the ACLs in force, and lists it under that filter (under each
-  filter that matched it); more than ``MAX_ACLS_PER_OPERATION`` fails every filter;
+  filter that matched it); more than ``MAX_ACLS_PER_OPERATION`` fails every filter, and more new ACLs than that
+  fail a CreateAcls whole (Kafka's controller refuses more records in one operation);
 - DescribeAcls lists what its filter matches, by resource pattern.
 
 What is created and deleted is kept by ``AclService`` (the state directory; a fleet's topic). Without the authorizer
@@ -26,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from protocol.apis import Api, response_class
-from protocol.codecs import decode_request, encode_response
+from protocol.codecs import decode_request, encode_response, max_version
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNKNOWN_SERVER_ERROR
 from protocol.header import RequestHeader
 from proxy.decision.outcome import CLOSE, Caller, Decided, Outcome, local_answer
@@ -46,7 +47,8 @@ ACL_APIS = frozenset({Api.DESCRIBE_ACLS, Api.CREATE_ACLS, Api.DELETE_ACLS})
 FIRST_ACL_API_VERSION = 1
 """Kafka 4.3 serves these APIs from v1 on (v0 was removed)."""
 MAX_ACLS_PER_OPERATION = 10_000
-"""A DeleteAcls deleting more fails whole, as Kafka's controller refuses it (``MAX_RECORDS_PER_USER_OP``)."""
+"""A CreateAcls creating more, or a DeleteAcls deleting more, fails whole, as Kafka's controller refuses more records
+in one operation (``MAX_RECORDS_PER_USER_OP``)."""
 Code = TypeVar("Code", AclOperation, AclPermission, PatternType, ResourceType)
 Result = tuple[int, str | None]
 _SUCCEEDED: Result = (0, None)
@@ -59,8 +61,8 @@ class AclRequests:
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
-        if version < FIRST_ACL_API_VERSION:
-            return CLOSE  # not offered, as Kafka does not offer it
+        if not FIRST_ACL_API_VERSION <= version <= max_version(api_key):
+            return CLOSE  # not offered (v0, as Kafka does not offer it)
         request = decode_request(api_key, version, frame[header.length:])
         if api_key == Api.DESCRIBE_ACLS:
             return self._describe(header, request, caller)
@@ -114,6 +116,9 @@ class AclRequests:
         valid = [acl for acl, reason in zip(acls, reasons, strict=True) if reason is None]
         if not valid:
             return _created(header, results)
+        if len(set(valid) - set(self._acls.authorizer.acls)) > MAX_ACLS_PER_OPERATION:
+            too_many = f"Cannot create more than {MAX_ACLS_PER_OPERATION} acls in a single operation."
+            return _created(header, [(UNKNOWN_SERVER_ERROR, too_many)] * len(acls))
 
         async def saved() -> Outcome:
             try:

@@ -21,15 +21,20 @@ from protocol.authorization_answers import (
     FIRST_SHARE_FIND_COORDINATOR,
     GROUP_KEY_TYPE,
     GROUP_MEMBERSHIP_APIS,
+    INTERNAL_TOPICS,
     SHARE_KEY_TYPE,
     TRANSACTION_APIS,
     TRANSACTION_KEY_TYPE,
     ProducerIdAsked,
+    cluster_described,
+    cluster_operations_asked,
     coordinators_answer,
     coordinators_asked,
     coordinators_without,
     group_and_transaction,
     group_id,
+    groups_deleted,
+    groups_deleted_answer,
     groups_described,
     groups_described_answer,
     groups_listed,
@@ -72,6 +77,7 @@ log = logging.getLogger(__name__)
 
 GROUP_FIRST_APIS = frozenset({Api.OFFSET_COMMIT, Api.TXN_OFFSET_COMMIT})
 """The APIs naming topics whose group is authorized first (``GroupFirst``)."""
+GROUP_ADMINISTRATION_APIS = frozenset({Api.LIST_GROUPS, Api.DESCRIBE_GROUPS, Api.DELETE_GROUPS})
 NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,
                                    Api.GET_TELEMETRY_SUBSCRIPTIONS, Api.PUSH_TELEMETRY})
 """The APIs Kafka authorizes no request of: forwarded."""
@@ -87,10 +93,10 @@ answered in pages whose cursor, which the cluster gives over every topic, may na
 describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
-    *TRANSACTION_APIS, Api.LIST_GROUPS, Api.DESCRIBE_GROUPS}
+    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
-                                     *TRANSACTION_APIS, Api.LIST_GROUPS, Api.DESCRIBE_GROUPS})
+                                     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -114,7 +120,8 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
                    **{api_key: GroupFirst(access, handlers[api_key]) for api_key in GROUP_FIRST_APIS},
                    Api.OFFSET_FETCH: GroupOffsets(access),
                    **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
-                   **dict.fromkeys((Api.LIST_GROUPS, Api.DESCRIBE_GROUPS), GroupsListedAndDescribed(access)),
+                   **dict.fromkeys(GROUP_ADMINISTRATION_APIS, GroupsAdministered(access)),
+                   Api.DESCRIBE_CLUSTER: ClusterDescribed(access),
                    Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
     return judged, SuperUsersOnly(authorizer, None, logged)
 
@@ -233,17 +240,20 @@ class GroupFirst:
         return local_answer(header, answer_with_refusals(api_key, version, None, every_topic, error))
 
 
-class GroupsListedAndDescribed:
+class GroupsAdministered:
     """ListGroups: every group with DESCRIBE on the cluster, else the groups the principal may describe
     (``handleListGroupsRequest``). DescribeGroups: DESCRIBE on each group, a refused one answered first with
     GROUP_AUTHORIZATION_FAILED and nothing else, the others asked of the cluster, their authorized operations the
-    principal's (``handleDescribeGroupsRequest``)."""
+    principal's (``handleDescribeGroupsRequest``). DeleteGroups: DELETE on each group, a refused one answered last
+    with GROUP_AUTHORIZATION_FAILED (``handleDeleteGroupsRequest``)."""
 
     def __init__(self, access: Access) -> None:
         self._access = access
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         access, version = self._access, header.api_version
+        if version > max_version(header.api_key):  # not offered: a client that negotiated never sends it
+            return CLOSE
 
         def refused(group: str | None) -> bool:
             return not access.allows(caller, AclOperation.DESCRIBE, ResourceType.GROUP, group or "")
@@ -252,6 +262,13 @@ class GroupsListedAndDescribed:
             if access.allows(caller, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
                 return FORWARD
             return Forward(on_response=OnResponse(finish=lambda body: groups_listed(version, body, refused)))
+        if header.api_key == Api.DELETE_GROUPS:
+            refusals, forwarded_body = groups_deleted(version, frame[header.length:], lambda group: not access.allows(
+                caller, AclOperation.DELETE, ResourceType.GROUP, group or ""))
+            if forwarded_body is None:
+                return local_answer(header, groups_deleted_answer(version, refusals, None))
+            return Forward(replacement=replacement_request(frame, header, forwarded_body), on_response=OnResponse(
+                finish=lambda body: groups_deleted_answer(version, refusals, body)))
         described = groups_described(version, frame[header.length:], refused)
         authorizer = access.authorizer
         assert authorizer is not None, "judged with the authorizer"
@@ -267,14 +284,33 @@ class GroupsListedAndDescribed:
                            version, described, body, operations)))
 
 
+class ClusterDescribed:
+    """DescribeCluster: nothing to authorize; the authorized operations on the cluster, asked for, are the
+    principal's, 0 without DESCRIBE on it (``handleDescribeCluster``)."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        version = header.api_version
+        if not cluster_operations_asked(version, frame[header.length:]):
+            return FORWARD
+        access = self._access
+        authorizer = access.authorizer
+        assert authorizer is not None, "judged with the authorizer"
+        operations = 0
+        if access.allows(caller, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            operations = authorizer.authorized_operations(requester_of(caller), ResourceType.CLUSTER, CLUSTER_NAME)
+        return Forward(on_response=OnResponse(finish=lambda body: cluster_described(version, body, operations)))
+
+
 class TransactionalIdFirst:
     """EndTxn, AddOffsetsToTxn and a client's AddPartitionsToTxn (v0-3): WRITE on the transactional id, or refused
     with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (whole; on every partition); then READ on AddOffsetsToTxn's group
     (GROUP_AUTHORIZATION_FAILED), and WRITE on each of AddPartitionsToTxn's topics: a refused topic's partitions get
-    TOPIC_AUTHORIZATION_FAILED and every other OPERATION_NOT_ATTEMPTED, nothing added (``handleEndTxnRequest``,
-    ``handleAddOffsetsToTxnRequest``, ``handleAddPartitionsToTxnRequest``; an internal topic, which Kafka never lets a
-    client add, the cluster refuses itself, whoever asks). A broker's AddPartitionsToTxn (v4+) is not offered, and
-    closes the connection."""
+    TOPIC_AUTHORIZATION_FAILED and every other OPERATION_NOT_ATTEMPTED, nothing added, an internal topic refused
+    whatever the ACLs (``handleEndTxnRequest``, ``handleAddOffsetsToTxnRequest``, ``handleAddPartitionsToTxnRequest``).
+    A broker's AddPartitionsToTxn (v4+) is not offered, and closes the connection."""
 
     def __init__(self, access: Access) -> None:
         self._access = access
@@ -292,7 +328,8 @@ class TransactionalIdFirst:
                                                             asked.group_id):
             return local_answer(header, transaction_refused(api_key, version, asked, GROUP_AUTHORIZATION_FAILED))
         refused = access.topic_refusal(caller, AclOperation.WRITE)
-        topic_errors = {name: TOPIC_AUTHORIZATION_FAILED for name, _ in asked.partitions if refused(name)}
+        topic_errors = {name: TOPIC_AUTHORIZATION_FAILED for name, _ in asked.partitions
+                        if name in INTERNAL_TOPICS or refused(name)}
         if topic_errors:
             return local_answer(header, transaction_refused(api_key, version, asked, OPERATION_NOT_ATTEMPTED,
                                                             topic_errors))

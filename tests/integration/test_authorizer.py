@@ -401,14 +401,29 @@ def acl_requests(sock: socket.socket, side: Side) -> Any:
 
 def groups(sock: socket.socket, side: Side) -> Any:
     """The groups listed (of those the matrix makes), and described: alice's, the shared one (alice may describe it,
-    bob read it) and one that is nobody's, with their authorized operations."""
+    bob read it) and one that is nobody's, with their authorized operations; and groups that do not exist deleted
+    (which changes nothing, where allowed)."""
     made = {"alice-g", "alice-consumer", "shared-group", "nobodys-group"}
     listed = call(sock, Api.LIST_GROUPS, 5, states_filter=[], types_filter=[])
     described = call(sock, Api.DESCRIBE_GROUPS, 5, groups=sorted(made), include_authorized_operations=True)
+    deleted = call(sock, Api.DELETE_GROUPS, 2, groups_names=["nobodys-group", "alice-none", "nobodys-group"])
     return (listed.error_code, sorted(group.group_id for group in listed.groups  # type: ignore[attr-defined]
                                       if group.group_id in made),  # type: ignore[attr-defined]
             [(group.group_id, group.error_code, group.group_state, group.protocol_type, len(group.members),
-              group.authorized_operations) for group in described.groups])  # type: ignore[attr-defined]
+              group.authorized_operations) for group in described.groups],  # type: ignore[attr-defined]
+            [(result.group_id, result.error_code) for result in deleted.results])  # type: ignore[attr-defined]
+
+
+def described_cluster(sock: socket.socket, side: Side) -> Any:
+    """The cluster described, with the principal's authorized operations on it and without (its brokers by id: their
+    addresses are each side's)."""
+    answers = []
+    for with_operations in (True, False):
+        described = call(sock, Api.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=with_operations,
+                         endpoint_type=1)
+        answers.append((described.error_code, described.authorized_operations,  # type: ignore[attr-defined]
+                        sorted(broker.broker_id for broker in described.brokers)))  # type: ignore[attr-defined]
+    return answers
 
 
 def transactions(sock: socket.socket, side: Side) -> Any:
@@ -445,7 +460,7 @@ def transactions(sock: socket.socket, side: Side) -> Any:
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions, groups]
+    topic_admin, acl_requests, transactions, groups, described_cluster]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -539,6 +554,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert kafka[("alice", "transactions")][1] == [("acl-a.one", 55), ("acl-hidden", 29)]
     assert "alice-g" in kafka[("alice", "groups")][1] and "alice-g" not in kafka[("bob", "groups")][1]
     assert {error for _, error, *_ in kafka[("alice", "groups")][2]} == {0, 30}
+    assert kafka[(SUPER_USER, "described_cluster")][0][1] != kafka[("alice", "described_cluster")][0][1]
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
 
 

@@ -6,9 +6,12 @@ import pytest
 
 from protocol.apis import Api
 from protocol.authorization_answers import (
+    cluster_described,
     coordinators_answer,
     coordinators_asked,
     coordinators_without,
+    groups_deleted,
+    groups_deleted_answer,
     groups_described,
     groups_described_answer,
     groups_listed,
@@ -134,3 +137,29 @@ def test_groups_a_principal_may_not_describe_are_left_out_of_a_list_and_refused_
     assert nothing_asked.forwarded_body is None
     assert [group.error_code for group in decode_response(Api.DESCRIBE_GROUPS, 5, groups_described_answer(
         5, nothing_asked, None, lambda group: 0)).groups] == [30]
+
+
+def test_the_cluster_described_gives_the_principals_operations_and_a_refusal_as_it_is() -> None:
+    def described(error_code: int) -> memoryview:
+        return memoryview(encode_response(Api.DESCRIBE_CLUSTER, 1, {
+            "throttle_time_ms": 0, "error_code": error_code, "error_message": None, "endpoint_type": 1,
+            "cluster_id": "c", "controller_id": 1, "brokers": [], "authorized_operations": {5, 7, 8}}))
+
+    answer = decode_response(Api.DESCRIBE_CLUSTER, 1, cluster_described(1, described(0), 1 << 8))
+    assert answer.authorized_operations == {8}
+    assert decode_response(Api.DESCRIBE_CLUSTER, 1, cluster_described(1, described(0), 0)).authorized_operations \
+        == set()
+    refused = described(102)
+    assert cluster_described(1, refused, 0) == bytes(refused)
+
+
+def test_groups_a_principal_may_not_delete_are_answered_after_the_others_each_once() -> None:
+    refusals, forwarded = groups_deleted(2, body(Api.DELETE_GROUPS, 2, groups_names=["theirs", "mine", "theirs"]),
+                                         REFUSED_GROUP)
+    assert refusals == ("theirs",) and forwarded is not None
+    assert decode_request(Api.DELETE_GROUPS, 2, memoryview(forwarded)).groups_names == ["mine"]
+    upstream = encode_response(Api.DELETE_GROUPS, 2, {"throttle_time_ms": 0, "results": [
+        {"group_id": "mine", "error_code": 69}]})
+    answer = decode_response(Api.DELETE_GROUPS, 2, groups_deleted_answer(2, refusals, memoryview(upstream)))
+    assert [(result.group_id, result.error_code) for result in answer.results] == [("mine", 69), ("theirs", 30)]
+    assert groups_deleted(2, body(Api.DELETE_GROUPS, 2, groups_names=["theirs"]), REFUSED_GROUP) == (("theirs",), None)

@@ -173,7 +173,8 @@ def test_a_change_whose_save_fails_changes_nothing(tmp_path: Path) -> None:
 
 def test_more_deletions_than_kafka_takes_in_one_operation_fail_every_filter(tmp_path: Path) -> None:
     proxy = Proxy(tmp_path)
-    proxy.create(*(acl(f"t{i}") for i in range(MAX_ACLS_PER_OPERATION + 1)))
+    proxy.create(*(acl(f"t{i}") for i in range(MAX_ACLS_PER_OPERATION)))
+    proxy.create(acl("one more"))
     [(code, message, matched)] = proxy.deleted(acl_filter())
     assert (code, matched) == (INVALID_REQUEST, []) and message is not None and "10000" in message
     assert len(proxy.service.authorizer.acls) == MAX_ACLS_PER_OPERATION + 1
@@ -188,3 +189,10 @@ def test_saved_changes_that_cannot_be_read_stop_the_start_with_the_entry_named(t
     (tmp_path / "state" / "acls.json").write_text(saved)
     with pytest.raises(AclFileError, match="acls.json"):
         Proxy(tmp_path)
+
+
+def test_more_new_acls_than_kafka_takes_in_one_operation_fail_the_creation_whole(tmp_path: Path) -> None:
+    proxy = Proxy(tmp_path)
+    results = proxy.create(*(acl(f"t{i}") for i in range(MAX_ACLS_PER_OPERATION + 1)))
+    assert {code for code, _ in results} == {UNKNOWN_SERVER_ERROR} and proxy.service.authorizer.acls == ()
+    assert proxy.create(*(acl(f"t{i}") for i in range(MAX_ACLS_PER_OPERATION))) == [(0, None)] * MAX_ACLS_PER_OPERATION

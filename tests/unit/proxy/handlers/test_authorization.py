@@ -96,7 +96,9 @@ def test_a_transaction_needs_write_on_its_id_its_groups_read_and_write_on_its_to
         AclBinding(ResourceType.GROUP, "g", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
                    AclPermission.ALLOW),
         AclBinding(ResourceType.TOPIC, "mine", PatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
-                   AclPermission.ALLOW)])
+                   AclPermission.ALLOW),
+        AclBinding(ResourceType.TOPIC, "__consumer_offsets", PatternType.LITERAL, "User:alice", "*",
+                   AclOperation.WRITE, AclPermission.ALLOW)])
     judge = TransactionalIdFirst(Access(authorizer=authorizer))
     alice = Caller("alice", 0)
     assert handled(judge, add_partitions("tx", "mine"), alice) is FORWARD
@@ -104,6 +106,10 @@ def test_a_transaction_needs_write_on_its_id_its_groups_read_and_write_on_its_to
     assert sorted((topic.name, partition.partition_error_code) for topic in refused.results_by_topic_v3_and_below
                   for partition in topic.results_by_partition) == [
         ("mine", 55), ("mine", 55), ("theirs", 29), ("theirs", 29)]
+    internal = answer_of(handled(judge, add_partitions("tx", "__consumer_offsets"), alice),
+                         Api.ADD_PARTITIONS_TO_TXN, 3)
+    assert {partition.partition_error_code for topic in internal.results_by_topic_v3_and_below
+            for partition in topic.results_by_partition} == {29}, "an internal topic, whatever the ACLs"
     other_id = answer_of(handled(judge, add_partitions("tx-b", "mine"), alice), Api.ADD_PARTITIONS_TO_TXN, 3)
     assert {partition.partition_error_code for topic in other_id.results_by_topic_v3_and_below
             for partition in topic.results_by_partition} == {53}
