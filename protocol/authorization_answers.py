@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import ERROR_MESSAGES, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
 from protocol.refused_topics import NameRefusal, bit_positions
 
 GROUP_MEMBERSHIP_APIS = frozenset({Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP})
@@ -27,9 +27,6 @@ GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
 FIRST_SHARE_FIND_COORDINATOR = 6
 """Before it a share key is INVALID_REQUEST, answered before any authorization (``getCoordinator``)."""
 _FIRST_DESCRIBE_GROUPS_WITH_OPERATIONS = 3
-_ERROR_MESSAGES = {30: "Group authorization failed.", 31: "Cluster authorization failed.",
-                   53: "Transactional Id authorization failed."}
-"""``Errors.message()`` of the codes refused here."""
 
 
 def group_id(api_key: int, version: int, body: memoryview) -> str:
@@ -84,14 +81,14 @@ def coordinators_answer(version: int, keys: tuple[str, ...], refused: dict[str, 
     if version < _FIRST_BATCHED_FIND_COORDINATOR:
         [error_code] = refused.values()
         return encode_response(Api.FIND_COORDINATOR, version, {
-            "throttle_time_ms": 0, "error_code": error_code, "error_message": _ERROR_MESSAGES[error_code],
+            "throttle_time_ms": 0, "error_code": error_code, "error_message": ERROR_MESSAGES[error_code],
             **_NO_NODE})
     cls = response_class(Api.FIND_COORDINATOR)
     answer = cls(version=version, throttle_time_ms=0, coordinators=[]) if upstream_body is None else \
         decode_response(Api.FIND_COORDINATOR, version, upstream_body)
     answered = {coordinator.key: coordinator for coordinator in answer.coordinators}
     answer.coordinators = [answered[key] if key not in refused else cls.Coordinator(
-        key=key, error_code=refused[key], error_message=_ERROR_MESSAGES[refused[key]] if whole else "", **_NO_NODE)
+        key=key, error_code=refused[key], error_message=ERROR_MESSAGES[refused[key]] if whole else "", **_NO_NODE)
         for key in keys]
     return encode_response(Api.FIND_COORDINATOR, version, answer)
 

@@ -47,3 +47,12 @@ UNSUPPORTED_COMPRESSION_TYPE = 76
 STALE_BROKER_EPOCH = 77
 INVALID_RECORD = 87
 THROTTLING_QUOTA_EXCEEDED = 89
+
+ERROR_MESSAGES = {
+    UNKNOWN_SERVER_ERROR: "The server experienced an unexpected error when processing the request.",
+    TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed.",
+}
+"""``Errors.message()`` of the codes the proxy answers with Kafka's default message."""

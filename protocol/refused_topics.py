@@ -6,8 +6,7 @@ A topic is refused to a request when its principal may not do the API's operatio
 topic the principal may not describe out of an all-topics answer, answer it TOPIC_AUTHORIZATION_FAILED when named (by
 name: the name and a zero topic id; by id: the id and no name), and never create it. The APIs naming partitions of
 topics (Fetch, ShareFetch and ShareAcknowledge among them) answer each partition of such a topic
-TOPIC_AUTHORIZATION_FAILED after the others' results; the config APIs answer such a topic resource
-TOPIC_AUTHORIZATION_FAILED with "Topic authorization failed." (``ConfigHelper``, ``ControllerApis``).
+TOPIC_AUTHORIZATION_FAILED after the others' results (the config APIs' are ``protocol.config_resources``).
 """
 
 from __future__ import annotations
@@ -18,7 +17,12 @@ from typing import Any, NamedTuple, TypeVar
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
+from protocol.errors import (
+    ERROR_MESSAGES,
+    FETCH_SESSION_ID_NOT_FOUND,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from protocol.fetch import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_FETCH_VERSION, NO_SESSION_EPOCH, TopicRef
 
 _ZERO_ID = uuid.UUID(int=0)
@@ -212,14 +216,11 @@ PARTITIONED_APIS: dict[int, _PartitionedApi] = {
                                                        "ReassignableTopicResponse", "ReassignablePartitionResponse",
                                                        "partition_index", "responses"),
 }
-CONFIG_APIS = frozenset({Api.DESCRIBE_CONFIGS, Api.ALTER_CONFIGS, Api.INCREMENTAL_ALTER_CONFIGS})
-_TOPIC_RESOURCE = 2
-_TOPIC_AUTHORIZATION_FAILED_MESSAGE = "Topic authorization failed."
 
 
 class TopicsRefused(NamedTuple):
     refused: tuple[tuple[str, tuple[int, ...]], ...]
-    """Each refused topic the request names, with its partitions (none for a config resource)."""
+    """Each refused topic the request names, with its partitions."""
     forwarded_body: bytes | None
     """The request body without them, or None when nothing of the request is left to forward."""
 
@@ -227,26 +228,16 @@ class TopicsRefused(NamedTuple):
 def topics_refused(api_key: int, version: int, body: memoryview, refused: NameRefusal) -> TopicsRefused | None:
     """The request's refused topics and the body that goes to the cluster instead, or None when it names none."""
     request = decode_request(api_key, version, body)
-    refusals: tuple[tuple[str, tuple[int, ...]], ...]
-    if api_key in CONFIG_APIS:
-        refusals = tuple((resource.resource_name, ()) for resource in request.resources
-                         if resource.resource_type == _TOPIC_RESOURCE and refused(resource.resource_name))
-        if not refusals:
-            return None
-        request.resources = [resource for resource in request.resources
-                             if not (resource.resource_type == _TOPIC_RESOURCE and refused(resource.resource_name))]
-        kept = bool(request.resources)
-    else:
-        api = PARTITIONED_APIS[api_key]
-        topics = getattr(request, api.topics)
-        if topics is None:
-            return None
-        refusals = tuple((getattr(topic, api.name), _partition_indexes(api, topic)) for topic in topics
-                         if refused(getattr(topic, api.name)))
-        if not refusals:
-            return None
-        setattr(request, api.topics, [topic for topic in topics if not refused(getattr(topic, api.name))])
-        kept = bool(getattr(request, api.topics))
+    api = PARTITIONED_APIS[api_key]
+    topics = getattr(request, api.topics)
+    if topics is None:
+        return None
+    refusals = tuple((getattr(topic, api.name), _partition_indexes(api, topic)) for topic in topics
+                     if refused(getattr(topic, api.name)))
+    if not refusals:
+        return None
+    setattr(request, api.topics, [topic for topic in topics if not refused(getattr(topic, api.name))])
+    kept = bool(getattr(request, api.topics))
     return TopicsRefused(refusals, encode_request(api_key, version, request) if kept else None)
 
 
@@ -262,20 +253,10 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     cls = response_class(api_key)
     answer = cls(version=version, throttle_time_ms=0) if upstream_body is None else \
         decode_response(api_key, version, upstream_body)
-    if api_key in CONFIG_APIS:
-        describes = api_key == Api.DESCRIBE_CONFIGS
-        field = "results" if describes else "responses"
-        result_class = cls.DescribeConfigsResult if describes else cls.AlterConfigsResourceResponse
-        extra: dict[str, Any] = {"configs": []} if describes else {}
-        results = [result_class(error_code=TOPIC_AUTHORIZATION_FAILED, resource_type=_TOPIC_RESOURCE,
-                                error_message=_TOPIC_AUTHORIZATION_FAILED_MESSAGE, resource_name=name, **extra)
-                   for name, _ in refused.refused]
-        setattr(answer, field, [*(getattr(answer, field) or []), *results])
-        return encode_response(api_key, version, answer)
     api = PARTITIONED_APIS[api_key]
     topic_class = getattr(cls, api.answer_topic)
     partition_class = getattr(topic_class, api.answer_partition)
-    partition_fields: dict[str, Any] = {"error_message": _TOPIC_AUTHORIZATION_FAILED_MESSAGE} \
+    partition_fields: dict[str, Any] = {"error_message": ERROR_MESSAGES[error_code]} \
         if "error_message" in partition_class.fields and error_code == TOPIC_AUTHORIZATION_FAILED else {}
     if "low_watermark" in partition_class.fields:  # DeleteRecords': unknown (``INVALID_LOW_WATERMARK``)
         partition_fields["low_watermark"] = -1

@@ -15,12 +15,12 @@ from typing import Any, NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import ERROR_MESSAGES, TOPIC_AUTHORIZATION_FAILED
 
 SHARE_GROUP_OFFSET_APIS = frozenset({Api.DESCRIBE_SHARE_GROUP_OFFSETS, Api.ALTER_SHARE_GROUP_OFFSETS,
                                      Api.DELETE_SHARE_GROUP_OFFSETS})
 _ZERO_ID = uuid.UUID(int=0)
-_MESSAGE = "Topic authorization failed."  # Errors.TOPIC_AUTHORIZATION_FAILED.message
+_MESSAGE = ERROR_MESSAGES[TOPIC_AUTHORIZATION_FAILED]
 
 
 class ShareOffsetsRefused(NamedTuple):

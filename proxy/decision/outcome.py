@@ -223,3 +223,13 @@ def local_answer(header: RequestHeader, body: bytes, throttle_ms: int = 0,
 def replacement_request(frame_without_prefix: memoryview, header: RequestHeader, body: bytes) -> bytes:
     """The client's request header (correlation id, client id) in front of a new body."""
     return frame(bytes(frame_without_prefix[:header.length]) + body)
+
+
+def answered_in_part(frame_without_prefix: memoryview, header: RequestHeader, forwarded_body: bytes | None,
+                     answer: Callable[[memoryview | None], bytes]) -> Decided:
+    """A request the proxy answers in part: ``forwarded_body`` asked of the cluster in its place (None: nothing is
+    left to ask), and the client answered ``answer`` of the cluster's answer (of None when nothing was asked)."""
+    if forwarded_body is None:
+        return local_answer(header, answer(None))
+    return Forward(replacement=replacement_request(frame_without_prefix, header, forwarded_body),
+                   on_response=OnResponse(finish=answer))

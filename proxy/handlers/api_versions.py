@@ -14,9 +14,10 @@ from protocol.addresses import ADDRESS_BEARING_APIS
 from protocol.api_versions import NEWEST_API_VERSIONS, VersionRange, adapt_api_versions
 from protocol.apis import Api
 from protocol.codecs import encode_response, max_version
+from protocol.config_resources import CONFIG_APIS
 from protocol.errors import UNSUPPORTED_VERSION
 from protocol.header import RequestHeader, read_request_header
-from protocol.refused_topics import CONFIG_APIS, PARTITIONED_APIS
+from protocol.refused_topics import PARTITIONED_APIS
 from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any

@@ -1,14 +1,14 @@
 """With the authorizer: Kafka's checks of the APIs that need more than topics' ACLs (a group's, a transactional
 id's, the cluster's), and every API the proxy does not judge yet kept for super users.
 
-The proxy reaches the cluster under its own login, which the cluster lets do what the proxy may, whoever the client
-is: a request the proxy does not judge by the client's ACLs would be judged by the proxy's. So the APIs the proxy
-authorizes as Kafka's ``KafkaApis`` and ``ControllerApis`` do (``AUTHORIZED_APIS``: topics' data and metadata, their
-creation and deletion, coordinators, a group's membership and offsets, producer ids, and the ACLs themselves, which
-the proxy answers) are judged (``judged_by_acls``), and a request of any other API from a principal that is not a
-super user closes its connection, with a log line naming the API: a client is never allowed what Kafka's ACLs would
-not allow it. (Kafka answers a request it refuses, with the API's own error; the proxy does so for the APIs it
-authorizes.)
+The proxy reaches the cluster under its own login, which the cluster lets do what the proxy may, whoever the client is:
+a request the proxy does not judge by the client's ACLs would be judged by the proxy's. So the APIs the proxy authorizes
+as Kafka's ``KafkaApis`` and ``ControllerApis`` do (``AUTHORIZED_APIS``: topics' data and metadata, their creation and
+deletion, coordinators, a group's membership and offsets, producer ids, transactions, the groups' and the cluster's
+administration, configs, and the ACLs themselves, which the proxy answers) are judged (``judged_by_acls``), and a
+request of any other API from a principal that is not a super user closes its connection, with a log line naming the
+API: a client is never allowed what Kafka's ACLs would not allow it. (Kafka answers a request it refuses, with the API's
+own error; the proxy does so for the APIs it authorizes.)
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from protocol.authorization_answers import (
     transaction_refused,
 )
 from protocol.codecs import max_version
+from protocol.config_resources import CONFIG_APIS
 from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
@@ -65,6 +66,7 @@ from proxy.decision.outcome import (
     Decided,
     Forward,
     OnResponse,
+    answered_in_part,
     local_answer,
     replacement_request,
 )
@@ -83,10 +85,10 @@ NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SAS
 """The APIs Kafka authorizes no request of: forwarded."""
 JUDGED_BY_THEIR_HANDLERS = frozenset({
     Api.PRODUCE, Api.FETCH, Api.METADATA, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
-    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS), *ACL_APIS,
+    *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS), *ACL_APIS, *CONFIG_APIS,
 })
-"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone, and the
-ACL APIs (``proxy.handlers.acls``)."""
+"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone, the
+config APIs (``proxy.handlers.config_resources``) and the ACL APIs (``proxy.handlers.acls``)."""
 NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
 """Left out of ApiVersions with the authorizer, and kept for super users: an all-topics DescribeTopicPartitions is
 answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not
@@ -265,10 +267,8 @@ class GroupsAdministered:
         if header.api_key == Api.DELETE_GROUPS:
             refusals, forwarded_body = groups_deleted(version, frame[header.length:], lambda group: not access.allows(
                 caller, AclOperation.DELETE, ResourceType.GROUP, group or ""))
-            if forwarded_body is None:
-                return local_answer(header, groups_deleted_answer(version, refusals, None))
-            return Forward(replacement=replacement_request(frame, header, forwarded_body), on_response=OnResponse(
-                finish=lambda body: groups_deleted_answer(version, refusals, body)))
+            return answered_in_part(frame, header, forwarded_body,
+                                    lambda body: groups_deleted_answer(version, refusals, body))
         described = groups_described(version, frame[header.length:], refused)
         authorizer = access.authorizer
         assert authorizer is not None, "judged with the authorizer"
@@ -277,11 +277,8 @@ class GroupsAdministered:
         def operations(group: str) -> int:
             return authorizer.authorized_operations(requester, ResourceType.GROUP, group)
 
-        if described.forwarded_body is None:
-            return local_answer(header, groups_described_answer(version, described, None, operations))
-        return Forward(replacement=replacement_request(frame, header, described.forwarded_body),
-                       on_response=OnResponse(finish=lambda body: groups_described_answer(
-                           version, described, body, operations)))
+        return answered_in_part(frame, header, described.forwarded_body,
+                                lambda body: groups_described_answer(version, described, body, operations))
 
 
 class ClusterDescribed:

@@ -6,9 +6,10 @@ them with its own login, which the cluster lets do anything with them whoever th
 quotas topic would set any principal's quota on the whole fleet. So no client request reaches them, super users'
 neither: Produce refuses them (``proxy.handlers.produce``), CreateTopics, DeleteTopics and CreatePartitions too
 (``proxy.handlers.topic_mutations``), Fetch (``proxy.handlers.fetch``), Metadata does not show them, and the APIs
-naming topics' partitions, the config APIs, ShareFetch, ShareAcknowledge and the share groups' offset APIs refuse
-them (here). With the authorizer, Metadata, DescribeTopicPartitions and the APIs Kafka authorizes by one operation
-on each topic alone (``TOPIC_OPERATIONS``) refuse the topics the ACLs do not allow as well.
+naming topics' partitions, ShareFetch, ShareAcknowledge and the share groups' offset APIs refuse them (here), and
+the config APIs (``proxy.handlers.config_resources``). With the authorizer, Metadata, DescribeTopicPartitions and
+the APIs Kafka authorizes by one operation on each topic alone (``TOPIC_OPERATIONS``) refuse the topics the ACLs do
+not allow as well.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from proxy.decision.outcome import (
     Forward,
     OnResponse,
     Outcome,
+    answered_in_part,
     finished_whole,
     local_answer,
     replacement_request,
@@ -198,28 +200,37 @@ class DescribedTopicsWithoutRefused:
             body, version, asked, refused, Api.DESCRIBE_TOPIC_PARTITIONS, authorized)))
 
 
+def reserved_names_search(reserved_topics: frozenset[str]) -> Callable[[memoryview], bool]:
+    """Whether a request may name one of the proxy's own topics: its bytes searched for their names before any decode
+    (for the small requests that name topics rarely, and never the proxy's but by mistake or in an attack)."""
+    encoded = [name.encode() for name in reserved_topics]
+
+    def may_name(frame: memoryview) -> bool:
+        request = bytes(frame)
+        return any(name in request for name in encoded)
+
+    return may_name
+
+
 class TopicsWithoutRefused:
-    """The APIs naming topics' partitions, and the config APIs: a refused topic refused, the rest forwarded."""
+    """The APIs naming topics' partitions: a refused topic refused, the rest forwarded."""
 
     def __init__(self, access: Access) -> None:
         self._access = access
-        self._encoded = [name.encode() for name in access.reserved_topics]
+        self._may_name_reserved = reserved_names_search(access.reserved_topics)
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
         refused = self._refusal(api_key, caller)
         if refused is None:
-            request = bytes(frame)  # these requests are small: searched before any decode
-            if not any(name in request for name in self._encoded):
+            if not self._may_name_reserved(frame):
                 return FORWARD
             refused = self._access.reserved_topics.__contains__
         refusals = topics_refused(api_key, version, frame[header.length:], refused)
         if refusals is None:
             return FORWARD
-        if refusals.forwarded_body is None:
-            return local_answer(header, answer_with_refusals(api_key, version, None, refusals))
-        return Forward(replacement=replacement_request(frame, header, refusals.forwarded_body), on_response=OnResponse(
-            finish=lambda body: answer_with_refusals(api_key, version, body, refusals)))
+        return answered_in_part(frame, header, refusals.forwarded_body,
+                                lambda body: answer_with_refusals(api_key, version, body, refusals))
 
     def _refusal(self, api_key: int, caller: Caller) -> NameRefusal | None:
         """With the authorizer, the topics of an API of ``TOPIC_OPERATIONS`` the caller may not use; None: only the

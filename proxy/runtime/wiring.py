@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 from allocator.block_log import BlockLog
 from allocator.durable import WriteErrors, lock_directory
 from protocol.apis import Api
-from protocol.refused_topics import CONFIG_APIS, PARTITIONED_APIS
+from protocol.config_resources import CONFIG_APIS
+from protocol.refused_topics import PARTITIONED_APIS
 from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.cluster.client import ClusterClient
 from proxy.cluster.fleet import Fleet, FleetSettings
@@ -34,6 +35,7 @@ from proxy.handlers.api_versions import ApiVersionsAnswers
 from proxy.handlers.authorization import judged_by_acls
 from proxy.handlers.chain import ClusterAnswers, RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
+from proxy.handlers.config_resources import ConfigResourcesJudged
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
@@ -188,7 +190,8 @@ class Services:
         return {Api.METADATA: MetadataWithoutRefusedTopics(access, self.cluster.auto_creates_topics,
                                                            self.cluster.partitions),
                 Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutRefused(access),
-                **dict.fromkeys([*PARTITIONED_APIS, *CONFIG_APIS], without),
+                **dict.fromkeys(PARTITIONED_APIS, without),
+                **dict.fromkeys(CONFIG_APIS, ConfigResourcesJudged(access)),
                 Api.SHARE_FETCH: ShareTopicsWithoutRefused(access, self.topic_names, share_fetch),
                 Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutRefused(access, self.topic_names),
                 **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsetsWithoutReserved(self.reserved_topics))}

@@ -67,15 +67,20 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
     ("User:alice", "group", "shared-group", "literal", "describe", "allow"),
     ("User:bob", "group", "shared-group", "literal", "read", "allow"),
     ("User:bob", "transactional-id", "tx-", "prefixed", "describe", "allow"),
+    ("User:bob", "topic", "acl-shared", "literal", "describe-configs", "allow"),
+    ("User:bob", "group", "shared-group", "literal", "alter-configs", "allow"),
+    ("User:bob", "cluster", "kafka-cluster", "literal", "describe-configs", "allow"),
 ]
 TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
 ZERO_ID = uuid.UUID(int=0)
+DESCRIBE_LOG_DIRS = 35
 
 
 def kafka_binding(principal: str, resource_type: str, name: str, pattern: str, operation: str,
                   permission: str) -> AclBinding:
-    return AclBinding(ResourceType[resource_type.upper().replace("-", "_")], name,
+    kind = "broker" if resource_type == "cluster" else resource_type  # confluent-kafka's name of the cluster
+    return AclBinding(ResourceType[kind.upper().replace("-", "_")], name,
                       ResourcePatternType[pattern.upper()], principal, "*",
                       AclOperation[operation.upper().replace("-", "_")],
                       AclPermissionType[permission.upper()])
@@ -457,10 +462,49 @@ def transactions(sock: socket.socket, side: Side) -> Any:
     return answers
 
 
+def configs(sock: socket.socket, side: Side) -> Any:
+    """Configs described, and altered with validation alone (the sides share one cluster), of topics (one missing),
+    groups, the broker and the cluster's defaults, the broker's loggers and a client-metrics subscription; and
+    alterations the broker refuses before it judges them: a resource named twice, a config named twice, a null
+    value."""
+    node = str(call(sock, Api.METADATA, 12, topics=[], allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False).brokers[0].node_id)  # type: ignore[attr-defined]
+    resources = [(2, "acl-a.one", "retention.ms", "86400000"), (2, "acl-shared", "retention.ms", "86400000"),
+                 (2, "acl-hidden", "retention.ms", "86400000"), (2, "acl-a.missing", "retention.ms", "86400000"),
+                 (32, "shared-group", "consumer.session.timeout.ms", "45000"),
+                 (32, "alice-g", "consumer.session.timeout.ms", "45000"), (4, node, "num.io.threads", None),
+                 (4, "", "message.max.bytes", "1048588"), (8, node, "root", "INFO"),
+                 (16, "matrix-subscription", "interval.ms", "60000")]
+    described = call(sock, Api.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+                     resources=[{"resource_type": kind, "resource_name": name, "configuration_keys": [key]}
+                                for kind, name, key, _ in resources])
+
+    def results(answer: Any) -> list[Any]:
+        return [(result.resource_type, result.resource_name, result.error_code, result.error_message)
+                for result in getattr(answer, "results", None) or answer.responses]
+
+    def incremental(*altered: tuple[int, str, list[tuple[str, str | None]]]) -> list[Any]:
+        return results(call(sock, Api.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=True, resources=[
+            {"resource_type": kind, "resource_name": name, "configs": [
+                {"name": key, "config_operation": 0, "value": value} for key, value in entries]}
+            for kind, name, entries in altered]))
+
+    altered = [(kind, name, [(key, value)]) for kind, name, key, value in resources if value is not None]
+    legacy = call(sock, Api.ALTER_CONFIGS, 2, validate_only=True, resources=[
+        {"resource_type": kind, "resource_name": name, "configs": [{"name": key, "value": value}]}
+        for kind, name, key, value in resources if value is not None])
+    return ([(*result, sorted((config.name, config.value) for config in configs.configs))
+             for result, configs in zip(results(described), described.results, strict=True)],  # type: ignore[attr-defined]
+            incremental(*altered), results(legacy),
+            incremental((2, "acl-hidden", [("retention.ms", "1")]), (2, "acl-hidden", [("retention.ms", "2")]),
+                        (2, "acl-public", [("retention.ms", "1"), ("retention.ms", "2")]),
+                        (32, "nobodys-group", [("consumer.session.timeout.ms", None)])))
+
+
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions, groups, described_cluster]
+    topic_admin, acl_requests, transactions, groups, described_cluster, configs]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -556,21 +600,22 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert {error for _, error, *_ in kafka[("alice", "groups")][2]} == {0, 30}
     assert kafka[(SUPER_USER, "described_cluster")][0][1] != kafka[("alice", "described_cluster")][0][1]
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
+    assert {error for *_, error, _, _ in kafka[("alice", "configs")][0]} == {0, 3, 29, 30, 31}
+    assert {error for *_, error, _ in kafka[("bob", "configs")][1]} >= {0, 29, 30, 31}
+    assert {error for *_, error, _ in kafka[("alice", "configs")][3]} == {42}
 
 
 def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
-    """DescribeConfigs, and DescribeTopicPartitions, which is not offered either (Kafka's clients use Metadata)."""
+    """DescribeLogDirs, and DescribeTopicPartitions, which is not offered either (Kafka's clients use Metadata)."""
     proxy = setup.proxy
-    describe_configs = {"resources": [{"resource_type": 2, "resource_name": "acl-a.one", "configuration_keys": None}],
-                        "include_synonyms": False, "include_documentation": False}
-    for request in (encode_request(Api.DESCRIBE_CONFIGS, 4, **describe_configs), encode_request(
+    for request in (encode_request(DESCRIBE_LOG_DIRS, 4, topics=None), encode_request(
             Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=100, cursor=None)):
         with proxy.connect("alice") as sock:
             sock.sendall(request)
             assert closed_by_peer(sock)
     with proxy.connect(SUPER_USER) as sock:
-        described = call(sock, Api.DESCRIBE_CONFIGS, 4, **describe_configs)
-        assert described.results[0].error_code == 0  # type: ignore[attr-defined]
+        described = call(sock, DESCRIBE_LOG_DIRS, 4, topics=None)
+        assert described.error_code == 0 and described.results  # type: ignore[attr-defined]
         assert described_topics(sock, setup.proxy)[0] == [(name, 0, 3576) for name in sorted(TOPICS)]
         offered = call(sock, Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
         assert Api.DESCRIBE_TOPIC_PARTITIONS not in {api.api_key for api in offered.api_keys}  # type: ignore[attr-defined]
@@ -619,14 +664,44 @@ def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_no
     wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")
 
 
-def kafka_acls(side: Side, user: str, *args: str, succeeds: bool = True) -> str:
-    """Kafka's own ``kafka-acls`` (``AclCommand``, on the Java admin client), logged in as ``user``."""
+def kafka_tool(main_class: str, side: Side, user: str, *args: str, succeeds: bool = True) -> str:
+    """One of Kafka's own tools on the Java admin client, logged in as ``user``."""
     config = Path(tempfile.mkdtemp()) / "login.properties"
     config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka."
                       f'common.security.plain.PlainLoginModule required username="{user}" '
                       f'password="{PASSWORDS[user]}";\n')
-    return java_tool("org.apache.kafka.tools.AclCommand", "--bootstrap-server", side.bootstrap, "--command-config",
-                     str(config), *args, succeeds=succeeds)
+    return java_tool(main_class, "--bootstrap-server", side.bootstrap, "--command-config", str(config), *args,
+                     succeeds=succeeds)
+
+
+def kafka_acls(side: Side, user: str, *args: str, succeeds: bool = True) -> str:
+    """Kafka's own ``kafka-acls`` (``AclCommand``)."""
+    return kafka_tool("org.apache.kafka.tools.AclCommand", side, user, *args, succeeds=succeeds)
+
+
+def kafka_configs(side: Side, user: str, *args: str, succeeds: bool = True) -> str:
+    """Kafka's own ``kafka-configs`` (``ConfigCommand``)."""
+    return kafka_tool("kafka.admin.ConfigCommand", side, user, *args, succeeds=succeeds)
+
+
+def test_kafka_configs_describes_and_alters_through_the_proxy_what_kafka_lets_it(setup: Setup) -> None:
+    """Bob may describe acl-shared's configs and alter shared-group's, alice neither: ``kafka-configs`` prints the
+    same through the proxy as on Kafka, and what bob alters through the proxy is what Kafka then describes."""
+    sides = (setup.kafka, setup.proxy)
+    topic = ("--entity-type", "topics", "--entity-name", "acl-shared")
+    group = ("--entity-type", "groups", "--entity-name", "shared-group")
+    described = [kafka_configs(side, "bob", "--describe", "--all", *topic) for side in sides]
+    assert described[0] == described[1] and "retention.ms=" in described[0], described
+    refused = [kafka_configs(side, "alice", "--describe", *topic, succeeds=False) for side in sides]
+    assert all("TopicAuthorizationException" in printed for printed in refused), refused
+    refused = [kafka_configs(side, "alice", "--alter", *group, "--add-config", "consumer.heartbeat.interval.ms=6000",
+                             succeeds=False) for side in sides]
+    assert all("GroupAuthorizationException" in printed for printed in refused), refused
+    kafka_configs(setup.proxy, "bob", "--alter", *group, "--add-config", "consumer.heartbeat.interval.ms=6000")
+    try:
+        assert "consumer.heartbeat.interval.ms=6000" in kafka_configs(setup.kafka, "bob", "--describe", *group)
+    finally:
+        kafka_configs(setup.kafka, "bob", "--alter", *group, "--delete-config", "consumer.heartbeat.interval.ms")
 
 
 def test_kafka_acls_manages_the_proxys_acls_as_kafkas_and_they_outlive_a_restart(setup: Setup) -> None:
