@@ -267,6 +267,31 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     return encode_response(api_key, version, answer)
 
 
+
+def offset_deletions_refused(version: int, body: memoryview, refused: NameRefusal) -> TopicsRefused | None:
+    """An OffsetDelete's refused topics, and the request without them: asked of the cluster even with none left, for
+    the group's own error (``handleOffsetDeleteRequest`` asks the coordinator whatever is left)."""
+    refusals = topics_refused(Api.OFFSET_DELETE, version, body, refused)
+    if refusals is None or refusals.forwarded_body is not None:
+        return refusals
+    request = decode_request(Api.OFFSET_DELETE, version, body)
+    request.topics = []
+    return TopicsRefused(refusals.refused, encode_request(Api.OFFSET_DELETE, version, request))
+
+
+def offset_deletions_answer(version: int, upstream_body: memoryview, refused: TopicsRefused) -> bytes | None:
+    """The cluster's answer with each refused topic's partitions first, TOPIC_AUTHORIZATION_FAILED; None (the
+    cluster's as it is) when it refused the whole request (``OffsetDeleteResponse.Builder.merge``)."""
+    answer = decode_response(Api.OFFSET_DELETE, version, upstream_body)
+    if answer.error_code:
+        return None
+    topic_class = response_class(Api.OFFSET_DELETE).OffsetDeleteResponseTopic
+    partition_class = topic_class.OffsetDeleteResponsePartition
+    answer.topics = [*(topic_class(name=name, partitions=[
+        partition_class(partition_index=index, error_code=TOPIC_AUTHORIZATION_FAILED) for index in indexes])
+        for name, indexes in refused.refused), *answer.topics]
+    return encode_response(Api.OFFSET_DELETE, version, answer)
+
 _Refusal = TypeVar("_Refusal")
 
 

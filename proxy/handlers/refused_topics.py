@@ -18,6 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 
 from protocol.apis import Api
+from protocol.authorization_answers import group_id
+from protocol.codecs import encode_response, max_version
+from protocol.errors import GROUP_AUTHORIZATION_FAILED
 from protocol.header import RequestHeader
 from protocol.refused_topics import (
     Authorized,
@@ -28,6 +31,8 @@ from protocol.refused_topics import (
     described_topics_refused,
     metadata_answer,
     metadata_asked,
+    offset_deletions_answer,
+    offset_deletions_refused,
     share_answer_with_refusals,
     share_refused,
     share_topic_ids,
@@ -40,6 +45,7 @@ from proxy.cluster.topic_names import TopicNames
 from proxy.cluster.upstream import UPSTREAM_ERRORS
 from proxy.decision.interception import RequestHandler
 from proxy.decision.outcome import (
+    CLOSE,
     FORWARD,
     Caller,
     Decided,
@@ -243,6 +249,37 @@ class TopicsWithoutRefused:
                                                                     ResourceType.CLUSTER, CLUSTER_NAME):
             return None  # a broker's (``handleOffsetForLeaderEpochRequest``): every topic
         return access.topic_refusal(caller, operation)
+
+
+class OffsetDeletions:
+    """OffsetDelete: DELETE on the group, else refused whole with GROUP_AUTHORIZATION_FAILED; then READ on each topic,
+    a refused one's partitions answered TOPIC_AUTHORIZATION_FAILED before the others' results, unless the group's own
+    error answers the whole request (``handleOffsetDeleteRequest``). Without the authorizer the proxy's own topics
+    alone are refused."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+        self._may_name_reserved = reserved_names_search(access.reserved_topics)
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        version = header.api_version
+        if version > max_version(Api.OFFSET_DELETE):  # not offered: a client that negotiated never sends it
+            return CLOSE
+        access = self._access
+        body = frame[header.length:]
+        if access.authorizer is None:
+            if not self._may_name_reserved(frame):
+                return FORWARD
+        elif not access.allows(caller, AclOperation.DELETE, ResourceType.GROUP, group_id(Api.OFFSET_DELETE, version,
+                                                                                         body)):
+            return local_answer(header, encode_response(Api.OFFSET_DELETE, version, {
+                "throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "topics": []}))
+        refused = offset_deletions_refused(version, body, access.topic_refusal(caller, AclOperation.READ))
+        if refused is None:
+            return FORWARD
+        assert refused.forwarded_body is not None, "asked even with no topic left"
+        return Forward(replacement=replacement_request(frame, header, refused.forwarded_body), on_response=OnResponse(
+            finish=lambda answer: offset_deletions_answer(version, answer, refused)))
 
 
 class ShareGroupOffsetsWithoutReserved:

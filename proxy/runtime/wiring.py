@@ -42,6 +42,7 @@ from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocatePr
 from proxy.handlers.refused_topics import (
     DescribedTopicsWithoutRefused,
     MetadataWithoutRefusedTopics,
+    OffsetDeletions,
     ShareGroupOffsetsWithoutReserved,
     ShareTopicsWithoutRefused,
     TopicsWithoutRefused,
@@ -190,7 +191,7 @@ class Services:
         return {Api.METADATA: MetadataWithoutRefusedTopics(access, self.cluster.auto_creates_topics,
                                                            self.cluster.partitions),
                 Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutRefused(access),
-                **dict.fromkeys(PARTITIONED_APIS, without),
+                **dict.fromkeys(PARTITIONED_APIS, without), Api.OFFSET_DELETE: OffsetDeletions(access),
                 **dict.fromkeys(CONFIG_APIS, ConfigResourcesJudged(access)),
                 Api.SHARE_FETCH: ShareTopicsWithoutRefused(access, self.topic_names, share_fetch),
                 Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutRefused(access, self.topic_names),

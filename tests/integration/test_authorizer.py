@@ -70,6 +70,7 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
     ("User:bob", "topic", "acl-shared", "literal", "describe-configs", "allow"),
     ("User:bob", "group", "shared-group", "literal", "alter-configs", "allow"),
     ("User:bob", "cluster", "kafka-cluster", "literal", "describe-configs", "allow"),
+    ("User:alice", "group", "alice-g", "literal", "delete", "allow"),
 ]
 TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
@@ -318,7 +319,12 @@ def group_offsets(sock: socket.socket, side: Side) -> Any:
                                            for name in ("acl-a.one", "acl-hidden")]},
         {"group_id": "alice-g", "topics": None}, {"group_id": "other", "topics": None}])
     one_group = call(sock, Api.OFFSET_FETCH, 7, group_id="alice-g", topics=None, require_stable=False)
-    return [sorted((topic.name, partition.error_code) for answer in (committed, refused)
+    deleted = [call(sock, Api.OFFSET_DELETE, 0, group_id=group, topics=[
+        {"name": name, "partitions": [{"partition_index": 0}]} for name in ("acl-hidden", "acl-a.one", "acl-a.gone")])
+        for group in ("alice-g", "nobodys-group")]
+    return [[(answer.error_code, [(topic.name, [partition.error_code for partition in topic.partitions])
+                                  for topic in answer.topics]) for answer in deleted],  # type: ignore[attr-defined]
+            sorted((topic.name, partition.error_code) for answer in (committed, refused)
                    for topic in answer.topics for partition in topic.partitions),  # type: ignore[attr-defined]
             [(group.group_id, group.error_code, sorted((topic.name, partition.error_code, partition.committed_offset)
                                                        for topic in group.topics for partition in topic.partitions))
@@ -600,6 +606,8 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert {error for _, error, *_ in kafka[("alice", "groups")][2]} == {0, 30}
     assert kafka[(SUPER_USER, "described_cluster")][0][1] != kafka[("alice", "described_cluster")][0][1]
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
+    assert kafka[("alice", "group_offsets")][0] == [(0, [("acl-hidden", [29]), ("acl-a.gone", [3]), ("acl-a.one", [0])]),
+                                                    (30, [])]
     assert {error for *_, error, _, _ in kafka[("alice", "configs")][0]} == {0, 3, 29, 30, 31}
     assert {error for *_, error, _ in kafka[("bob", "configs")][1]} >= {0, 29, 30, 31}
     assert {error for *_, error, _ in kafka[("alice", "configs")][3]} == {42}

@@ -60,15 +60,15 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
     with pytest.raises(AssertionError, match="no handler to judge them"):
         judged_by_acls({Api.OFFSET_COMMIT: topics}, access)
     judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, topics), Api.OFFSET_COMMIT: topics,
-                                        Api.TXN_OFFSET_COMMIT: topics, Api.OFFSET_DELETE: topics}, access)
+                                        Api.TXN_OFFSET_COMMIT: topics, Api.ELECT_LEADERS: topics}, access)
     assert set(judged) >= AUTHORIZED_APIS
     alice = Caller("alice", 0)
     assert judged[Api.PRODUCE] is topics and isinstance(judged[Api.OFFSET_COMMIT], GroupFirst)
     assert isinstance(judged[Api.FIND_COORDINATOR], Coordinators)
     versions = memoryview(encode_request(Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
     assert handled(judged[Api.API_VERSIONS], versions[4:], alice) is FORWARD, "Kafka authorizes no ApiVersions"
-    assert handled(judged[Api.OFFSET_DELETE], FIND_COORDINATOR, alice) is CLOSE
-    assert handled(judged[Api.OFFSET_DELETE], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
+    assert handled(judged[Api.ELECT_LEADERS], FIND_COORDINATOR, alice) is CLOSE
+    assert handled(judged[Api.ELECT_LEADERS], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
     assert handled(otherwise, FIND_COORDINATOR, alice) is CLOSE
     fetch_by_id = memoryview(encode_request(Api.OFFSET_FETCH, 10, require_stable=False, groups=[]))[4:]
     assert handled(judged[Api.OFFSET_FETCH], fetch_by_id, alice) is CLOSE, "v10 names topics by id: not offered"

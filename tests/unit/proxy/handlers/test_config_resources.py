@@ -168,3 +168,4 @@ def test_a_result_the_cluster_left_out_is_an_unknown_server_error() -> None:
     assert answer is not None
     assert [(response.resource_name, response.error_code) for response in decode_response(
         Api.INCREMENTAL_ALTER_CONFIGS, 1, answer).responses] == [("mine", -1), ("theirs", 29)]
+

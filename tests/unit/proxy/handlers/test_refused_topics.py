@@ -7,11 +7,13 @@ from protocol.apis import Api
 from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import read_request_header
 from proxy.cluster.info import TopicPartitions
-from proxy.decision.outcome import Caller, Decided, Forward, Outcome
-from proxy.handlers.refused_topics import MetadataWithoutRefusedTopics
+from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, Outcome
+from proxy.handlers.refused_topics import MetadataWithoutRefusedTopics, OffsetDeletions
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from tests.support import encode_request
+from tests.unit.proxy.handlers.test_config_resources import RESERVED, answer_of
+from tests.unit.proxy.handlers.test_config_resources import alices as allowed_alice
 from tests.unit.proxy.outcomes import finish_of, handled
 
 ALICE = Caller("alice", 0)
@@ -101,3 +103,44 @@ def test_a_metadata_request_before_v4_asks_for_creation_and_a_missing_topic_is_k
 def answer(names: list[str]) -> bytes:
     return encode_response(Api.METADATA, 12, {"brokers": [], "cluster_id": "c", "controller_id": 1, "topics": [
         {"error_code": 0, "name": name, "topic_id": None, "is_internal": False, "partitions": []} for name in names]})
+
+
+def offset_delete(group: str, *topics: str) -> memoryview:
+    return memoryview(encode_request(Api.OFFSET_DELETE, 0, group_id=group, topics=[
+        {"name": name, "partitions": [{"partition_index": 0}, {"partition_index": 1}]} for name in topics]))[4:]
+
+
+def deleted_offsets(decided: Decided, cluster_error: int = 0, *answered: str) -> Any:
+    cluster = encode_response(Api.OFFSET_DELETE, 0, {"throttle_time_ms": 0, "error_code": cluster_error, "topics": [
+        {"name": name, "partitions": [{"partition_index": 0, "error_code": 0}]} for name in answered]})
+    answer = finish_of(decided)(memoryview(cluster))
+    return None if answer is None else [(topic.name, [(p.partition_index, p.error_code) for p in topic.partitions])
+                                        for topic in decode_response(Api.OFFSET_DELETE, 0, answer).topics]
+
+
+def test_offsets_are_deleted_with_delete_on_the_group_and_read_on_each_topic() -> None:
+    """``handleOffsetDeleteRequest``: a refused group refuses the whole request; a refused topic's partitions come
+    first, unless the group's own error (the coordinator's) answers the whole request; the coordinator is asked even
+    with no topic left."""
+    judge = OffsetDeletions(allowed_alice((ResourceType.GROUP, "g", AclOperation.DELETE),
+                                   (ResourceType.TOPIC, "mine", AclOperation.READ)))
+    refused = answer_of(handled(judge, offset_delete("h", "mine"), ALICE), Api.OFFSET_DELETE, 0)
+    assert (refused.error_code, refused.topics) == (30, [])
+    assert handled(judge, offset_delete("g", "mine"), ALICE) is FORWARD
+    decided = handled(judge, offset_delete("g", "mine", "theirs", RESERVED), ALICE)
+    assert forwarded_topics(decided) == ["mine"]
+    assert deleted_offsets(decided, 0, "mine") == [("theirs", [(0, 29), (1, 29)]), (RESERVED, [(0, 29), (1, 29)]),
+                                                   ("mine", [(0, 0)])]
+    assert deleted_offsets(decided, 69, "mine") is None, "GROUP_ID_NOT_FOUND, as the cluster answers it"
+    alone = handled(judge, offset_delete("g", "theirs"), ALICE)
+    assert forwarded_topics(alone) == [] and deleted_offsets(alone) == [("theirs", [(0, 29), (1, 29)])]
+    unguarded = OffsetDeletions(Access(frozenset({RESERVED})))
+    assert handled(unguarded, offset_delete("h", "theirs"), ALICE) is FORWARD
+    assert forwarded_topics(handled(unguarded, offset_delete("h", "theirs", RESERVED), ALICE)) == ["theirs"]
+
+
+def forwarded_topics(decided: Decided) -> list[str]:
+    assert isinstance(decided, Forward) and decided.replacement is not None, decided
+    frame = memoryview(decided.replacement)[4:]
+    return [topic.name for topic in decode_request(Api.OFFSET_DELETE, 0, frame[read_request_header(frame).length:])
+            .topics]
