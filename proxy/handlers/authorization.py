@@ -86,11 +86,11 @@ NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SAS
 JUDGED_BY_THEIR_HANDLERS = frozenset({
     Api.PRODUCE, Api.FETCH, Api.METADATA, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
     *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS), *ACL_APIS, *CONFIG_APIS,
-    Api.OFFSET_DELETE,
+    Api.OFFSET_DELETE, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALTER_CLIENT_QUOTAS,
 })
 """The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone, OffsetDelete
-(``proxy.handlers.refused_topics``), the config APIs (``proxy.handlers.config_resources``) and the ACL APIs
-(``proxy.handlers.acls``)."""
+(``proxy.handlers.refused_topics``), the config APIs (``proxy.handlers.config_resources``), the client-quota APIs
+(``proxy.handlers.client_quotas``) and the ACL APIs (``proxy.handlers.acls``)."""
 NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
 """Left out of ApiVersions with the authorizer, and kept for super users: an all-topics DescribeTopicPartitions is
 answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not

@@ -10,7 +10,8 @@ gets nothing forwarded; its parts are answered UNSUPPORTED_VERSION.
 
 Both APIs are refused whole (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded) to principals not in
 ``[admin] principals``, as Kafka's ``KafkaApis`` refuses them without ALTER_CONFIGS / DESCRIBE_CONFIGS
-on the cluster.
+on the cluster; with the authorizer, to those the ACLs do not allow these either, with Kafka's messages
+(``ControllerApis.handleAlterClientQuotas``, ``KafkaApis.handleDescribeClientQuotasRequest``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION
+from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, ERROR_MESSAGES, INVALID_REQUEST, UNSUPPORTED_VERSION
 from protocol.header import RequestHeader
 from proxy.decision.outcome import Caller, Decided, Forward, OnResponse, Outcome, local_answer, replacement_request
+from proxy.security.access import Access
+from proxy.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType, validate_quota
 
@@ -82,28 +85,37 @@ def _components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
 
 class ClientQuotaHandlers:
     def __init__(self, quotas: QuotaService, cluster_api_keys: Callable[[], Awaitable[Container[int]]],
-                 admin_principals: frozenset[str]) -> None:
+                 admin_principals: frozenset[str], access: Access) -> None:
         """``cluster_api_keys`` answers the api keys the cluster serves, as the proxy's own ApiVersions
-        request learnt them (never a client's); only ``admin_principals`` may use these APIs."""
+        request learnt them (never a client's); only ``admin_principals`` may use these APIs, and with the
+        authorizer (``access``) the principals its ACLs allow."""
         self._quotas = quotas
         self._cluster_api_keys = cluster_api_keys
         self._admin_principals = admin_principals
+        self._access = access
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         if header.api_key == Api.ALTER_CLIENT_QUOTAS:
             return self._alter(header, frame, caller)
         return self._describe(header, frame, caller)
 
-    def _refused(self, caller: Caller) -> bool:
-        return caller.principal not in self._admin_principals
+    def _allowed(self, caller: Caller, operation: AclOperation) -> bool:
+        access = self._access
+        return caller.principal in self._admin_principals or access.authorizer is not None and access.allows(
+            caller, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def _refusal_message(self, caller: Caller, kafkas: str | None, doing: str) -> str | None:
+        """The refusal's message: Kafka's with the authorizer."""
+        return kafkas if self._access.authorizer is not None else f"{caller.principal} may not {doing} client quotas"
 
     # ---- AlterClientQuotas ----------------------------------------------------------------------
 
     def _alter(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         request = decode_request(Api.ALTER_CLIENT_QUOTAS, version, frame[header.length:])
-        if self._refused(caller):
-            refused = (CLUSTER_AUTHORIZATION_FAILED, f"{caller.principal} may not alter client quotas")
+        if not self._allowed(caller, AclOperation.ALTER_CONFIGS):
+            refused = (CLUSTER_AUTHORIZATION_FAILED,
+                       self._refusal_message(caller, ERROR_MESSAGES[CLUSTER_AUTHORIZATION_FAILED], "alter"))
             return local_answer(header, _alter_response(version, request.entries, [refused] * len(request.entries),
                                                         {}, 0))
         results: list[tuple[int, str | None]] = []
@@ -185,9 +197,9 @@ class ClientQuotaHandlers:
     def _describe(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         request = decode_request(Api.DESCRIBE_CLIENT_QUOTAS, header.api_version, frame[header.length:])
         version = header.api_version
-        if self._refused(caller):
+        if not self._allowed(caller, AclOperation.DESCRIBE_CONFIGS):
             return local_answer(header, _describe_response(version, {}, 0, CLUSTER_AUTHORIZATION_FAILED,
-                                                           f"{caller.principal} may not describe client quotas"))
+                                                           self._refusal_message(caller, None, "describe")))
         error = _filter_error(request.components)
         if error is not None:
             return local_answer(header, _describe_response(version, {}, 0, INVALID_REQUEST, error))
@@ -204,13 +216,13 @@ class ClientQuotaHandlers:
                     merged[entity_key(entry.entity)] = values
             for key, values in ours.items():
                 merged.setdefault(key, {}).update(values)
-            return _describe_response(version, merged, upstream.throttle_time_ms, 0, None)
+            return _describe_response(version, merged, upstream.throttle_time_ms, 0, "")
 
         async def forward_if_served() -> Outcome:
             # the cluster has no topic or tenant entities (it refuses a filter naming one): only the proxy's answer
             if any(c.entity_type in _PROXY_ONLY_ENTITY_TYPES for c in request.components) or (
                     Api.DESCRIBE_CLIENT_QUOTAS not in await self._cluster_api_keys()):
-                return local_answer(header, _describe_response(version, ours, 0, 0, None))
+                return local_answer(header, _describe_response(version, ours, 0, 0, ""))
             return Forward(on_response=OnResponse(finish=merge))
 
         return forward_if_served()
@@ -269,6 +281,7 @@ def _alter_response(version: int, entries: list[Any], results: list[tuple[int, s
 
 def _describe_response(version: int, entries: dict[EntityKey, dict[str, float]], throttle_ms: int,
                        error_code: int, error_message: str | None) -> bytes:
+    """``error_message`` "" with no error, as Kafka sends it."""
     cls = response_class(Api.DESCRIBE_CLIENT_QUOTAS)
     answered = [cls.EntryData(entity=[cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in key],
                               values=[cls.EntryData.ValueData(key=k, value=v) for k, v in sorted(values.items())])

@@ -151,7 +151,8 @@ class Services:
         mutations = TopicMutationHandler(self.quotas, self.cluster, self.usage, self.access)
         request_rate = RequestRateHandler(self.quotas, self.usage, charges=not self.in_front_of_controllers)
         self.api_versions = ApiVersionsAnswers(config, self.upstream_access, self.in_front_of_controllers)
-        client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals)
+        client_quotas = ClientQuotaHandlers(self.quotas, self.api_versions.cluster_api_keys, config.admin_principals,
+                                            self.access)
         allocations = BlockAllocations(self.metrics.registry, self.usage)
         self.rewrites_addresses = not self.in_front_of_controllers
         produce = ProduceHandler(self.quotas, self.usage, self.ledger, self.topic_names, settings.scan_all_produce,

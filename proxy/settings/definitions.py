@@ -206,7 +206,7 @@ TABLES: tuple[Table, ...] = (
     )),
     Table("admin", "who may use AlterClientQuotas and DescribeClientQuotas", (
         TableKey("principals", 'a list such as ["User:ops"]', derived="required in the table; without the "
-                 "table nobody may"),
+                 "table nobody may, but with [authorizer] those its ACLs allow"),
     )),
     Table("authorizer", "Kafka's ACLs decided at the proxy, as Kafka's StandardAuthorizer decides them", (
         TableKey("enabled", "judge requests by the ACLs (without it the table's other keys do nothing, as Kafka's "

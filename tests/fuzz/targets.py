@@ -60,6 +60,7 @@ from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.producer_ids import InitProducerIdHandler
 from proxy.handlers.topic_mutations import TopicMutationHandler
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
 from proxy.security.oauthbearer import OAuthBearerSettings, UnsecuredJwtValidator
 from proxy.security.sasl import LoginSettings, SaslServer
 from proxy.security.sasl_messages import (
@@ -208,7 +209,7 @@ class Proxy:
         async def cluster_api_keys() -> set[int]:
             return {Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS}
 
-        self.client_quotas = ClientQuotaHandlers(self.quotas, cluster_api_keys, frozenset({"User:admin"}))
+        self.client_quotas = ClientQuotaHandlers(self.quotas, cluster_api_keys, frozenset({"User:admin"}), Access())
         self.users = UserStore({"alice": {PLAIN: plain_credential("alice-secret", iterations=1),
                                           "SCRAM-SHA-256": scram_credential("SCRAM-SHA-256", "alice-secret", 4096)}})
         self.login_pool = ThreadPoolExecutor(1)

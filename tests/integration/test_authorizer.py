@@ -507,10 +507,23 @@ def configs(sock: socket.socket, side: Side) -> Any:
                         (32, "nobodys-group", [("consumer.session.timeout.ms", None)])))
 
 
+def client_quotas(sock: socket.socket, side: Side) -> Any:
+    """Client quotas described (bob may: DESCRIBE_CONFIGS on the cluster), and altered with validation alone (the super
+    user alone may): a key of the proxy's and one of the cluster's."""
+    described = call(sock, Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False, components=[
+        {"entity_type": "user", "match_type": 0, "match": "matrix-nobody"}])
+    altered = call(sock, Api.ALTER_CLIENT_QUOTAS, 1, validate_only=True, entries=[
+        {"entity": [{"entity_type": "user", "entity_name": "matrix-nobody"}],
+         "ops": [{"key": key, "value": 1024.0, "remove": False}
+                 for key in ("producer_byte_rate", "request_percentage")]}])
+    return ((described.error_code, described.error_message, described.entries),  # type: ignore[attr-defined]
+            [(entry.error_code, entry.error_message) for entry in altered.entries])  # type: ignore[attr-defined]
+
+
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions, groups, described_cluster, configs]
+    topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -606,9 +619,12 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert {error for _, error, *_ in kafka[("alice", "groups")][2]} == {0, 30}
     assert kafka[(SUPER_USER, "described_cluster")][0][1] != kafka[("alice", "described_cluster")][0][1]
     assert kafka[("bob", "librdkafka consumer")] == "GROUP_AUTHORIZATION_FAILED"
-    assert kafka[("alice", "group_offsets")][0] == [(0, [("acl-hidden", [29]), ("acl-a.gone", [3]), ("acl-a.one", [0])]),
-                                                    (30, [])]
+    assert kafka[("alice", "group_offsets")][0] == [
+        (0, [("acl-hidden", [29]), ("acl-a.gone", [3]), ("acl-a.one", [0])]),
+        (30, [])]
     assert {error for *_, error, _, _ in kafka[("alice", "configs")][0]} == {0, 3, 29, 30, 31}
+    assert [kafka[(user, "client_quotas")][0][0] for user in ("alice", "bob")] == [31, 0]
+    assert {error for error, _ in kafka[(SUPER_USER, "client_quotas")][1]} == {0}
     assert {error for *_, error, _ in kafka[("bob", "configs")][1]} >= {0, 29, 30, 31}
     assert {error for *_, error, _ in kafka[("alice", "configs")][3]} == {42}
 

@@ -21,6 +21,7 @@ from proxy.handlers.client_quotas import (
     _matches,
     quota_entity,
 )
+from proxy.security.access import Access
 from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
 from tests.support import encode_request
@@ -159,7 +160,7 @@ def described(handlers: ClientQuotaHandlers, entity_type: str) -> list[tuple[lis
 
 def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_path: Path) -> None:
     quotas = service(tmp_path)
-    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}), Access())
     assert alter_codes(handlers, "mallory", key="producer_ids_rate", value=5.0, remove=False) == [31]
     assert quotas.overrides == {}
     assert alter_codes(handlers, "ops", key="producer_ids_rate", value=5.0, remove=False) == [0]
@@ -173,7 +174,7 @@ def test_only_admin_principals_may_alter_and_validate_only_changes_nothing(tmp_p
 
 def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_forwarded(tmp_path: Path) -> None:
     quotas = service(tmp_path, '[[quota]]\nuser = "alice"\nproducer_byte_rate = 1000\n')
-    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset())
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset(), Access())
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}],
          "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]},
@@ -195,7 +196,7 @@ def test_without_admin_principals_nobody_may_alter_or_describe_and_nothing_is_fo
 
 def test_the_proxys_own_keys_request_rate_and_a_users_connection_rate_are_set_not_forwarded(tmp_path: Path) -> None:
     quotas = service(tmp_path)
-    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}), Access())
     assert alter_codes(handlers, "ops", key="request_rate", value=200.0, remove=False) == [0]
     assert alter_codes(handlers, "ops", key="connection_creation_rate", value=5.0, remove=False) == [0]
     assert quotas.config.entries[QuotaEntity("alice")] == {QuotaType.REQUEST_RATE: 200.0, RATE: 5.0}
@@ -216,7 +217,7 @@ def test_topic_entities_are_the_proxys_set_persisted_and_described_without_the_c
     async def every_api() -> frozenset[int]:
         return frozenset({Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS})
 
-    handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}))
+    handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}), Access())
     answer = altered(handlers, ("topic", "orders", {"key": "producer_byte_rate", "value": 1e6, "remove": False}),
                      ("topic", "orders", {"key": "request_rate", "value": 5.0, "remove": False}))
     assert [entry.error_code for entry in answer.entries] == [0, INVALID_REQUEST]
@@ -236,7 +237,7 @@ def test_tenant_budgets_are_the_proxys_set_for_tenants_of_the_file_and_described
     async def every_api() -> frozenset[int]:
         return frozenset({Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS})
 
-    handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}))
+    handlers = ClientQuotaHandlers(quotas, every_api, frozenset({"User:ops"}), Access())
     answer = altered(handlers, ("tenant", "payments", {"key": "producer_byte_rate", "value": 1e6, "remove": False}),
                      ("tenant", "search", {"key": "producer_byte_rate", "value": 1e6, "remove": False}),
                      ("tenant", "payments", {"key": "connection_creation_rate", "value": 5.0, "remove": False}))
@@ -255,7 +256,7 @@ def test_a_budget_of_a_tenant_the_file_no_longer_has_may_still_be_removed(tmp_pa
     quotas = service(tmp_path, text)
     asyncio.run(quotas.override({QuotaEntity(tenant="search"): {BYTES: 1e6}}))
     quotas = service(tmp_path, text.split("[[tenant]]\nname = \"search\"")[0])  # the file lost the tenant
-    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}))
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:ops"}), Access())
 
     def alter(**op: object) -> int:
         return int(altered(handlers, ("tenant", "search", op)).entries[0].error_code)
