@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.protocol import fastest_us
 from bench.report import new_results, write_results
-from bench.request_cost import KINDS
+from bench.request_cost import ACLS, KINDS, PRINCIPALS, acl_file_text
 from bench.run import QUOTAS
 from protocol.addresses import carries_addresses
 from protocol.apis import Api
@@ -31,8 +31,6 @@ from proxy.settings.config import AuthorizerSettings, HostPort, ProxyConfig
 
 TOPIC = "team-0.decisions"
 SENDER = Sender("user-0", "127.0.0.1:9092", "127.0.0.1")
-PRINCIPALS = 1_000
-ACLS = 10 * PRINCIPALS
 
 
 class UnchangedAnswers:
@@ -44,21 +42,6 @@ class UnchangedAnswers:
         if api_key == Api.API_VERSIONS or carries_addresses(api_key, api_version):
             return lambda body: None
         return None
-
-
-def acl_file_text() -> str:
-    """``ACLS`` ACLs, ten for each principal: read, write and describe of its topics (by prefix and by name), read and
-    describe of its groups, and two denied of a topic among its own. The bench's sender is the first principal."""
-    entries = []
-    for user in range(PRINCIPALS):
-        entries += [(f"User:user-{user}", "topic", f"team-{user}.", "prefixed", '"read", "write", "describe"', "allow"),
-                    (f"User:user-{user}", "topic", f"team-{user}-orders", "literal", '"read", "write", "describe"',
-                     "allow"),
-                    (f"User:user-{user}", "group", f"team-{user}.", "prefixed", '"read", "describe"', "allow"),
-                    (f"User:user-{user}", "topic", f"team-{user}.secret", "literal", '"read", "write"', "deny")]
-    return "".join(f'[[acl]]\nprincipal = "{principal}"\nresource-type = "{kind}"\nresource-name = "{name}"\n'
-                   f'pattern-type = "{pattern}"\noperations = [{operations}]\npermission = "{permission}"\n\n'
-                   for principal, kind, name, pattern, operations, permission in entries)
 
 
 def decision_us(state_dir: Path, quota_file: Path | None, acl_file: Path | None = None) -> dict[str, float]:

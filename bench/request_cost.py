@@ -1,7 +1,8 @@
 """What one small request costs (``python -m bench.request_cost``): straight to Apache Kafka, through a uvloop relay
 that decides nothing (the floor, ``bench.relay_floor.ForwardingRelay``), through this proxy (without quotas, with
-the quotas ``bench/run.py`` configures, and a member of a fleet: topics of its own, which every Produce, Metadata and
-Fetch is checked against) and through Kroxylicious, in interleaved rounds.
+the quotas ``bench/run.py`` configures, a member of a fleet: topics of its own, which every Produce, Metadata and
+Fetch is checked against, and with the authorizer judging every request by ``ACLS`` ACLs of ``PRINCIPALS``
+principals, the sender, ANONYMOUS, allowed the topic) and through Kroxylicious, in interleaved rounds.
 Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata of one topic (v12, which the proxy rewrites),
 and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and target:
 
@@ -32,6 +33,8 @@ from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request
 
 WARM_UP = 200
+PRINCIPALS = 1_000
+ACLS = 10 * PRINCIPALS
 DEPTH = 8
 """Requests in flight on each connection while the rate is measured (as ``bench/run.py``'s (c))."""
 
@@ -47,6 +50,22 @@ def empty_fetch_frame(topic: str) -> bytes:
     return encode_request(1, 11, correlation_id=1, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
                           isolation_level=0, session_id=0, session_epoch=-1,
                           topics=[{"topic": topic, "partitions": [partition]}], forgotten_topics_data=[], rack_id="")
+
+
+def acl_file_text(first_principal: str = "User:user-0") -> str:
+    """``ACLS`` ACLs, ten for each principal: read, write and describe of its topics (by prefix and by name), read and
+    describe of its groups, and two denied of a topic among its own. The bench's sender is the first principal
+    (``first_principal``), whose topics are ``team-0.``'s."""
+    entries = []
+    for user in range(PRINCIPALS):
+        principal = first_principal if user == 0 else f"User:user-{user}"
+        entries += [(principal, "topic", f"team-{user}.", "prefixed", '"read", "write", "describe"', "allow"),
+                    (principal, "topic", f"team-{user}-orders", "literal", '"read", "write", "describe"', "allow"),
+                    (principal, "group", f"team-{user}.", "prefixed", '"read", "describe"', "allow"),
+                    (principal, "topic", f"team-{user}.secret", "literal", '"read", "write"', "deny")]
+    return "".join(f'[[acl]]\nprincipal = "{principal}"\nresource-type = "{kind}"\nresource-name = "{name}"\n'
+                   f'pattern-type = "{pattern}"\noperations = [{operations}]\npermission = "{permission}"\n\n'
+                   for principal, kind, name, pattern, operations, permission in entries)
 
 
 KINDS: dict[str, Callable[[str], bytes]] = {
@@ -87,8 +106,15 @@ def main() -> int:
                                 'instance-id = "bench-member"\n')
         fleet_member = ProxyProcess(broker.bootstrap, workdir / "proxy-fleet.log", "--log-level", "WARNING",
                                     "--config", str(fleet_config), node_ids=broker.broker_ids).start()
+        acl_file = workdir / "acls.toml"
+        acl_file.write_text(acl_file_text("User:ANONYMOUS"))
+        authorizer_config = workdir / "authorizer.toml"
+        authorizer_config.write_text(f'[authorizer]\nenabled = true\nacl-file = "{acl_file}"\n')
+        with_acls = ProxyProcess(broker.bootstrap, workdir / "proxy-acls.log", "--log-level", "WARNING",
+                                 "--config", str(authorizer_config), node_ids=broker.broker_ids).start()
         try:
             assert plain.process is not None and with_quotas.process is not None and fleet_member.process is not None
+            assert with_acls.process is not None
             assert kroxylicious.process is not None
             targets: dict[str, tuple[str, psutil.Process | None]] = {
                 "direct": (broker.bootstrap, None),
@@ -96,9 +122,10 @@ def main() -> int:
                 "proxy": (plain.bootstrap, psutil.Process(plain.process.pid)),
                 "proxy_with_quotas": (with_quotas.bootstrap, psutil.Process(with_quotas.process.pid)),
                 "proxy_with_own_topics": (fleet_member.bootstrap, psutil.Process(fleet_member.process.pid)),
+                "proxy_with_acls": (with_acls.bootstrap, psutil.Process(with_acls.process.pid)),
                 "kroxylicious": (kroxylicious.bootstrap, psutil.Process(kroxylicious.process.pid)),
             }
-            topic = create_topic(broker.bootstrap)
+            topic = create_topic(broker.bootstrap, prefix="team-0.")
             figures: dict[str, Any] = {}
             rates: dict[str, Any] = {}
             for kind, make_frame in KINDS.items():
@@ -128,6 +155,7 @@ def main() -> int:
             plain.stop()
             with_quotas.stop()
             fleet_member.stop()
+            with_acls.stop()
     results["cases"] = figures
     results["rates"] = rates
     write_results(args.out, results)

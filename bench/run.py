@@ -68,8 +68,9 @@ ClientSettings = dict[str, Any]
 """librdkafka settings beyond the bootstrap servers (e.g. TLS)."""
 
 
-def create_topic(bootstrap: str, partitions: int = 1, client: ClientSettings | None = None) -> str:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
+def create_topic(bootstrap: str, partitions: int = 1, client: ClientSettings | None = None,
+                 prefix: str = "bench-") -> str:
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})  # must outlive the result
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     return name

@@ -118,11 +118,15 @@ class MetadataWithoutRefusedTopics:
         creation_refused = None if access.allows(caller, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) \
             else access.topic_refusal(caller, AclOperation.CREATE)
         asked = metadata_asked(frame[header.length:], version, refused, creation_refused)
+        names_only_described = not (asked.all_topics or asked.refused_names or asked.by_id)
         authorizer = access.authorizer
         if authorizer is None:
-            if not (asked.all_topics or asked.refused_names or asked.by_id):
+            if names_only_described:
                 return FORWARD  # names only topics of the clients'
             return self._forwarded(frame, header, asked, refused, None, ())
+        if names_only_described and not (asked.creation_withheld or asked.topic_operations
+                                         or asked.cluster_operations):
+            return FORWARD  # asks nothing that is the principal's own: the cluster's answer is Kafka's
         requester = requester_of(caller)
         authorized = Authorized(
             lambda name: authorizer.authorized_operations(requester, ResourceType.TOPIC, name),
