@@ -271,15 +271,17 @@ class GroupsDescribed(NamedTuple):
     """Authorized operations asked for (v3+)."""
 
 
-def groups_described(version: int, body: memoryview, refused: NameRefusal) -> GroupsDescribed:
-    request = decode_request(Api.DESCRIBE_GROUPS, version, body)
-    refusals = tuple(group for group in request.groups if refused(group))
-    kept = [group for group in request.groups if group not in refusals]
+def groups_described(api_key: int, version: int, body: memoryview, refused: NameRefusal) -> GroupsDescribed:
+    """A DescribeGroups' or a ConsumerGroupDescribe's."""
+    request = decode_request(api_key, version, body)
+    field = "groups" if api_key == Api.DESCRIBE_GROUPS else "group_ids"
+    refusals = tuple(group for group in getattr(request, field) if refused(group))
+    kept = [group for group in getattr(request, field) if group not in refusals]
     with_operations = bool(getattr(request, "include_authorized_operations", False))
     if not kept:
         return GroupsDescribed(refusals, None, with_operations)
-    request.groups = kept
-    return GroupsDescribed(refusals, encode_request(Api.DESCRIBE_GROUPS, version, request), with_operations)
+    setattr(request, field, kept)
+    return GroupsDescribed(refusals, encode_request(api_key, version, request), with_operations)
 
 
 def groups_described_answer(version: int, described: GroupsDescribed, upstream_body: memoryview | None,
@@ -337,3 +339,60 @@ def groups_deleted_answer(version: int, refusals: tuple[str, ...], upstream_body
     answer.results = [*answer.results, *(cls.DeletableGroupResult(group_id=group, error_code=GROUP_AUTHORIZATION_FAILED)
                                          for group in refusals)]
     return encode_response(Api.DELETE_GROUPS, version, answer)
+
+
+CONSUMER_GROUP_APIS = frozenset({Api.CONSUMER_GROUP_HEARTBEAT, Api.CONSUMER_GROUP_DESCRIBE})
+_UNDESCRIBED_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+_OPERATIONS_OMITTED = -2147483648
+
+
+class HeartbeatAsked(NamedTuple):
+    group_id: str
+    topic_names: tuple[str, ...]
+    """The topics a ConsumerGroupHeartbeat subscribes to by name (none when its subscription is unchanged)."""
+    regex: str | None
+    """The regular expression it subscribes to (v1+), when it names one."""
+
+
+def consumer_heartbeat_asked(version: int, body: memoryview) -> HeartbeatAsked:
+    request = decode_request(Api.CONSUMER_GROUP_HEARTBEAT, version, body)
+    return HeartbeatAsked(request.group_id, tuple(request.subscribed_topic_names or ()),
+                          getattr(request, "subscribed_topic_regex", None) or None)
+
+
+def consumer_heartbeat_refused(version: int, error_code: int) -> bytes:
+    """A ConsumerGroupHeartbeat's answer with ``error_code`` and nothing else (``getErrorResponse``)."""
+    return encode_response(Api.CONSUMER_GROUP_HEARTBEAT, version, {
+        "throttle_time_ms": 0, "error_code": error_code, "error_message": None, "member_id": None, "member_epoch": 0,
+        "heartbeat_interval_ms": 0, "assignment": None})
+
+
+def consumer_groups_described_answer(version: int, described: GroupsDescribed, upstream_body: memoryview | None,
+                                     operations: Callable[[str], int], topic_refused: NameRefusal) -> bytes:
+    """The refused groups first, with GROUP_AUTHORIZATION_FAILED, then the cluster's, their authorized operations the
+    principal's where asked for; then a group whose members are (or are to be) assigned a topic the principal may
+    not describe answered TOPIC_AUTHORIZATION_FAILED with no members (``handleConsumerGroupDescribe``)."""
+    cls = response_class(Api.CONSUMER_GROUP_DESCRIBE)
+    group_class = cls.DescribedGroup
+
+    def group_answer(group_id: str, error_code: int, error_message: str | None) -> Any:
+        return group_class(error_code=error_code, error_message=error_message, group_id=group_id, group_state="",
+                           group_epoch=0, assignment_epoch=0, assignor_name="", members=[],
+                           authorized_operations=_OPERATIONS_OMITTED)
+
+    answer = cls(version=version, throttle_time_ms=0, groups=[]) if upstream_body is None else \
+        decode_response(Api.CONSUMER_GROUP_DESCRIBE, version, upstream_body)
+    if described.with_operations:
+        for group in answer.groups:
+            if group.error_code == 0:
+                group.authorized_operations = operations(group.group_id)
+
+    def undescribed(group: Any) -> bool:
+        return any(topic_refused(topic.topic_name) for member in group.members
+                   for assignment in (member.assignment, member.target_assignment)
+                   for topic in assignment.topic_partitions)
+
+    answer.groups = [group_answer(group_id, GROUP_AUTHORIZATION_FAILED, None) for group_id in described.refused] + [
+        group_answer(group.group_id, TOPIC_AUTHORIZATION_FAILED, _UNDESCRIBED_TOPICS) if undescribed(group) else group
+        for group in answer.groups]
+    return encode_response(Api.CONSUMER_GROUP_DESCRIBE, version, answer)

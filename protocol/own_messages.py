@@ -2,7 +2,8 @@
 own JSON format) through kafka-python's JSON-schema machinery, so ``protocol.apis`` finds them as it finds its own.
 
 AllocateProducerIds (67, KIP-730); ShareFetch, ShareAcknowledge (78, 79) and the share groups' offset APIs (90-92,
-KIP-932); DescribeDelegationToken (41), which only the proxy itself sends: clients' requests of it pass opaque
+KIP-932); ConsumerGroupHeartbeat and ConsumerGroupDescribe (68, 69, KIP-848), which the authorizer reads;
+DescribeDelegationToken (41), which only the proxy itself sends: clients' requests of it pass opaque
 (``protocol.apis.WITHOUT_SCHEMA``).
 """
 
@@ -15,7 +16,8 @@ from kafka.protocol.api_message import ApiMessage
 import protocol.schemas
 
 MESSAGES = ("AllocateProducerIds", "DescribeDelegationToken", "ShareFetch", "ShareAcknowledge",
-            "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets")
+            "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "ConsumerGroupHeartbeat",
+            "ConsumerGroupDescribe")
 LOADED = {f"{name}{kind}": types.new_class(f"{name}{kind}", (ApiMessage,), {"load_json": protocol.schemas})
           for name in MESSAGES for kind in ("Request", "Response")}
 """Held here: ``protocol.apis`` finds them among ApiMessage's subclasses, which Python keeps only while referenced."""

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from protocol.apis import Api
 from protocol.authorization_answers import (
+    CONSUMER_GROUP_APIS,
     FIRST_SHARE_FIND_COORDINATOR,
     GROUP_KEY_TYPE,
     GROUP_MEMBERSHIP_APIS,
@@ -28,6 +29,9 @@ from protocol.authorization_answers import (
     ProducerIdAsked,
     cluster_described,
     cluster_operations_asked,
+    consumer_groups_described_answer,
+    consumer_heartbeat_asked,
+    consumer_heartbeat_refused,
     coordinators_answer,
     coordinators_asked,
     coordinators_without,
@@ -97,10 +101,10 @@ answered in pages whose cursor, which the cluster gives over every topic, may na
 describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
-    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER}
+    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
-                                     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS})
+                                     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *CONSUMER_GROUP_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -113,6 +117,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
     authorizer = access.authorizer
     assert authorizer is not None, "judged with the authorizer"
     logged: set[tuple[str, int]] = set()
+    super_users_only = SuperUsersOnly(authorizer, None, logged)
     missing = (JUDGED_BY_THEIR_HANDLERS | GROUP_FIRST_APIS) - set(handlers)
     assert not missing, f"the APIs {sorted(missing)} have no handler to judge them"
     judged: dict[int, RequestHandler] = {
@@ -126,8 +131,9 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
                    **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
                    **dict.fromkeys(GROUP_ADMINISTRATION_APIS, GroupsAdministered(access)),
                    Api.DESCRIBE_CLUSTER: ClusterDescribed(access),
+                   **dict.fromkeys(CONSUMER_GROUP_APIS, ConsumerGroups(access, super_users_only)),
                    Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
-    return judged, SuperUsersOnly(authorizer, None, logged)
+    return judged, super_users_only
 
 _LOGGED_REFUSALS = 10_000
 """Principal and API pairs whose refusal has been logged, at most (then the log says each again)."""
@@ -271,7 +277,7 @@ class GroupsAdministered:
                 caller, AclOperation.DELETE, ResourceType.GROUP, group or ""))
             return answered_in_part(frame, header, forwarded_body,
                                     lambda body: groups_deleted_answer(version, refusals, body))
-        described = groups_described(version, frame[header.length:], refused)
+        described = groups_described(Api.DESCRIBE_GROUPS, version, frame[header.length:], refused)
         authorizer = access.authorizer
         assert authorizer is not None, "judged with the authorizer"
         requester = requester_of(caller)
@@ -281,6 +287,50 @@ class GroupsAdministered:
 
         return answered_in_part(frame, header, described.forwarded_body,
                                 lambda body: groups_described_answer(version, described, body, operations))
+
+
+class ConsumerGroups:
+    """KIP-848's consumer groups. ConsumerGroupHeartbeat: READ on the group, else GROUP_AUTHORIZATION_FAILED;
+    DESCRIBE on each topic it subscribes to by name, else TOPIC_AUTHORIZATION_FAILED, whole
+    (``handleConsumerGroupHeartbeat``). A
+    subscription by regular expression is a super user's alone (``regex``): the coordinator resolves it to the topics
+    whoever asks may describe, and through the proxy the proxy's login asks. ConsumerGroupDescribe: DESCRIBE on each
+    group, refused ones first with GROUP_AUTHORIZATION_FAILED; the others' authorized operations the principal's; a
+    group assigning a topic the principal may not describe TOPIC_AUTHORIZATION_FAILED with no members
+    (``handleConsumerGroupDescribe``)."""
+
+    def __init__(self, access: Access, regex: RequestHandler) -> None:
+        self._access = access
+        self._regex = regex
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        if version > max_version(api_key):  # not offered: a client that negotiated never sends it
+            return CLOSE
+        access = self._access
+        body = frame[header.length:]
+        if api_key == Api.CONSUMER_GROUP_HEARTBEAT:
+            asked = consumer_heartbeat_asked(version, body)
+            if not access.allows(caller, AclOperation.READ, ResourceType.GROUP, asked.group_id):
+                return local_answer(header, consumer_heartbeat_refused(version, GROUP_AUTHORIZATION_FAILED))
+            topic_refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
+            if any(topic_refused(name) for name in asked.topic_names):
+                return local_answer(header, consumer_heartbeat_refused(version, TOPIC_AUTHORIZATION_FAILED))
+            return FORWARD if asked.regex is None else self._regex.on_request(header, frame, caller)
+        described = groups_described(api_key, version, body, lambda group: not access.allows(
+            caller, AclOperation.DESCRIBE, ResourceType.GROUP, group or ""))
+        authorizer = access.authorizer
+        assert authorizer is not None, "judged with the authorizer"
+        requester = requester_of(caller)
+
+        def answer(upstream: memoryview | None) -> bytes:
+            return consumer_groups_described_answer(
+                version, described, upstream, lambda group: authorizer.authorized_operations(
+                    requester, ResourceType.GROUP, group), access.topic_refusal(caller, AclOperation.DESCRIBE))
+
+        if not described.refused:
+            return Forward(on_response=OnResponse(finish=answer))
+        return answered_in_part(frame, header, described.forwarded_body, answer)
 
 
 class ClusterDescribed:

@@ -76,6 +76,7 @@ TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
 ZERO_ID = uuid.UUID(int=0)
 DESCRIBE_LOG_DIRS = 35
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 
 
 def kafka_binding(principal: str, resource_type: str, name: str, pattern: str, operation: str,
@@ -520,10 +521,36 @@ def client_quotas(sock: socket.socket, side: Side) -> Any:
             [(entry.error_code, entry.error_message) for entry in altered.entries])  # type: ignore[attr-defined]
 
 
+def consumer_groups(sock: socket.socket, side: Side) -> Any:
+    """KIP-848: a member joins alice's group subscribed by name to a topic alice may describe, then to one she may not
+    as well, and one joins a group that is nobody's; alice's group described (with its member, where allowed), and
+    the other; the members leave (the sides share the cluster's groups)."""
+    answers: list[Any] = []
+    member = str(uuid.uuid4())
+    for group, topics in (("alice-848", ["acl-a.one", "acl-hidden"]), ("nobodys-group", ["acl-public"]),
+                          ("alice-848", ["acl-a.one"])):
+        joined = call(sock, CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0,
+                      instance_id=None, rack_id=None, rebalance_timeout_ms=30_000, subscribed_topic_names=topics,
+                      subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
+        answers.append((group, joined.error_code, joined.error_message,  # type: ignore[attr-defined]
+                        joined.member_epoch > 0))  # type: ignore[attr-defined]
+    described = call(sock, CONSUMER_GROUP_DESCRIBE, 1, group_ids=["alice-848", "nobodys-group"],
+                     include_authorized_operations=True)
+    answers.append([(group.group_id, group.error_code, group.error_message, group.authorized_operations,
+                     sorted(name for member in group.members for name in member.subscribed_topic_names))
+                    for group in described.groups])  # type: ignore[attr-defined]
+    for group in sorted({group for group, error, *_ in answers[:3] if error == 0}):
+        left = call(sock, CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=-1,
+                    instance_id=None, rack_id=None, rebalance_timeout_ms=-1, subscribed_topic_names=None,
+                    subscribed_topic_regex=None, server_assignor=None, topic_partitions=None)
+        answers.append((group, left.error_code))  # type: ignore[attr-defined]
+    return answers
+
+
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas]
+    topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas, consumer_groups]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -558,11 +585,13 @@ def librdkafka_transaction(side: Side, user: str) -> str:
     return "committed"
 
 
-def librdkafka_consumed(side: Side, user: str) -> str:
-    """What a librdkafka consumer of alice's group makes of acl-a.one: a record, or the error it reports."""
+def librdkafka_consumed(side: Side, user: str, group_protocol: str = "classic") -> str:
+    """What a librdkafka consumer of alice's group makes of acl-a.one: a record, or the error it reports; in a
+    classic group or a KIP-848 consumer group (``group_protocol``)."""
+    group = f"alice-consumers-{side.name}" if group_protocol == "classic" else f"alice-848-consumers-{side.name}"
     consumer = Consumer({"bootstrap.servers": side.bootstrap, "security.protocol": "SASL_PLAINTEXT",
                          "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user],
-                         "group.id": f"alice-consumers-{side.name}", "auto.offset.reset": "earliest"})
+                         "group.id": group, "group.protocol": group_protocol, "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe(["acl-a.one"])
         deadline = time.monotonic() + 60
@@ -596,6 +625,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
                     librdkafka_deliveries(side, user, idempotent)
         for side in sides:
             answers[side.name][(user, "librdkafka consumer")] = librdkafka_consumed(side, user)
+            answers[side.name][(user, "librdkafka KIP-848 consumer")] = librdkafka_consumed(side, user, "consumer")
             answers[side.name][(user, "librdkafka transaction")] = librdkafka_transaction(side, user)
     kafka, proxy = answers["kafka"], answers["proxy"]
     differences = {question: (kafka[question], proxy[question]) for question in kafka if kafka[question] !=
@@ -624,6 +654,10 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
         (30, [])]
     assert {error for *_, error, _, _ in kafka[("alice", "configs")][0]} == {0, 3, 29, 30, 31}
     assert [kafka[(user, "client_quotas")][0][0] for user in ("alice", "bob")] == [31, 0]
+    assert [error for _, error, *_ in kafka[("alice", "consumer_groups")][:3]] == [29, 30, 0]
+    assert [error for _, error, *_ in kafka[("alice", "consumer_groups")][3]] == [30, 0]
+    assert kafka[("alice", "librdkafka KIP-848 consumer")] == "consumed"
+    assert kafka[("bob", "librdkafka KIP-848 consumer")] == "GROUP_AUTHORIZATION_FAILED"
     assert {error for error, _ in kafka[(SUPER_USER, "client_quotas")][1]} == {0}
     assert {error for *_, error, _ in kafka[("bob", "configs")][1]} >= {0, 29, 30, 31}
     assert {error for *_, error, _ in kafka[("alice", "configs")][3]} == {42}

@@ -1,16 +1,18 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import pytest
 
-from protocol.apis import Api
-from protocol.codecs import decode_response
+from protocol.apis import Api, is_flexible_response
+from protocol.codecs import decode_response, encode_response
 from protocol.header import read_request_header, response_header_length
 from proxy.decision.outcome import CLOSE, FORWARD, Caller, Forward
 from proxy.handlers.authorization import (
     AUTHORIZED_APIS,
+    GROUP_FIRST_APIS,
     JUDGED_BY_THEIR_HANDLERS,
     Coordinators,
     GroupFirst,
@@ -18,10 +20,10 @@ from proxy.handlers.authorization import (
     TransactionalIdFirst,
     judged_by_acls,
 )
-from proxy.security.access import Access
+from proxy.security.access import Access, requester_of
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from tests.support import encode_request
-from tests.unit.proxy.outcomes import answered, handled
+from tests.unit.proxy.outcomes import answered, finish_of, handled
 
 FIND_COORDINATOR = memoryview(encode_request(Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"]))[4:]
 THROTTLED = Forward(throttle_ms=5)
@@ -86,19 +88,22 @@ def add_partitions(transactional_id: str, *topics: str, version: int = 3) -> mem
 
 def answer_of(decided: object, api_key: int, version: int) -> Any:
     frame = answered(decided).response[4:]  # type: ignore[arg-type]
-    return decode_response(api_key, version, frame[response_header_length(frame, flexible=version >= 3):])
+    flexible = is_flexible_response(api_key, version)
+    return decode_response(api_key, version, frame[response_header_length(frame, flexible=flexible):])
+
+
+def alice_allowed(*allowed: tuple[ResourceType, str, AclOperation]) -> AclAuthorizer:
+    """Alice allowed each operation on each resource (by its literal name); User:admin a super user."""
+    return AclAuthorizer([AclBinding(resource_type, name, PatternType.LITERAL, "User:alice", "*", operation,
+                                     AclPermission.ALLOW) for resource_type, name, operation in allowed],
+                         super_users=["User:admin"])
 
 
 def test_a_transaction_needs_write_on_its_id_its_groups_read_and_write_on_its_topics() -> None:
-    authorizer = AclAuthorizer([
-        AclBinding(ResourceType.TRANSACTIONAL_ID, "tx", PatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
-                   AclPermission.ALLOW),
-        AclBinding(ResourceType.GROUP, "g", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
-                   AclPermission.ALLOW),
-        AclBinding(ResourceType.TOPIC, "mine", PatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
-                   AclPermission.ALLOW),
-        AclBinding(ResourceType.TOPIC, "__consumer_offsets", PatternType.LITERAL, "User:alice", "*",
-                   AclOperation.WRITE, AclPermission.ALLOW)])
+    authorizer = alice_allowed((ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE),
+                               (ResourceType.GROUP, "g", AclOperation.READ),
+                               (ResourceType.TOPIC, "mine", AclOperation.WRITE),
+                               (ResourceType.TOPIC, "__consumer_offsets", AclOperation.WRITE))
     judge = TransactionalIdFirst(Access(authorizer=authorizer))
     alice = Caller("alice", 0)
     assert handled(judge, add_partitions("tx", "mine"), alice) is FORWARD
@@ -130,3 +135,51 @@ def test_a_transaction_needs_write_on_its_id_its_groups_read_and_write_on_its_to
     refused_commit = answer_of(handled(GroupFirst(Access(authorizer=authorizer), Throttling()), commit, alice),
                                Api.TXN_OFFSET_COMMIT, 5)
     assert [partition.error_code for topic in refused_commit.topics for partition in topic.partitions] == [53]
+
+
+def heartbeat(group: str, topics: list[str] | None, regex: str | None = None) -> memoryview:
+    return transaction_request(Api.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id="m", member_epoch=0,
+                               instance_id=None, rack_id=None, rebalance_timeout_ms=30_000,
+                               subscribed_topic_names=topics, subscribed_topic_regex=regex, server_assignor=None,
+                               topic_partitions=[])
+
+
+def test_a_consumer_group_needs_read_on_it_describe_on_its_topics_and_a_regex_is_a_super_users() -> None:
+    """``handleConsumerGroupHeartbeat``, ``handleConsumerGroupDescribe``; the coordinator would resolve a regular
+    expression with the proxy's own login."""
+    authorizer = alice_allowed((ResourceType.GROUP, "g", AclOperation.READ),
+                               (ResourceType.GROUP, "g2", AclOperation.DESCRIBE),
+                               (ResourceType.TOPIC, "mine", AclOperation.READ))
+    access = Access(authorizer=authorizer)
+    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, Throttling()),
+                                **dict.fromkeys(GROUP_FIRST_APIS, Throttling())}, access)
+    judge = judged[Api.CONSUMER_GROUP_HEARTBEAT]
+    alice = Caller("alice", 0)
+    assert handled(judge, heartbeat("g", ["mine"]), alice) is FORWARD
+    assert handled(judge, heartbeat("g", None), alice) is FORWARD, "an unchanged subscription"
+    for group, topics, error in (("h", ["mine"], 30), ("g", ["mine", "theirs"], 29)):
+        refused = answer_of(handled(judge, heartbeat(group, topics), alice), Api.CONSUMER_GROUP_HEARTBEAT, 1)
+        assert (refused.error_code, refused.member_id, refused.assignment) == (error, None, None)
+    assert handled(judge, heartbeat("g", None, "mi.*"), alice) is CLOSE
+    assert handled(judge, heartbeat("g", None, "mi.*"), Caller("admin", 0)) is FORWARD
+    describe = judged[Api.CONSUMER_GROUP_DESCRIBE]
+    decided = handled(describe, transaction_request(Api.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g", "h", "g2"],
+                                                    include_authorized_operations=True), alice)
+    assert isinstance(decided, Forward) and decided.replacement is not None
+
+    def member(topic: str) -> dict[str, Any]:
+        assignment = {"topic_partitions": [{"topic_id": uuid.uuid4(), "topic_name": topic, "partitions": [0]}]}
+        return {"member_id": "m", "instance_id": None, "rack_id": None, "member_epoch": 1, "client_id": "c",
+                "client_host": "h", "subscribed_topic_names": [topic], "subscribed_topic_regex": None,
+                "assignment": assignment, "target_assignment": assignment, "member_type": 1}
+
+    cluster = encode_response(Api.CONSUMER_GROUP_DESCRIBE, 1, {"throttle_time_ms": 0, "groups": [
+        {"error_code": 0, "error_message": None, "group_id": group, "group_state": "Stable", "group_epoch": 1,
+         "assignment_epoch": 1, "assignor_name": "uniform", "members": [member(topic)],
+         "authorized_operations": 0} for group, topic in (("g", "mine"), ("g2", "theirs"))]})
+    answer = finish_of(decided)(memoryview(cluster))
+    assert answer is not None
+    groups = decode_response(Api.CONSUMER_GROUP_DESCRIBE, 1, answer).groups
+    assert [(group.group_id, group.error_code, len(group.members), group.authorized_operations)
+            for group in groups] == [("h", 30, 0, -2147483648), ("g", 0, 1, authorizer.authorized_operations(
+                requester_of(alice), ResourceType.GROUP, "g")), ("g2", 29, 0, -2147483648)]
