@@ -30,7 +30,7 @@ _FIRST_DESCRIBE_GROUPS_WITH_OPERATIONS = 3
 
 
 def group_id(api_key: int, version: int, body: memoryview) -> str:
-    """The group a membership request is for."""
+    """The group a membership request (or an OffsetDelete) is for."""
     return str(decode_request(api_key, version, body).group_id)
 
 
@@ -388,7 +388,7 @@ def consumer_groups_described_answer(version: int, described: GroupsDescribed, u
                 group.authorized_operations = operations(group.group_id)
 
     def undescribed(group: Any) -> bool:
-        return any(topic_refused(topic.topic_name) for member in group.members
+        return any(topic.topic_name is None or topic_refused(topic.topic_name) for member in group.members
                    for assignment in (member.assignment, member.target_assignment)
                    for topic in assignment.topic_partitions)
 

@@ -33,6 +33,7 @@ TESTED_VERSIONS: dict[int, int] = {
     Api.JOIN_GROUP: 9, Api.SYNC_GROUP: 5, Api.HEARTBEAT: 4, Api.LEAVE_GROUP: 5, Api.OFFSET_FETCH: 9,
     Api.ADD_PARTITIONS_TO_TXN: 3, Api.ADD_OFFSETS_TO_TXN: 4, Api.END_TXN: 5,  # AddPartitionsToTxn v4+: brokers'
     Api.LIST_GROUPS: 5, Api.DESCRIBE_GROUPS: 6, Api.DELETE_GROUPS: 2,
+    Api.CONSUMER_GROUP_HEARTBEAT: 1, Api.CONSUMER_GROUP_DESCRIBE: 1,  # protocol/schemas
     Api.SHARE_FETCH: 2, Api.SHARE_ACKNOWLEDGE: 2,  # protocol/schemas: their NodeEndpoints name brokers
     Api.DESCRIBE_SHARE_GROUP_OFFSETS: 1, Api.ALTER_SHARE_GROUP_OFFSETS: 0, Api.DELETE_SHARE_GROUP_OFFSETS: 0,
 }

@@ -85,6 +85,10 @@ def metadata_asked(body: memoryview, version: int, refused: NameRefusal,
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return MetadataAsked(True, (), False, None, frozenset(), topic_operations, cluster_operations)
+    if any(getattr(topic, "topic_id", None) not in (None, _ZERO_ID) for topic in topics):
+        # Kafka then reads the ids alone, whatever names come with them (``handleTopicMetadataRequest``): the
+        # topics they name are judged in the answer
+        return MetadataAsked(False, (), True, None, frozenset(), topic_operations, cluster_operations)
     # each once, as Kafka's sets of names answer them
     refused_names = tuple(dict.fromkeys(topic.name for topic in topics if refused(topic.name)))
     unknown_names = tuple(dict.fromkeys(topic.name for topic in topics
@@ -267,7 +271,6 @@ def answer_with_refusals(api_key: int, version: int, upstream_body: memoryview |
     return encode_response(api_key, version, answer)
 
 
-
 def offset_deletions_refused(version: int, body: memoryview, refused: NameRefusal) -> TopicsRefused | None:
     """An OffsetDelete's refused topics, and the request without them: asked of the cluster even with none left, for
     the group's own error (``handleOffsetDeleteRequest`` asks the coordinator whatever is left)."""
@@ -280,17 +283,22 @@ def offset_deletions_refused(version: int, body: memoryview, refused: NameRefusa
 
 
 def offset_deletions_answer(version: int, upstream_body: memoryview, refused: TopicsRefused) -> bytes | None:
-    """The cluster's answer with each refused topic's partitions first, TOPIC_AUTHORIZATION_FAILED; None (the
-    cluster's as it is) when it refused the whole request (``OffsetDeleteResponse.Builder.merge``)."""
+    """The cluster's answer with each refused topic's partitions first, TOPIC_AUTHORIZATION_FAILED, a topic named
+    twice answered once; None (the cluster's as it is) when it refused the whole request
+    (``OffsetDeleteResponse.Builder``: ``getOrCreateTopic``, ``merge``)."""
     answer = decode_response(Api.OFFSET_DELETE, version, upstream_body)
     if answer.error_code:
         return None
     topic_class = response_class(Api.OFFSET_DELETE).OffsetDeleteResponseTopic
     partition_class = topic_class.OffsetDeleteResponsePartition
+    partitions: dict[str, list[int]] = {}
+    for name, indexes in refused.refused:
+        partitions.setdefault(name, []).extend(indexes)
     answer.topics = [*(topic_class(name=name, partitions=[
         partition_class(partition_index=index, error_code=TOPIC_AUTHORIZATION_FAILED) for index in indexes])
-        for name, indexes in refused.refused), *answer.topics]
+        for name, indexes in partitions.items()), *answer.topics]
     return encode_response(Api.OFFSET_DELETE, version, answer)
+
 
 _Refusal = TypeVar("_Refusal")
 

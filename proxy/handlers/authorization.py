@@ -131,7 +131,9 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
                    **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
                    **dict.fromkeys(GROUP_ADMINISTRATION_APIS, GroupsAdministered(access)),
                    Api.DESCRIBE_CLUSTER: ClusterDescribed(access),
-                   **dict.fromkeys(CONSUMER_GROUP_APIS, ConsumerGroups(access, super_users_only)),
+                   **dict.fromkeys(CONSUMER_GROUP_APIS, ConsumerGroups(access, SuperUsersOnly(
+                       authorizer, None, logged, "the coordinator would resolve its subscription by regular expression "
+                       "(api key {api_key}) with the proxy's own login"))),
                    Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
     return judged, super_users_only
 
@@ -151,12 +153,14 @@ class SuperUsersOnly:
     """An API the proxy does not judge by the ACLs: super users' requests go on to ``then`` (the API's handler, if it
     has one), anyone else's connection is closed."""
 
-    def __init__(self, authorizer: AclAuthorizer, then: RequestHandler | None, logged: set[tuple[str, int]]) -> None:
+    def __init__(self, authorizer: AclAuthorizer, then: RequestHandler | None, logged: set[tuple[str, int]],
+                 why: str = "the authorizer does not judge requests of api key {api_key} yet") -> None:
         """``logged``: the principals and APIs refused whose refusal has been logged (once each: a client reconnects
-        and asks again)."""
+        and asks again); ``why``: the log line's reason (its ``{api_key}`` the request's)."""
         self._authorizer = authorizer
         self._then = then
         self._logged = logged
+        self._why = why
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         principal = caller.principal
@@ -167,9 +171,8 @@ class SuperUsersOnly:
             if len(self._logged) >= _LOGGED_REFUSALS:
                 self._logged.clear()
             self._logged.add(refusal)
-            log.warning("closing a connection of %s from %s: the authorizer does not judge requests of api key %d "
-                        "yet, so only super users may send them", principal, caller.host or "an unknown address",
-                        header.api_key)
+            log.warning("closing a connection of %s from %s: %s, so only super users may send them", principal,
+                        caller.host or "an unknown address", self._why.format(api_key=header.api_key))
         return CLOSE
 
 

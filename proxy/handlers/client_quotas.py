@@ -104,9 +104,11 @@ class ClientQuotaHandlers:
         return caller.principal in self._admin_principals or access.authorizer is not None and access.allows(
             caller, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
-    def _refusal_message(self, caller: Caller, kafkas: str | None, doing: str) -> str | None:
+    def _refusal_message(self, caller: Caller, kafka_message: str | None, doing: str) -> str | None:
         """The refusal's message: Kafka's with the authorizer."""
-        return kafkas if self._access.authorizer is not None else f"{caller.principal} may not {doing} client quotas"
+        if self._access.authorizer is not None:
+            return kafka_message
+        return f"{caller.principal} may not {doing} client quotas"
 
     # ---- AlterClientQuotas ----------------------------------------------------------------------
 

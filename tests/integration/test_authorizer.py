@@ -10,6 +10,7 @@ that Kafka would refuse shows as a difference.
 
 from __future__ import annotations
 
+import re
 import socket
 import tempfile
 import time
@@ -43,7 +44,9 @@ from tests.support import (
     ProxyProcess,
     call,
     closed_by_peer,
+    decoded_response,
     encode_request,
+    read_frame,
     record_batch,
     wait_until,
 )
@@ -198,12 +201,19 @@ def metadata_of_named(sock: socket.socket, side: Side) -> Any:
 
 
 def metadata_by_id(sock: socket.socket, side: Side) -> Any:
+    """Every topic by id; then one by id with a name beside it that the principal may describe (Kafka reads the ids
+    alone)."""
     ids = topic_ids(side)
     answer = call(sock, Api.METADATA, 12, topics=[{"name": None, "topic_id": topic_id} for topic_id, name
                                                   in ids.items() if name in TOPICS],
                   allow_auto_topic_creation=False, include_topic_authorized_operations=True)
-    return sorted((ids[topic.topic_id], topic.name, topic.error_code, topic.authorized_operations)
-                  for topic in answer.topics)  # type: ignore[attr-defined]
+    hidden = next(topic_id for topic_id, name in ids.items() if name == "acl-hidden")
+    named_too = call(sock, Api.METADATA, 12, topics=[{"name": "acl-public", "topic_id": hidden}],
+                     allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return [sorted((ids[topic.topic_id], topic.name, topic.error_code, topic.authorized_operations)
+                   for topic in answer.topics),  # type: ignore[attr-defined]
+            [(ids.get(topic.topic_id), topic.name, topic.error_code, len(topic.partitions))
+             for topic in named_too.topics]]  # type: ignore[attr-defined]
 
 
 def described_topics(sock: socket.socket, side: Side) -> Any:
@@ -795,3 +805,48 @@ def test_kafka_acls_manages_the_proxys_acls_as_kafkas_and_they_outlive_a_restart
             kafka_acls(side, SUPER_USER, "--remove", "--force", *carols_grant)
     wait_until(lambda: [carols_write(side) for side in sides] == [29, 29], 30, "carol's write refused on both")
     assert listed(setup.kafka) == listed(setup.proxy)
+
+
+def test_pipelined_requests_answered_by_the_proxy_and_by_the_cluster_come_back_in_order_as_kafkas(
+        setup: Setup) -> None:
+    """Alice sends, without waiting, requests the proxy answers itself (refused whole), forwards as they are, and
+    forwards in part (the refused resources answered beside the cluster's): each answer comes back in the order asked,
+    and is Kafka's."""
+    configs = [{"resource_type": 2, "resource_name": name, "configuration_keys": ["retention.ms"]}
+               for name in ("acl-a.one", "acl-hidden")]
+    altered = [{"resource_type": 2, "resource_name": name,
+                "configs": [{"name": "retention.ms", "config_operation": 0, "value": "86400000"}]}
+               for name in ("acl-hidden", "acl-a.one")]
+    asked: list[tuple[int, int, dict[str, Any]]] = [
+        (Api.DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
+                                   "resources": configs[1:]}),
+        (Api.PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
+            {"name": "acl-a.one", "partition_data": [{"index": 0, "records": record_batch([b"pipelined"])}]}]}),
+        (Api.OFFSET_DELETE, 0, {"group_id": "nobodys-group", "topics": []}),
+        (Api.DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False, "resources": configs}),
+        (CONSUMER_GROUP_HEARTBEAT, 1, {"group_id": "alice-848", "member_id": "pipelined", "member_epoch": 0,
+                                       "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+                                       "subscribed_topic_names": ["acl-hidden"], "subscribed_topic_regex": None,
+                                       "server_assignor": None, "topic_partitions": []}),
+        (Api.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": True, "resources": altered}),
+        (Api.METADATA, 12, {"topics": [{"name": "acl-a.one", "topic_id": None}], "allow_auto_topic_creation": False,
+                            "include_topic_authorized_operations": False}),
+    ]
+
+    def answers(side: Side) -> list[Any]:
+        with side.connect("alice") as sock:
+            sock.sendall(b"".join(encode_request(api_key, version, correlation_id=100 + index, **fields)
+                                  for index, (api_key, version, fields) in enumerate(asked)))
+            frames = [read_frame(sock) for _ in asked]
+        return [(int.from_bytes(frame[:4], "big"), repr(decoded_response(frame, api_key, version)))
+                for frame, (api_key, version, _) in zip(frames, asked, strict=True)]
+
+    kafka, proxy = answers(setup.kafka), answers(setup.proxy)
+    assert [correlation_id for correlation_id, _ in proxy] == list(range(100, 100 + len(asked)))
+    assert [_without_throttle(answer) for _, answer in proxy] == [_without_throttle(answer) for _, answer in kafka]
+
+
+def _without_throttle(answer: str) -> str:
+    """An answer's text without what differs from side to side: its throttle time, the broker's address, where a
+    record went."""
+    return re.sub(r"throttle_time_ms=\d+|host='[^']*'|port=\d+|base_offset=\d+|log_append_time_ms=-?\d+", "", answer)

@@ -121,7 +121,7 @@ def test_groups_a_principal_may_not_describe_are_left_out_of_a_list_and_refused_
         for name in ("mine", "theirs")]})
     answer = decode_response(Api.LIST_GROUPS, 5, groups_listed(5, memoryview(listed), REFUSED_GROUP))
     assert [group.group_id for group in answer.groups] == ["mine"]
-    asked = groups_described(5, body(Api.DESCRIBE_GROUPS, 5, groups=["theirs", "mine"],
+    asked = groups_described(Api.DESCRIBE_GROUPS, 5, body(Api.DESCRIBE_GROUPS, 5, groups=["theirs", "mine"],
                                      include_authorized_operations=True), REFUSED_GROUP)
     assert asked.refused == ("theirs",) and asked.forwarded_body is not None
     assert decode_request(Api.DESCRIBE_GROUPS, 5, memoryview(asked.forwarded_body)).groups == ["mine"]
@@ -132,7 +132,7 @@ def test_groups_a_principal_may_not_describe_are_left_out_of_a_list_and_refused_
         5, asked, memoryview(upstream), lambda group: 1 << 8))
     assert [(group.group_id, group.error_code, group.group_state, group.authorized_operations)
             for group in described.groups] == [("theirs", 30, "", None), ("mine", 0, "Stable", {8})]
-    nothing_asked = groups_described(5, body(Api.DESCRIBE_GROUPS, 5, groups=["theirs"],
+    nothing_asked = groups_described(Api.DESCRIBE_GROUPS, 5, body(Api.DESCRIBE_GROUPS, 5, groups=["theirs"],
                                              include_authorized_operations=False), REFUSED_GROUP)
     assert nothing_asked.forwarded_body is None
     assert [group.error_code for group in decode_response(Api.DESCRIBE_GROUPS, 5, groups_described_answer(

@@ -20,6 +20,7 @@ from proxy.handlers.authorization import (
     TransactionalIdFirst,
     judged_by_acls,
 )
+from proxy.handlers.refused_topics import TopicsWithoutRefused
 from proxy.security.access import Access, requester_of
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from tests.support import encode_request
@@ -183,3 +184,29 @@ def test_a_consumer_group_needs_read_on_it_describe_on_its_topics_and_a_regex_is
     assert [(group.group_id, group.error_code, len(group.members), group.authorized_operations)
             for group in groups] == [("h", 30, 0, -2147483648), ("g", 0, 1, authorizer.authorized_operations(
                 requester_of(alice), ResourceType.GROUP, "g")), ("g2", 29, 0, -2147483648)]
+
+
+def test_the_proxys_own_topics_are_never_in_a_transaction_whatever_the_acls() -> None:
+    """Alice may write and read every topic, and the transaction and group are hers: a reserved topic is refused
+    (29) in AddPartitionsToTxn and TxnOffsetCommit, nothing of the request reaching the cluster."""
+    reserved = "__kafka_quota_proxy_quotas"
+    authorizer = alice_allowed((ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE),
+                               (ResourceType.GROUP, "g", AclOperation.READ),
+                               (ResourceType.TOPIC, "*", AclOperation.ALL))
+    access = Access(frozenset({reserved}), authorizer)
+    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, Throttling()),
+                                **dict.fromkeys(GROUP_FIRST_APIS, TopicsWithoutRefused(access))}, access)
+    alice = Caller("alice", 0)
+    added = answer_of(handled(judged[Api.ADD_PARTITIONS_TO_TXN], add_partitions("tx", "mine", reserved), alice),
+                      Api.ADD_PARTITIONS_TO_TXN, 3)
+    assert sorted((topic.name, partition.partition_error_code) for topic in added.results_by_topic_v3_and_below
+                  for partition in topic.results_by_partition) == [
+        (reserved, 29), (reserved, 29), ("mine", 55), ("mine", 55)]
+    commit = transaction_request(Api.TXN_OFFSET_COMMIT, 5, transactional_id="tx", group_id="g", producer_id=7,
+                                 producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+                                 topics=[{"name": reserved, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                                            "committed_leader_epoch": -1,
+                                                                            "committed_metadata": ""}]}])
+    committed = answer_of(handled(judged[Api.TXN_OFFSET_COMMIT], commit, alice), Api.TXN_OFFSET_COMMIT, 5)
+    assert [(topic.name, [partition.error_code for partition in topic.partitions])
+            for topic in committed.topics] == [(reserved, [29])]

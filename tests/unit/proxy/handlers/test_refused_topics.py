@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from protocol.apis import Api
@@ -144,3 +145,24 @@ def forwarded_topics(decided: Decided) -> list[str]:
     frame = memoryview(decided.replacement)[4:]
     return [topic.name for topic in decode_request(Api.OFFSET_DELETE, 0, frame[read_request_header(frame).length:])
             .topics]
+
+
+def test_a_topic_named_by_id_is_judged_in_the_answer_whatever_name_comes_with_it() -> None:
+    """Kafka reads the ids alone once one is given (``handleTopicMetadataRequest``): a name the principal may describe
+    beside the id of a topic it may not does not let the cluster's answer through as it is."""
+    access = alices(("mine", AclOperation.DESCRIBE))
+    hidden = uuid.uuid4()
+
+    def asked(topic_id: uuid.UUID | None) -> memoryview:
+        return memoryview(encode_request(Api.METADATA, 12, topics=[{"name": "mine", "topic_id": topic_id}],
+                                         allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False))[4:]
+
+    assert decided(handled(handler(access, False, []), asked(None), ALICE)) is FORWARD
+    outcome = decided(handled(handler(access, False, []), asked(hidden), ALICE))
+    cluster = encode_response(Api.METADATA, 12, {"brokers": [], "cluster_id": "c", "controller_id": 1, "topics": [
+        {"error_code": 0, "name": "hidden", "topic_id": hidden, "is_internal": False, "partitions": []}]})
+    finished = finish_of(outcome)(memoryview(cluster))
+    assert finished is not None
+    assert [(topic.name, topic.topic_id, topic.error_code) for topic in decode_response(Api.METADATA, 12, finished)
+            .topics] == [(None, hidden, 29)]
