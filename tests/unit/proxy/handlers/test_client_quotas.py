@@ -22,6 +22,15 @@ from proxy.handlers.client_quotas import (
     quota_entity,
 )
 from proxy.security.access import Access
+from proxy.security.acls import (
+    CLUSTER_NAME,
+    AclAuthorizer,
+    AclBinding,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+)
 from proxy.state.quota_service import QuotaService
 from quotas.config import DEFAULT, QuotaConfigError, QuotaEntity, QuotaType
 from tests.support import encode_request
@@ -115,10 +124,7 @@ def test_a_corrupt_overrides_file_is_refused_at_start(tmp_path: Path) -> None:
 def alter_codes(handlers: ClientQuotaHandlers, user: str, **op: object) -> list[int]:
     frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
         {"entity": [{"entity_type": "user", "entity_name": "alice"}], "ops": [op]}])
-    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller(user, 0)))
-    assert isinstance(outcome, Respond)
-    answer = decode_response(Api.ALTER_CLIENT_QUOTAS, 1, memoryview(outcome.response)[9:])
-    return [entry.error_code for entry in answer.entries]
+    return [entry.error_code for entry in answered_locally(handlers, frame, Api.ALTER_CLIENT_QUOTAS, user).entries]
 
 
 def decided(decision: Decided) -> Outcome:
@@ -134,10 +140,11 @@ async def no_cluster_apis() -> frozenset[int]:
     return frozenset()
 
 
-def answered_locally(handlers: ClientQuotaHandlers, frame: bytes, api_key: int) -> Any:
-    """The proxy's own answer to ``frame`` from the admin ``ops`` (nothing of the request forwarded)."""
-    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller("ops", 0)))
-    assert isinstance(outcome, Respond)
+def answered_locally(handlers: ClientQuotaHandlers, frame: bytes, api_key: int, user: str = "ops") -> Any:
+    """The proxy's own answer to ``frame`` from ``user`` (by default the admin ``ops``; nothing of the request
+    forwarded)."""
+    outcome = decided(handled(handlers, memoryview(frame)[4:], Caller(user, 0)))
+    assert isinstance(outcome, Respond), outcome
     return decode_response(api_key, 1, memoryview(outcome.response)[9:])
 
 
@@ -265,3 +272,35 @@ def test_a_budget_of_a_tenant_the_file_no_longer_has_may_still_be_removed(tmp_pa
     assert alter(key="producer_byte_rate", value=5.0, remove=False) == INVALID_REQUEST
     assert alter(key="producer_byte_rate", value=0.0, remove=True) == 0
     assert QuotaEntity(tenant="search") not in quotas.config.entries
+
+
+def test_with_the_authorizer_the_acls_on_the_cluster_decide_beside_admin_principals(tmp_path: Path) -> None:
+    """ALTER_CONFIGS on the cluster alters the proxy's quotas, DESCRIBE_CONFIGS describes them
+    (``ControllerApis.handleAlterClientQuotas``, ``KafkaApis.handleDescribeClientQuotasRequest``); anyone else is
+    refused with Kafka's messages and nothing changes."""
+    quotas = service(tmp_path)
+    authorizer = AclAuthorizer([AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, f"User:{user}",
+                                           "*", operation, AclPermission.ALLOW)
+                                for user, operation in (("ops", AclOperation.ALTER_CONFIGS),
+                                                        ("auditor", AclOperation.DESCRIBE_CONFIGS))])
+    handlers = ClientQuotaHandlers(quotas, no_cluster_apis, frozenset({"User:admin"}), Access(authorizer=authorizer))
+    for user in ("mallory", "auditor"):
+        frame = encode_request(Api.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[
+            {"entity": [{"entity_type": "user", "entity_name": user}],
+             "ops": [{"key": "producer_ids_rate", "value": 1e9, "remove": False}]}])
+        answer = answered_locally(handlers, frame, Api.ALTER_CLIENT_QUOTAS, user)
+        assert [(entry.error_code, entry.error_message) for entry in answer.entries] == [
+            (31, "Cluster authorization failed.")]
+    assert quotas.overrides == {}
+    assert alter_codes(handlers, "ops", key="producer_ids_rate", value=5.0, remove=False) == [0]
+    assert alter_codes(handlers, "admin", key="producer_ids_rate", value=6.0, remove=False) == [0]
+    assert quotas.config.entries[QuotaEntity("alice")] == {PIDS: 6.0}
+    describe = encode_request(Api.DESCRIBE_CLIENT_QUOTAS, 1, strict=False,
+                              components=[{"entity_type": "user", "match_type": MATCH_ANY, "match": None}])
+    refused = answered_locally(handlers, describe, Api.DESCRIBE_CLIENT_QUOTAS, "mallory")
+    assert (refused.error_code, refused.error_message, refused.entries) == (31, None, None)
+    allowed = answered_locally(handlers, describe, Api.DESCRIBE_CLIENT_QUOTAS, "auditor")
+    assert (allowed.error_code, allowed.error_message) == (0, "")
+    assert [[(value.key, value.value) for value in entry.values] for entry in allowed.entries] == [[(
+        "producer_ids_rate", 6.0)]]
+
