@@ -272,7 +272,7 @@ class GroupsDescribed(NamedTuple):
 
 
 def groups_described(api_key: int, version: int, body: memoryview, refused: NameRefusal) -> GroupsDescribed:
-    """A DescribeGroups' or a ConsumerGroupDescribe's."""
+    """A DescribeGroups', a ConsumerGroupDescribe's or a ShareGroupDescribe's."""
     request = decode_request(api_key, version, body)
     field = "groups" if api_key == Api.DESCRIBE_GROUPS else "group_ids"
     refusals = tuple(group for group in getattr(request, field) if refused(group))
@@ -342,37 +342,77 @@ def groups_deleted_answer(version: int, refusals: tuple[str, ...], upstream_body
 
 
 CONSUMER_GROUP_APIS = frozenset({Api.CONSUMER_GROUP_HEARTBEAT, Api.CONSUMER_GROUP_DESCRIBE})
+SHARE_GROUP_APIS = frozenset({Api.SHARE_GROUP_HEARTBEAT, Api.SHARE_GROUP_DESCRIBE})
+HEARTBEAT_APIS = frozenset({Api.CONSUMER_GROUP_HEARTBEAT, Api.SHARE_GROUP_HEARTBEAT})
+"""KIP-848's and KIP-932's heartbeats, which Kafka authorizes alike (the share group's has no regular expression)."""
 _UNDESCRIBED_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 _OPERATIONS_OMITTED = -2147483648
 
 
+_LONGEST_MEMBER_ID = 36
+
+
+def _valid_member_id(member_id: str | None) -> bool:
+    """Kafka answers a share group's request with another member id INVALID_REQUEST before it looks at its topics
+    (``KafkaApis.isMemberIdValid``)."""
+    return member_id is not None and 0 < len(member_id.encode("utf-16-le")) // 2 <= _LONGEST_MEMBER_ID  # Java's length
+
+
 class HeartbeatAsked(NamedTuple):
     group_id: str
+    answered_before_topics: bool
+    """A share group's heartbeat whose member id Kafka refuses before it judges the topics (the cluster does too)."""
     topic_names: tuple[str, ...]
-    """The topics a ConsumerGroupHeartbeat subscribes to by name (none when its subscription is unchanged)."""
+    """The topics a heartbeat subscribes to by name (none when its subscription is unchanged)."""
     regex: str | None
-    """The regular expression it subscribes to (v1+), when it names one."""
+    """The regular expression a ConsumerGroupHeartbeat subscribes to (v1+), when it names one."""
 
 
-def consumer_heartbeat_asked(version: int, body: memoryview) -> HeartbeatAsked:
-    request = decode_request(Api.CONSUMER_GROUP_HEARTBEAT, version, body)
-    return HeartbeatAsked(request.group_id, tuple(request.subscribed_topic_names or ()),
+def heartbeat_asked(api_key: int, version: int, body: memoryview) -> HeartbeatAsked:
+    """A ConsumerGroupHeartbeat's or a ShareGroupHeartbeat's."""
+    request = decode_request(api_key, version, body)
+    return HeartbeatAsked(request.group_id,
+                          api_key == Api.SHARE_GROUP_HEARTBEAT and not _valid_member_id(request.member_id),
+                          tuple(request.subscribed_topic_names or ()),
                           getattr(request, "subscribed_topic_regex", None) or None)
 
 
-def consumer_heartbeat_refused(version: int, error_code: int) -> bytes:
-    """A ConsumerGroupHeartbeat's answer with ``error_code`` and nothing else (``getErrorResponse``)."""
-    return encode_response(Api.CONSUMER_GROUP_HEARTBEAT, version, {
+def heartbeat_refused(api_key: int, version: int, error_code: int) -> bytes:
+    """A ConsumerGroupHeartbeat's or ShareGroupHeartbeat's answer with ``error_code`` and nothing else
+    (``getErrorResponse``)."""
+    return encode_response(api_key, version, {
         "throttle_time_ms": 0, "error_code": error_code, "error_message": None, "member_id": None, "member_epoch": 0,
         "heartbeat_interval_ms": 0, "assignment": None})
 
 
-def consumer_groups_described_answer(version: int, described: GroupsDescribed, upstream_body: memoryview | None,
-                                     operations: Callable[[str], int], topic_refused: NameRefusal) -> bytes:
-    """The refused groups first, with GROUP_AUTHORIZATION_FAILED, then the cluster's, their authorized operations the
-    principal's where asked for; then a group whose members are (or are to be) assigned a topic the principal may
-    not describe answered TOPIC_AUTHORIZATION_FAILED with no members (``handleConsumerGroupDescribe``)."""
-    cls = response_class(Api.CONSUMER_GROUP_DESCRIBE)
+class ShareRequestAsked(NamedTuple):
+    group_id: str | None
+    """None: Kafka refuses the request before it authorizes anything, and so does the cluster."""
+    answered_before_topics: bool
+    """Its member id is one Kafka refuses before it judges the topics (the cluster does too)."""
+
+
+def share_request_asked(api_key: int, version: int, body: memoryview) -> ShareRequestAsked:
+    """A ShareFetch's or ShareAcknowledge's group and member."""
+    request = decode_request(api_key, version, body)
+    return ShareRequestAsked(request.group_id, not _valid_member_id(request.member_id))
+
+
+def share_request_refused(api_key: int, version: int, error_code: int) -> bytes:
+    """A ShareFetch's or ShareAcknowledge's answer with ``error_code`` and nothing else (``getErrorResponse``)."""
+    return encode_response(api_key, version, {"throttle_time_ms": 0, "error_code": error_code, "error_message": None,
+                                              "acquisition_lock_timeout_ms": 0, "responses": [],
+                                              "node_endpoints": []})
+
+
+def assigned_groups_described_answer(api_key: int, version: int, described: GroupsDescribed,
+                                     upstream_body: memoryview | None, operations: Callable[[str], int],
+                                     topic_refused: NameRefusal) -> bytes:
+    """A ConsumerGroupDescribe's or ShareGroupDescribe's answer: the refused groups first, with
+    GROUP_AUTHORIZATION_FAILED, then the cluster's, their authorized operations the principal's where asked for; then a
+    group whose members are assigned (a consumer group's: or are to be) a topic the principal may not describe answered
+    TOPIC_AUTHORIZATION_FAILED with no members (``handleConsumerGroupDescribe``, ``handleShareGroupDescribe``)."""
+    cls = response_class(api_key)
     group_class = cls.DescribedGroup
 
     def group_answer(group_id: str, error_code: int, error_message: str | None) -> Any:
@@ -381,18 +421,18 @@ def consumer_groups_described_answer(version: int, described: GroupsDescribed, u
                            authorized_operations=_OPERATIONS_OMITTED)
 
     answer = cls(version=version, throttle_time_ms=0, groups=[]) if upstream_body is None else \
-        decode_response(Api.CONSUMER_GROUP_DESCRIBE, version, upstream_body)
+        decode_response(api_key, version, upstream_body)
     if described.with_operations:
         for group in answer.groups:
             if group.error_code == 0:
                 group.authorized_operations = operations(group.group_id)
+    assignments = ("assignment", "target_assignment") if api_key == Api.CONSUMER_GROUP_DESCRIBE else ("assignment",)
 
     def undescribed(group: Any) -> bool:
         return any(topic.topic_name is None or topic_refused(topic.topic_name) for member in group.members
-                   for assignment in (member.assignment, member.target_assignment)
-                   for topic in assignment.topic_partitions)
+                   for assignment in assignments for topic in getattr(member, assignment).topic_partitions)
 
     answer.groups = [group_answer(group_id, GROUP_AUTHORIZATION_FAILED, None) for group_id in described.refused] + [
         group_answer(group.group_id, TOPIC_AUTHORIZATION_FAILED, _UNDESCRIBED_TOPICS) if undescribed(group) else group
         for group in answer.groups]
-    return encode_response(Api.CONSUMER_GROUP_DESCRIBE, version, answer)
+    return encode_response(api_key, version, answer)

@@ -1,10 +1,10 @@
 """The messages kafka-python 3.0 knows the api keys of but not the schemas, loaded from ``protocol/schemas`` (Kafka's
 own JSON format) through kafka-python's JSON-schema machinery, so ``protocol.apis`` finds them as it finds its own.
 
-AllocateProducerIds (67, KIP-730); ShareFetch, ShareAcknowledge (78, 79) and the share groups' offset APIs (90-92,
-KIP-932); ConsumerGroupHeartbeat and ConsumerGroupDescribe (68, 69, KIP-848), which the authorizer reads;
-DescribeDelegationToken (41), which only the proxy itself sends: clients' requests of it pass opaque
-(``protocol.apis.WITHOUT_SCHEMA``).
+AllocateProducerIds (67, KIP-730); ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge (76-79)
+and the share groups' offset APIs (90-92, KIP-932); ConsumerGroupHeartbeat and ConsumerGroupDescribe (68, 69,
+KIP-848), the groups' heartbeats and descriptions read by the authorizer alone; DescribeDelegationToken (41), which
+only the proxy itself sends: clients' requests of it pass opaque (``protocol.apis.WITHOUT_SCHEMA``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import protocol.schemas
 
 MESSAGES = ("AllocateProducerIds", "DescribeDelegationToken", "ShareFetch", "ShareAcknowledge",
             "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "ConsumerGroupHeartbeat",
-            "ConsumerGroupDescribe")
+            "ConsumerGroupDescribe", "ShareGroupHeartbeat", "ShareGroupDescribe")
 LOADED = {f"{name}{kind}": types.new_class(f"{name}{kind}", (ApiMessage,), {"load_json": protocol.schemas})
           for name in MESSAGES for kind in ("Request", "Response")}
 """Held here: ``protocol.apis`` finds them among ApiMessage's subclasses, which Python keeps only while referenced."""

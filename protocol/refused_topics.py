@@ -11,6 +11,7 @@ TOPIC_AUTHORIZATION_FAILED after the others' results (the config APIs' are ``pro
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -20,10 +21,13 @@ from protocol.codecs import decode_request, decode_response, encode_request, enc
 from protocol.errors import (
     ERROR_MESSAGES,
     FETCH_SESSION_ID_NOT_FOUND,
+    SHARE_SESSION_NOT_FOUND,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
+    ProtocolError,
 )
 from protocol.fetch import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_FETCH_VERSION, NO_SESSION_EPOCH, TopicRef
+from protocol.header import response_header_length
 
 _ZERO_ID = uuid.UUID(int=0)
 
@@ -389,7 +393,8 @@ def share_refused(api_key: int, version: int, body: memoryview,
                   refused: Callable[[bytes], bool]) -> ShareRefused | None:
     """The refused topics a ShareFetch or ShareAcknowledge names (by id: these APIs name topics no other way), and
     the request that goes to the cluster instead; None when it names none. A share session cannot be left as a
-    Fetch session can: the refusal comes with each request naming the topic."""
+    Fetch session can: a refused topic never enters one, and one the ACLs stop allowing is the handler's to find
+    (``proxy.handlers.refused_topics.ShareSessions``)."""
     request = decode_request(api_key, version, body)
 
     def refusal(topic: Any) -> tuple[bytes, tuple[int, ...], frozenset[int]] | None:
@@ -415,6 +420,8 @@ def share_answer_with_refusals(api_key: int, version: int, upstream_body: memory
     answer = cls(version=version, throttle_time_ms=0, error_code=0, error_message=None,
                  acquisition_lock_timeout_ms=0, responses=[], node_endpoints=[]) \
         if upstream_body is None else decode_response(api_key, version, upstream_body)
+    if answer.error_code:  # an error of the whole request stands alone, as Kafka sends it
+        return bytes(upstream_body or b"")
     topic_class = cls.ShareFetchableTopicResponse if api_key == Api.SHARE_FETCH else cls.ShareAcknowledgeTopicResponse
     partition_class = topic_class.PartitionData
     no_leader = partition_class.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
@@ -429,6 +436,59 @@ def share_answer_with_refusals(api_key: int, version: int, upstream_body: memory
                                        current_leader=no_leader) for index in partitions]
         answer.responses.append(topic_class(topic_id=uuid.UUID(bytes=topic_id), partitions=results))
     return encode_response(api_key, version, answer)
+
+
+SharePartitions = dict[bytes, frozenset[int]]
+"""Partitions of a share session, by topic id."""
+
+
+class ShareSessionAsked(NamedTuple):
+    """What a ShareFetch asks of its share session (``SharePartitionManager.newContext``)."""
+
+    session: tuple[str, str] | None
+    """Its group and member (Kafka's share session key); None when Kafka refuses the request before it looks at its
+    session (no group)."""
+    epoch: int
+    """0 opens a new session, -1 closes it, any other continues it."""
+    named: SharePartitions
+    forgotten: SharePartitions
+
+
+def share_session_asked(version: int, body: memoryview) -> ShareSessionAsked:
+    request = decode_request(Api.SHARE_FETCH, version, body)
+
+    def partitions(topics: list[Any], indexes: Callable[[Any], list[int]]) -> SharePartitions:
+        by_topic: dict[bytes, frozenset[int]] = {}
+        for topic in topics:
+            topic_id = (topic.topic_id or _ZERO_ID).bytes
+            by_topic[topic_id] = by_topic.get(topic_id, frozenset()) | frozenset(indexes(topic))
+        return by_topic
+
+    session = None if request.group_id is None else (request.group_id, request.member_id or "")
+    return ShareSessionAsked(session, request.share_session_epoch,
+                             partitions(request.topics, lambda topic: [p.partition_index for p in topic.partitions]),
+                             partitions(request.forgotten_topics_data, lambda topic: topic.partitions))
+
+
+_SHARE_FETCH_ERROR = struct.Struct(">h")
+
+
+def share_fetch_error(start: memoryview) -> int:
+    """The error of a whole ShareFetch answer, from its start (its header included, always flexible): after its
+    throttle."""
+    at = response_header_length(start, True) + 4
+    if len(start) < at + _SHARE_FETCH_ERROR.size:
+        raise ProtocolError("share fetch response ends before its error code", api_key=Api.SHARE_FETCH,
+                            offset=len(start))
+    return int(_SHARE_FETCH_ERROR.unpack_from(start, at)[0])
+
+
+def share_session_not_found(version: int) -> bytes:
+    """The answer to a ShareFetch continuing a share session that holds a topic now refused (or one the proxy does not
+    know): SHARE_SESSION_NOT_FOUND, so the client opens a new session naming all it reads, which is judged whole."""
+    return encode_response(Api.SHARE_FETCH, version, {"throttle_time_ms": 0, "error_code": SHARE_SESSION_NOT_FOUND,
+                                                      "error_message": None, "acquisition_lock_timeout_ms": 0,
+                                                      "responses": [], "node_endpoints": []})
 
 
 def share_topic_ids(api_key: int, version: int, body: memoryview) -> list[bytes]:

@@ -191,6 +191,21 @@ def finished_whole(outcome: Forward, replacement: bytes, finish: ResponseFinishe
                             on_response=hook._replace(finish=finish, read_whole=True))
 
 
+def observing_answer(decided: Decided, observe: Callable[[memoryview], None]) -> Decided:
+    """``decided``, the start of its answer (header included) shown to ``observe`` before any charge of its own, when
+    it is forwarded (a charge holds later requests until the answer: ``InFlight.holds_later_requests``)."""
+    if not isinstance(decided, Forward):
+        return decided
+    hook = decided.on_response or OnResponse()
+    charge = hook.charge
+
+    def observed(start: memoryview, response_bytes: int) -> ChargedResponse:
+        observe(start)
+        return ChargedResponse(0) if charge is None else charge(start, response_bytes)
+
+    return decided._replace(on_response=hook._replace(charge=observed))
+
+
 def forwarding_instead(decided: Decided, replacement: bytes) -> Decided:
     """``decided``, forwarding ``replacement`` (a whole frame) unless it is answered, closed, or forwards a
     replacement of its own (made from ``replacement``)."""

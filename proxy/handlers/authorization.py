@@ -4,8 +4,9 @@ id's, the cluster's), and every API the proxy does not judge yet kept for super 
 The proxy reaches the cluster under its own login, which the cluster lets do what the proxy may, whoever the client is:
 a request the proxy does not judge by the client's ACLs would be judged by the proxy's. So the APIs the proxy authorizes
 as Kafka's ``KafkaApis`` and ``ControllerApis`` do (``AUTHORIZED_APIS``: topics' data and metadata, their creation and
-deletion, coordinators, a group's membership and offsets, producer ids, transactions, the groups' and the cluster's
-administration, configs, and the ACLs themselves, which the proxy answers) are judged (``judged_by_acls``), and a
+deletion, coordinators, a group's membership and offsets, KIP-848's consumer groups and KIP-932's share groups,
+producer ids, transactions, the groups' and the cluster's administration, configs, client quotas, and the ACLs
+themselves, which the proxy answers) are judged (``judged_by_acls``), and a
 request of any other API from a principal that is not a super user closes its connection, with a log line naming the
 API: a client is never allowed what Kafka's ACLs would not allow it. (Kafka answers a request it refuses, with the API's
 own error; the proxy does so for the APIs it authorizes.)
@@ -22,16 +23,16 @@ from protocol.authorization_answers import (
     FIRST_SHARE_FIND_COORDINATOR,
     GROUP_KEY_TYPE,
     GROUP_MEMBERSHIP_APIS,
+    HEARTBEAT_APIS,
     INTERNAL_TOPICS,
+    SHARE_GROUP_APIS,
     SHARE_KEY_TYPE,
     TRANSACTION_APIS,
     TRANSACTION_KEY_TYPE,
     ProducerIdAsked,
+    assigned_groups_described_answer,
     cluster_described,
     cluster_operations_asked,
-    consumer_groups_described_answer,
-    consumer_heartbeat_asked,
-    consumer_heartbeat_refused,
     coordinators_answer,
     coordinators_asked,
     coordinators_without,
@@ -42,12 +43,16 @@ from protocol.authorization_answers import (
     groups_described,
     groups_described_answer,
     groups_listed,
+    heartbeat_asked,
+    heartbeat_refused,
     judged_by_the_cluster_first,
     membership_refused,
     offsets_answer,
     offsets_asked,
     producer_id_asked,
     producer_id_refused,
+    share_request_asked,
+    share_request_refused,
     transaction_asked,
     transaction_refused,
 )
@@ -61,7 +66,8 @@ from protocol.errors import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
 from protocol.header import RequestHeader
-from protocol.refused_topics import TopicsRefused, answer_with_refusals, topics_refused
+from protocol.refused_topics import SHARE_APIS, TopicsRefused, answer_with_refusals, topics_refused
+from protocol.share_group_offsets import SHARE_GROUP_OFFSET_APIS
 from proxy.decision.interception import RequestHandler
 from proxy.decision.outcome import (
     CLOSE,
@@ -90,21 +96,24 @@ NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SAS
 JUDGED_BY_THEIR_HANDLERS = frozenset({
     Api.PRODUCE, Api.FETCH, Api.METADATA, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
     *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS), *ACL_APIS, *CONFIG_APIS,
-    Api.OFFSET_DELETE, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALTER_CLIENT_QUOTAS,
+    Api.OFFSET_DELETE, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALTER_CLIENT_QUOTAS, *SHARE_GROUP_OFFSET_APIS,
 })
 """The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone, OffsetDelete
-(``proxy.handlers.refused_topics``), the config APIs (``proxy.handlers.config_resources``), the client-quota APIs
-(``proxy.handlers.client_quotas``) and the ACL APIs (``proxy.handlers.acls``)."""
+and the share groups' offset APIs (``proxy.handlers.refused_topics``), the config APIs
+(``proxy.handlers.config_resources``), the client-quota APIs (``proxy.handlers.client_quotas``) and the ACL APIs
+(``proxy.handlers.acls``)."""
 NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
 """Left out of ApiVersions with the authorizer, and kept for super users: an all-topics DescribeTopicPartitions is
 answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not
 describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
-    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS}
+    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS,
+    *SHARE_APIS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
-                                     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *CONSUMER_GROUP_APIS})
+                                     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *CONSUMER_GROUP_APIS,
+                                     *SHARE_GROUP_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -118,7 +127,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
     assert authorizer is not None, "judged with the authorizer"
     logged: set[tuple[str, int]] = set()
     super_users_only = SuperUsersOnly(authorizer, None, logged)
-    missing = (JUDGED_BY_THEIR_HANDLERS | GROUP_FIRST_APIS) - set(handlers)
+    missing = (JUDGED_BY_THEIR_HANDLERS | GROUP_FIRST_APIS | SHARE_APIS) - set(handlers)
     assert not missing, f"the APIs {sorted(missing)} have no handler to judge them"
     judged: dict[int, RequestHandler] = {
         **dict.fromkeys(NEVER_AUTHORIZED_APIS, _FORWARDED),
@@ -131,9 +140,10 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
                    **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
                    **dict.fromkeys(GROUP_ADMINISTRATION_APIS, GroupsAdministered(access)),
                    Api.DESCRIBE_CLUSTER: ClusterDescribed(access),
-                   **dict.fromkeys(CONSUMER_GROUP_APIS, ConsumerGroups(access, SuperUsersOnly(
+                   **dict.fromkeys(CONSUMER_GROUP_APIS | SHARE_GROUP_APIS, NewProtocolGroups(access, SuperUsersOnly(
                        authorizer, None, logged, "the coordinator would resolve its subscription by regular expression "
                        "(api key {api_key}) with the proxy's own login"))),
+                   **{api_key: ShareGroupFirst(access, handlers[api_key]) for api_key in SHARE_APIS},
                    Api.INIT_PRODUCER_ID: ProducerIdFirst(access, handlers.get(Api.INIT_PRODUCER_ID, _FORWARDED))})
     return judged, super_users_only
 
@@ -292,15 +302,15 @@ class GroupsAdministered:
                                 lambda body: groups_described_answer(version, described, body, operations))
 
 
-class ConsumerGroups:
-    """KIP-848's consumer groups. ConsumerGroupHeartbeat: READ on the group, else GROUP_AUTHORIZATION_FAILED;
-    DESCRIBE on each topic it subscribes to by name, else TOPIC_AUTHORIZATION_FAILED, whole
-    (``handleConsumerGroupHeartbeat``). A
-    subscription by regular expression is a super user's alone (``regex``): the coordinator resolves it to the topics
-    whoever asks may describe, and through the proxy the proxy's login asks. ConsumerGroupDescribe: DESCRIBE on each
-    group, refused ones first with GROUP_AUTHORIZATION_FAILED; the others' authorized operations the principal's; a
-    group assigning a topic the principal may not describe TOPIC_AUTHORIZATION_FAILED with no members
-    (``handleConsumerGroupDescribe``)."""
+class NewProtocolGroups:
+    """KIP-848's consumer groups and KIP-932's share groups. ConsumerGroupHeartbeat and ShareGroupHeartbeat: READ on the
+    group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on each topic subscribed to by name, else
+    TOPIC_AUTHORIZATION_FAILED, whole (``handleConsumerGroupHeartbeat``, ``handleShareGroupHeartbeat``). A consumer
+    group's subscription by regular expression is a super user's alone (``regex``): the coordinator resolves it to the
+    topics whoever asks may describe, and through the proxy the proxy's login asks. ConsumerGroupDescribe and
+    ShareGroupDescribe: DESCRIBE on each group, refused ones first with GROUP_AUTHORIZATION_FAILED; the others'
+    authorized operations the principal's; a group assigning a topic the principal may not describe
+    TOPIC_AUTHORIZATION_FAILED with no members (``handleConsumerGroupDescribe``, ``handleShareGroupDescribe``)."""
 
     def __init__(self, access: Access, regex: RequestHandler) -> None:
         self._access = access
@@ -312,13 +322,15 @@ class ConsumerGroups:
             return CLOSE
         access = self._access
         body = frame[header.length:]
-        if api_key == Api.CONSUMER_GROUP_HEARTBEAT:
-            asked = consumer_heartbeat_asked(version, body)
+        if api_key in HEARTBEAT_APIS:
+            asked = heartbeat_asked(api_key, version, body)
             if not access.allows(caller, AclOperation.READ, ResourceType.GROUP, asked.group_id):
-                return local_answer(header, consumer_heartbeat_refused(version, GROUP_AUTHORIZATION_FAILED))
+                return local_answer(header, heartbeat_refused(api_key, version, GROUP_AUTHORIZATION_FAILED))
+            if asked.answered_before_topics:
+                return FORWARD
             topic_refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
             if any(topic_refused(name) for name in asked.topic_names):
-                return local_answer(header, consumer_heartbeat_refused(version, TOPIC_AUTHORIZATION_FAILED))
+                return local_answer(header, heartbeat_refused(api_key, version, TOPIC_AUTHORIZATION_FAILED))
             return FORWARD if asked.regex is None else self._regex.on_request(header, frame, caller)
         described = groups_described(api_key, version, body, lambda group: not access.allows(
             caller, AclOperation.DESCRIBE, ResourceType.GROUP, group or ""))
@@ -327,13 +339,33 @@ class ConsumerGroups:
         requester = requester_of(caller)
 
         def answer(upstream: memoryview | None) -> bytes:
-            return consumer_groups_described_answer(
-                version, described, upstream, lambda group: authorizer.authorized_operations(
+            return assigned_groups_described_answer(
+                api_key, version, described, upstream, lambda group: authorizer.authorized_operations(
                     requester, ResourceType.GROUP, group), access.topic_refusal(caller, AclOperation.DESCRIBE))
 
         if not described.refused:
             return Forward(on_response=OnResponse(finish=answer))
         return answered_in_part(frame, header, described.forwarded_body, answer)
+
+
+class ShareGroupFirst:
+    """ShareFetch and ShareAcknowledge: READ on the group, else refused whole with GROUP_AUTHORIZATION_FAILED; then READ
+    on each topic, judged by ``then`` (``ShareTopicsWithoutRefused``) (``handleShareFetchRequest``,
+    ``handleShareAcknowledgeRequest``). A request without a group is the cluster's to refuse, as Kafka does before it
+    authorizes, and so is one from a member id Kafka refuses before it judges the topics."""
+
+    def __init__(self, access: Access, then: RequestHandler) -> None:
+        self._access = access
+        self._then = then
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        asked = share_request_asked(api_key, version, frame[header.length:])
+        if asked.group_id is None:
+            return FORWARD
+        if not self._access.allows(caller, AclOperation.READ, ResourceType.GROUP, asked.group_id):
+            return local_answer(header, share_request_refused(api_key, version, GROUP_AUTHORIZATION_FAILED))
+        return FORWARD if asked.answered_before_topics else self._then.on_request(header, frame, caller)
 
 
 class ClusterDescribed:

@@ -7,15 +7,17 @@ quotas topic would set any principal's quota on the whole fleet. So no client re
 neither: Produce refuses them (``proxy.handlers.produce``), CreateTopics, DeleteTopics and CreatePartitions too
 (``proxy.handlers.topic_mutations``), Fetch (``proxy.handlers.fetch``), Metadata does not show them, and the APIs
 naming topics' partitions, ShareFetch, ShareAcknowledge and the share groups' offset APIs refuse them (here), and
-the config APIs (``proxy.handlers.config_resources``). With the authorizer, Metadata, DescribeTopicPartitions and
-the APIs Kafka authorizes by one operation on each topic alone (``TOPIC_OPERATIONS``) refuse the topics the ACLs do
-not allow as well.
+the config APIs (``proxy.handlers.config_resources``). With the authorizer, Metadata, DescribeTopicPartitions, the
+APIs Kafka authorizes by one operation on each topic alone (``TOPIC_OPERATIONS``), OffsetDelete, ShareFetch (its
+share sessions' topics too), ShareAcknowledge and the share groups' offset APIs (their groups too) refuse the topics
+the ACLs do not allow as well.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 
 from protocol.apis import Api
 from protocol.authorization_answers import group_id
@@ -26,6 +28,7 @@ from protocol.refused_topics import (
     Authorized,
     MetadataAsked,
     NameRefusal,
+    ShareSessionAsked,
     answer_with_refusals,
     described_topics_asked,
     described_topics_refused,
@@ -34,7 +37,10 @@ from protocol.refused_topics import (
     offset_deletions_answer,
     offset_deletions_refused,
     share_answer_with_refusals,
+    share_fetch_error,
     share_refused,
+    share_session_asked,
+    share_session_not_found,
     share_topic_ids,
     topics_refused,
 )
@@ -55,6 +61,7 @@ from proxy.decision.outcome import (
     answered_in_part,
     finished_whole,
     local_answer,
+    observing_answer,
     replacement_request,
 )
 from proxy.decision.outcome import frame as frame_of
@@ -286,55 +293,173 @@ class OffsetDeletions:
             finish=lambda answer: offset_deletions_answer(version, answer, refused)))
 
 
-class ShareGroupOffsetsWithoutReserved:
-    """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets: a reserved topic refused, and
-    left out of a group's answer for all its topics (so these, rare admin requests, are each read)."""
+_SHARE_OFFSET_OPERATIONS: dict[int, tuple[AclOperation, AclOperation]] = {
+    Api.DESCRIBE_SHARE_GROUP_OFFSETS: (AclOperation.DESCRIBE, AclOperation.DESCRIBE),
+    Api.ALTER_SHARE_GROUP_OFFSETS: (AclOperation.READ, AclOperation.READ),
+    Api.DELETE_SHARE_GROUP_OFFSETS: (AclOperation.DELETE, AclOperation.READ),
+}
+"""The operation each share-group offset API needs on its groups, and on their topics (``KafkaApis``)."""
 
-    def __init__(self, reserved_topics: frozenset[str]) -> None:
-        self._reserved = reserved_topics
+
+class ShareGroupOffsets:
+    """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets: the groups and topics the
+    principal may not use refused (``protocol.share_group_offsets``); so these, rare admin requests, are each read."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         api_key, version = header.api_key, header.api_version
-        refused = share_offsets_refused(api_key, version, frame[header.length:], self._reserved)
+        access = self._access
+        group_operation, topic_operation = _SHARE_OFFSET_OPERATIONS[api_key]
+        refused = share_offsets_refused(
+            api_key, version, frame[header.length:],
+            lambda group: not access.allows(caller, group_operation, ResourceType.GROUP, group),
+            access.topic_refusal(caller, topic_operation))
         if refused is None:
             return FORWARD
-        return Forward(replacement=replacement_request(frame, header, refused.forwarded_body), on_response=OnResponse(
-            finish=lambda body: share_offsets_answer(api_key, version, body, refused)))
+        return answered_in_part(frame, header, refused.forwarded_body,
+                                lambda body: share_offsets_answer(api_key, version, body, refused))
+
+
+_REMEMBERED_SHARE_SESSION_TOPICS = 200_000
+"""Topics of share sessions the proxy remembers, at most, the least recently used sessions forgotten first: a
+forgotten session's next ShareFetch is answered SHARE_SESSION_NOT_FOUND, and its client opens a new one."""
+
+SessionKey = tuple[str, str, str]
+"""A share session's broker (each broker keeps its own sessions), group and member: Kafka's session key, per broker."""
+
+
+class ShareSessions:
+    """With the authorizer: the topics of each share session the proxy let ShareFetches open and add to. A ShareFetch
+    continuing a session names only what it adds, and the cluster goes on serving the rest of the session with the
+    proxy's login; Kafka authorizes a session's partitions at every fetch, so the proxy judges the session's topics
+    again at every fetch, and ends a session holding one now refused, or one it does not know.
+
+    What the proxy remembers of a session holds at least what the cluster's holds: a topic is added as the ShareFetch
+    naming it goes to the cluster, and topics are dropped only when the cluster has answered, without an error, a
+    ShareFetch opening a new session (the topics it did not name, named before it) or closing it. A topic the client
+    forgets stays remembered until then (a session holding one the ACLs no longer allow is ended once more)."""
+
+    def __init__(self, limit: int = _REMEMBERED_SHARE_SESSION_TOPICS) -> None:
+        self._sessions: OrderedDict[SessionKey, dict[bytes, int]] = OrderedDict()
+        """Each session's topics, each with the number of the last ShareFetch naming it."""
+        self._limit = limit
+        self._topics = 0
+        self._sent = 0
+
+    def topic_ids(self, key: SessionKey, asked: ShareSessionAsked | None) -> list[bytes]:
+        """The topics of the session a ShareFetch continues (``asked``: None for a request whose session is not
+        followed)."""
+        if asked is None or asked.epoch in (0, -1):
+            return []
+        return list(self._sessions.get(key, ()))
+
+    def may_continue(self, key: SessionKey, asked: ShareSessionAsked | None, refused: Callable[[bytes], bool]) -> bool:
+        """Whether the session a ShareFetch continues is known and holds no topic ``refused``."""
+        if asked is None or asked.epoch in (0, -1):
+            return True
+        topics = self._sessions.get(key)
+        if topics is None or any(refused(topic_id) for topic_id in topics):
+            return False
+        self._sessions.move_to_end(key)
+        return True
+
+    def forwarding(self, key: SessionKey, asked: ShareSessionAsked | None,
+                   named: Iterable[bytes]) -> Callable[[memoryview], None] | None:
+        """A ShareFetch goes to the cluster naming the topics ``named`` (those the proxy let through and could name):
+        they are the session's from now on; what becomes of the rest is read from the cluster's answer (given its
+        start, header included), which the result is to be shown (None: nothing to read)."""
+        if asked is None:
+            return None
+        self._sent += 1
+        sent = self._sent
+        topics = self._sessions.setdefault(key, {})
+        for topic_id in named:
+            self._topics += topic_id not in topics
+            topics[topic_id] = sent
+        self._sessions.move_to_end(key)
+        while self._topics > self._limit and len(self._sessions) > 1:
+            self._topics -= len(self._sessions.popitem(last=False)[1])
+        if asked.epoch not in (0, -1):
+            return None
+
+        def answered(start: memoryview) -> None:
+            if share_fetch_error(start) != 0 or key not in self._sessions:
+                return
+            if asked.epoch == -1:
+                self._topics -= len(self._sessions.pop(key))
+                return
+            session = self._sessions[key]
+            left = {topic_id: number for topic_id, number in session.items() if number >= sent}
+            self._topics -= len(session) - len(left)
+            self._sessions[key] = left
+
+        return answered
 
 
 class ShareTopicsWithoutRefused:
     """ShareFetch and ShareAcknowledge: the partitions of a topic the principal may not read refused, the rest handed
-    to ``inner`` (the consume quota's handler, for ShareFetch) and forwarded."""
+    to ``inner`` (the consume quota's handler, for ShareFetch) and forwarded; a topic given by an id the proxy could not
+    name is refused too (``refused_by_name_or_id``). With the authorizer, ShareFetch's share sessions are followed
+    (``ShareSessions``); without it, the topics refused (the proxy's own) are always refused, and no session can gain
+    one."""
 
     def __init__(self, access: Access, topic_names: TopicNames, inner: RequestHandler | None = None) -> None:
         self._access = access
         self._topic_names = topic_names
         self._inner = inner
+        self._sessions = ShareSessions()
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
-        unnamed = self._topic_names.unknown(share_topic_ids(header.api_key, header.api_version,
-                                                            frame[header.length:]))
+        api_key, version = header.api_key, header.api_version
+        body = frame[header.length:]
+        asked = share_session_asked(version, body) \
+            if self._access.authorizer is not None and api_key == Api.SHARE_FETCH else None
+        if asked is not None and asked.session is None:
+            asked = None  # without a group: Kafka refuses it before it looks at any session, and so does the cluster
+        key = _session_key(caller, asked)
+        unnamed = self._topic_names.unknown([*share_topic_ids(api_key, version, body),
+                                             *self._sessions.topic_ids(key, asked)])
         if unnamed:
-            return self._once_named(header, bytes(frame), caller, unnamed)  # a copy: the connection's buffer moves on
-        return self._decide(header, frame, caller)
+            # a copy: the connection's buffer moves on
+            return self._once_named(header, bytes(frame), caller, unnamed, asked)
+        return self._decide(header, frame, caller, asked)
 
-    async def _once_named(self, header: RequestHeader, frame: bytes, caller: Caller, unnamed: set[bytes]) -> Outcome:
+    async def _once_named(self, header: RequestHeader, frame: bytes, caller: Caller, unnamed: set[bytes],
+                          asked: ShareSessionAsked | None) -> Outcome:
         await self._topic_names.look_up(unnamed)
-        decided = self._decide(header, memoryview(frame), caller.later())
+        decided = self._decide(header, memoryview(frame), caller.later(), asked)
         return decided if isinstance(decided, Outcome) else await decided
 
-    def _decide(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+    def _decide(self, header: RequestHeader, frame: memoryview, caller: Caller,
+                asked: ShareSessionAsked | None) -> Decided:
         api_key, version = header.api_key, header.api_version
-        refused_name = self._access.topic_refusal(caller, AclOperation.READ)
-        refused = share_refused(api_key, version, frame[header.length:],
-                                lambda topic_id: refused_name(self._topic_names.name(topic_id)))
-        if refused is None:
-            return FORWARD if self._inner is None else self._inner.on_request(header, frame, caller)
-        if refused.forwarded_body is None:
+        by_name_or_id = refused_by_name_or_id(self._access.topic_refusal(caller, AclOperation.READ), self._topic_names)
+
+        def refused_id(topic_id: bytes) -> bool:
+            return by_name_or_id(None, topic_id)
+
+        key = _session_key(caller, asked)
+        if not self._sessions.may_continue(key, asked, refused_id):
+            return local_answer(header, share_session_not_found(version))
+        refused = share_refused(api_key, version, frame[header.length:], refused_id)
+        if refused is not None and refused.forwarded_body is None:
             return local_answer(header, share_answer_with_refusals(api_key, version, None, refused))
+        answered = self._sessions.forwarding(key, asked, () if asked is None else (
+            topic_id for topic_id in asked.named if not refused_id(topic_id) and self._topic_names.name(topic_id)))
+        if refused is None or refused.forwarded_body is None:
+            decided = FORWARD if self._inner is None else self._inner.on_request(header, frame, caller)
+            return decided if answered is None else observing_answer(decided, answered)
         kept = bytes(frame[:header.length]) + refused.forwarded_body
         # the header is kept as it was: only the body is rewritten
         decided = FORWARD if self._inner is None else self._inner.on_request(header, memoryview(kept), caller)
         assert isinstance(decided, Forward), "the consume quota forwards, and decides at once"
-        return finished_whole(decided, frame_of(kept),
-                              lambda body: share_answer_with_refusals(api_key, version, body, refused))
+        finished = finished_whole(decided, frame_of(kept),
+                                  lambda body: share_answer_with_refusals(api_key, version, body, refused))
+        return finished if answered is None else observing_answer(finished, answered)
+
+
+def _session_key(caller: Caller, asked: ShareSessionAsked | None) -> SessionKey:
+    group, member = ("", "") if asked is None or asked.session is None else asked.session
+    return caller.broker, group, member

@@ -43,7 +43,7 @@ from proxy.handlers.refused_topics import (
     DescribedTopicsWithoutRefused,
     MetadataWithoutRefusedTopics,
     OffsetDeletions,
-    ShareGroupOffsetsWithoutReserved,
+    ShareGroupOffsets,
     ShareTopicsWithoutRefused,
     TopicsWithoutRefused,
 )
@@ -197,7 +197,7 @@ class Services:
                 **dict.fromkeys(CONFIG_APIS, ConfigResourcesJudged(access)),
                 Api.SHARE_FETCH: ShareTopicsWithoutRefused(access, self.topic_names, share_fetch),
                 Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutRefused(access, self.topic_names),
-                **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsetsWithoutReserved(self.reserved_topics))}
+                **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsets(access))}
 
     def _acls(self) -> AclService | None:
         """The ACLs in force, with the authorizer; raises ``AclFileError`` when the ACL file or the state directory's

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -32,13 +32,14 @@ from confluent_kafka.admin import (
 )
 
 from protocol.apis import Api
-from protocol.errors import FETCH_SESSION_ID_NOT_FOUND
+from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, SHARE_SESSION_NOT_FOUND
 from proxy.dev.apache_kafka import LOOPBACK, KafkaCluster
 from proxy.security.sasl_messages import plain_token
 from proxy.security.users import UserStore, plain_credential, save_users
 from tests.fidelity import java_tool
 from tests.support import (
     CLUSTER_USERS,
+    GROUP_RESOURCE,
     PASSWORDS,
     Cluster,
     ProxyProcess,
@@ -74,12 +75,16 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
     ("User:bob", "group", "shared-group", "literal", "alter-configs", "allow"),
     ("User:bob", "cluster", "kafka-cluster", "literal", "describe-configs", "allow"),
     ("User:alice", "group", "alice-g", "literal", "delete", "allow"),
+    ("User:alice", "group", "alice-share", "literal", "delete", "allow"),
 ]
 TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
 ZERO_ID = uuid.UUID(int=0)
 DESCRIBE_LOG_DIRS = 35
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 
 
 def kafka_binding(principal: str, resource_type: str, name: str, pattern: str, operation: str,
@@ -531,24 +536,36 @@ def client_quotas(sock: socket.socket, side: Side) -> Any:
             [(entry.error_code, entry.error_message) for entry in altered.entries])  # type: ignore[attr-defined]
 
 
+def joined_and_described(sock: socket.socket, apis: tuple[int, int], groups: tuple[str, str],
+                         joining: Callable[[str, list[str]], dict[str, Any]]) -> list[Any]:
+    """A member (``joining``: its heartbeat's fields, by group and topics) joins alice's group (the first of
+    ``groups``) subscribed to a topic alice may describe and one she may not, then the other group, nobody's,
+    then alice's subscribed to her topic alone; both groups described. ``apis``: the heartbeat's and the describe's."""
+    heartbeat, describe = apis
+    mine, nobodys = groups
+    answers: list[Any] = []
+    for group, topics in ((mine, ["acl-a.one", "acl-hidden"]), (nobodys, ["acl-public"]), (mine, ["acl-a.one"])):
+        joined = call(sock, heartbeat, 1, **joining(group, topics))
+        answers.append((group, joined.error_code, joined.error_message,  # type: ignore[attr-defined]
+                        joined.member_epoch > 0))  # type: ignore[attr-defined]
+    described = call(sock, describe, 1, group_ids=[mine, nobodys], include_authorized_operations=True)
+    answers.append([(group.group_id, group.error_code, group.error_message, group.authorized_operations,
+                     sorted(name for member in group.members for name in member.subscribed_topic_names))
+                    for group in described.groups])  # type: ignore[attr-defined]
+    return answers
+
+
 def consumer_groups(sock: socket.socket, side: Side) -> Any:
     """KIP-848: a member joins alice's group subscribed by name to a topic alice may describe, then to one she may not
     as well, and one joins a group that is nobody's; alice's group described (with its member, where allowed), and
     the other; the members leave (the sides share the cluster's groups)."""
-    answers: list[Any] = []
     member = str(uuid.uuid4())
-    for group, topics in (("alice-848", ["acl-a.one", "acl-hidden"]), ("nobodys-group", ["acl-public"]),
-                          ("alice-848", ["acl-a.one"])):
-        joined = call(sock, CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0,
-                      instance_id=None, rack_id=None, rebalance_timeout_ms=30_000, subscribed_topic_names=topics,
-                      subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
-        answers.append((group, joined.error_code, joined.error_message,  # type: ignore[attr-defined]
-                        joined.member_epoch > 0))  # type: ignore[attr-defined]
-    described = call(sock, CONSUMER_GROUP_DESCRIBE, 1, group_ids=["alice-848", "nobodys-group"],
-                     include_authorized_operations=True)
-    answers.append([(group.group_id, group.error_code, group.error_message, group.authorized_operations,
-                     sorted(name for member in group.members for name in member.subscribed_topic_names))
-                    for group in described.groups])  # type: ignore[attr-defined]
+    answers = joined_and_described(sock, (CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE),
+                                   ("alice-848", "nobodys-group"), lambda group, topics: {
+                                       "group_id": group, "member_id": member, "member_epoch": 0,
+                                       "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+                                       "subscribed_topic_names": topics, "subscribed_topic_regex": None,
+                                       "server_assignor": None, "topic_partitions": []})
     for group in sorted({group for group, error, *_ in answers[:3] if error == 0}):
         left = call(sock, CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=-1,
                     instance_id=None, rack_id=None, rebalance_timeout_ms=-1, subscribed_topic_names=None,
@@ -557,10 +574,70 @@ def consumer_groups(sock: socket.socket, side: Side) -> Any:
     return answers
 
 
+def share_groups(sock: socket.socket, side: Side) -> Any:
+    """KIP-932: a member joins alice's share group subscribed to a topic alice may not describe, then one joins a
+    group that is nobody's, then alice's subscribed to her topic alone; both groups described; the member fetches
+    and acknowledges in both groups (her topic, and one she may not read); it leaves; then the groups' offsets
+    described, altered and deleted (the sides share the cluster's groups)."""
+    ids = {name: topic_id for topic_id, name in topic_ids(side).items()}
+    member = str(uuid.uuid4())
+    answers = joined_and_described(
+        sock, (SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE), ("alice-share", "nobodys-share"),
+        lambda group, topics: {"group_id": group, "member_id": member, "member_epoch": 0, "rack_id": None,
+                               "subscribed_topic_names": topics})
+    names = {topic_id: name for name, topic_id in ids.items()}
+    for group in ("alice-share", "nobodys-share"):
+        fetched = call(sock, SHARE_FETCH, 1, group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=0,
+                       min_bytes=0, max_bytes=1 << 20, max_records=100, batch_size=100, forgotten_topics_data=[],
+                       topics=[{"topic_id": ids[name], "partitions": [{"partition_index": 0,
+                                                                       "acknowledgement_batches": []}]}
+                               for name in ("acl-a.one", "acl-hidden")])
+        acknowledged = call(sock, SHARE_ACKNOWLEDGE, 1, group_id=group, member_id=member, share_session_epoch=1,
+                            topics=[{"topic_id": ids["acl-hidden"], "partitions": [{"partition_index": 0,
+                                     "acknowledgement_batches": [{"first_offset": 0, "last_offset": 0,
+                                                                  "acknowledge_types": [1]}]}]}])
+        # the partitions refused: the others answer as their share state allows, which the first side's fetch
+        # starts to make (Kafka answers them empty until it is)
+        answers.append([(answer.error_code, sorted(  # type: ignore[attr-defined]
+            (names.get(topic.topic_id), partition.partition_index, partition.error_code)
+            for topic in answer.responses for partition in topic.partitions  # type: ignore[attr-defined]
+            if partition.error_code in (TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED)))
+            for answer in (fetched, acknowledged)])
+    for group in sorted({group for group, error, *_ in answers[:3] if error == 0}):
+        left = call(sock, SHARE_GROUP_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=-1, rack_id=None,
+                    subscribed_topic_names=None)
+        answers.append((group, left.error_code))  # type: ignore[attr-defined]
+    offsets = call(sock, DESCRIBE_SHARE_GROUP_OFFSETS, 1, groups=[
+        {"group_id": "alice-share", "topics": [{"topic_name": name, "partitions": [0]}
+                                               for name in ("acl-a.one", "acl-hidden")]},
+        {"group_id": "nobodys-share", "topics": None}, {"group_id": "alice-share", "topics": None}])
+    # a group's offsets of all its topics are those with share state: acl-a.one's the first side's fetch may still be
+    # writing
+    answers.append([(group.group_id, group.error_code, sorted(
+        (topic.topic_name, partition.error_code, partition.error_message) for topic in group.topics
+        for partition in topic.partitions if topic.topic_name != "acl-a.one" or asked is not None))
+        for group, asked in zip(offsets.groups, (["acl-a.one"], None, None), strict=True)])  # type: ignore[attr-defined]
+    for group in ("alice-share", "nobodys-share"):
+        altered = call(sock, ALTER_SHARE_GROUP_OFFSETS, 0, group_id=group, topics=[
+            {"topic_name": name, "partitions": [{"partition_index": 0, "start_offset": 0}]}
+            for name in ("acl-hidden", "acl-a.one")])
+        deleted = call(sock, DELETE_SHARE_GROUP_OFFSETS, 0, group_id=group, topics=[
+            {"topic_name": name} for name in ("acl-hidden", "acl-a.one")])
+        answers.append([
+            (altered.error_code, altered.error_message, [  # type: ignore[attr-defined]
+                (topic.topic_name, [(partition.error_code, partition.error_message) for partition in topic.partitions])
+                for topic in altered.responses]),  # type: ignore[attr-defined]
+            (deleted.error_code, deleted.error_message, [  # type: ignore[attr-defined]
+                (topic.topic_name, topic.error_code, topic.error_message)
+                for topic in deleted.responses])])  # type: ignore[attr-defined]
+    return answers
+
+
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas, consumer_groups]
+    topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas, consumer_groups,
+    share_groups]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -619,10 +696,44 @@ def librdkafka_consumed(side: Side, user: str, group_protocol: str = "classic") 
         consumer.close()
 
 
+def librdkafka_share_consumed(side: Side, user: str) -> str:
+    """What a librdkafka share consumer (KIP-932) of alice's share group makes of acl-a.one, read from its start
+    (``share_groups_read_from_the_start``): a record, or the error it reports."""
+    group = f"alice-share-consumers-{side.name}"
+    consumer = ShareConsumer({"bootstrap.servers": side.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                              "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user],
+                              "group.id": group})
+    try:
+        consumer.subscribe(["acl-a.one"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for message in consumer.poll(1):
+                if message.error() is None:
+                    return "consumed"
+                return str(message.error().name())
+        return "nothing after 60 s"
+    except KafkaException as error:
+        return str(error.args[0].name())
+    finally:
+        consumer.close()
+
+
+def share_groups_read_from_the_start(setup: Setup) -> None:
+    """The librdkafka share consumers' groups read from each partition's start, set by the super user on Kafka (a
+    share group reads only what comes after it joins, by default)."""
+    with setup.kafka.connect(SUPER_USER) as sock:
+        altered = call(sock, Api.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+            {"resource_type": GROUP_RESOURCE, "resource_name": f"alice-share-consumers-{side.name}", "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}
+            for side in (setup.kafka, setup.proxy)])
+    assert [result.error_code for result in altered.responses] == [0, 0], altered  # type: ignore[attr-defined]
+
+
 def test_each_answer_is_kafkas(setup: Setup) -> None:
     """Each question asked of Kafka, then of the proxy, before the next: what one principal's requests change (a
     record written, a topic created) is the same for both when the next is asked."""
     sides = (setup.kafka, setup.proxy)
+    share_groups_read_from_the_start(setup)
     answers: dict[str, dict[tuple[str, str], Any]] = {side.name: {} for side in sides}
     for user in USERS:
         with setup.kafka.connect(user) as to_kafka, setup.proxy.connect(user) as to_proxy:
@@ -636,6 +747,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
         for side in sides:
             answers[side.name][(user, "librdkafka consumer")] = librdkafka_consumed(side, user)
             answers[side.name][(user, "librdkafka KIP-848 consumer")] = librdkafka_consumed(side, user, "consumer")
+            answers[side.name][(user, "librdkafka share consumer")] = librdkafka_share_consumed(side, user)
             answers[side.name][(user, "librdkafka transaction")] = librdkafka_transaction(side, user)
     kafka, proxy = answers["kafka"], answers["proxy"]
     differences = {question: (kafka[question], proxy[question]) for question in kafka if kafka[question] !=
@@ -668,6 +780,14 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert [error for _, error, *_ in kafka[("alice", "consumer_groups")][3]] == [30, 0]
     assert kafka[("alice", "librdkafka KIP-848 consumer")] == "consumed"
     assert kafka[("bob", "librdkafka KIP-848 consumer")] == "GROUP_AUTHORIZATION_FAILED"
+    shared = kafka[("alice", "share_groups")]
+    assert [error for _, error, *_ in shared[:3]] == [29, 30, 0] and [error for _, error, *_ in shared[3]] == [30, 0]
+    assert shared[4] == [(0, [("acl-hidden", 0, 29)])] * 2 and shared[5] == [(30, [])] * 2
+    assert [(error, [name for name, *_ in altered]) for error, _, altered in shared[8]] == [
+        (0, ["acl-hidden", "acl-a.one"]), (0, ["acl-hidden", "acl-a.one"])]
+    assert [error for error, *_ in shared[9]] == [30, 30]
+    assert kafka[("alice", "librdkafka share consumer")] == "consumed"
+    assert kafka[("bob", "librdkafka share consumer")] == "GROUP_AUTHORIZATION_FAILED"
     assert {error for error, _ in kafka[(SUPER_USER, "client_quotas")][1]} == {0}
     assert {error for *_, error, _ in kafka[("bob", "configs")][1]} >= {0, 29, 30, 31}
     assert {error for *_, error, _ in kafka[("alice", "configs")][3]} == {42}
@@ -697,9 +817,18 @@ def hidden_fetch(sock: socket.socket, session_id: int, epoch: int, named: bool) 
                 topics=[{"topic": "acl-hidden", "partitions": partitions}] if named else [])
 
 
+def hidden_share_fetch(sock: socket.socket, hidden_id: uuid.UUID, member: str, epoch: int, named: bool) -> Any:
+    """A ShareFetch of alice's share group, opening (0) or continuing a share session, naming acl-hidden or not."""
+    return call(sock, SHARE_FETCH, 1, group_id="alice-share-revoked", member_id=member, share_session_epoch=epoch,
+                max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, max_records=100, batch_size=100,
+                forgotten_topics_data=[], topics=[{"topic_id": hidden_id, "partitions": [
+                    {"partition_index": 0, "acknowledgement_batches": []}]}] if named else [])
+
+
 def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_nothing(setup: Setup) -> None:
-    """And a fetch session opened while the ACLs allowed a topic does not go on serving it once they no longer do:
-    Kafka authorizes a session's partitions at every fetch; through the proxy there are no sessions."""
+    """And a fetch session, or a share session, opened while the ACLs allowed a topic does not go on serving it once
+    they no longer do: Kafka authorizes a session's partitions at every fetch; through the proxy there are no fetch
+    sessions, and a share session holding a topic now refused is ended."""
     def alices_write_to_hidden() -> int:
         with setup.proxy.connect("alice") as sock:
             return dict(produced(sock, setup.proxy))["acl-hidden"]  # type: ignore[no-any-return]
@@ -716,6 +845,16 @@ def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_no
             opened = hidden_fetch(sock, 0, 0, named=True)
             assert [bool(partition.records) for topic in opened.responses  # type: ignore[attr-defined]
                     for partition in topic.partitions] == [True]
+            hidden_id = next(topic_id for topic_id, name in topic_ids(setup.proxy).items() if name == "acl-hidden")
+            member = str(uuid.uuid4())
+            joined = call(sock, SHARE_GROUP_HEARTBEAT, 1, group_id="alice-share-revoked", member_id=member,
+                          member_epoch=0, rack_id=None, subscribed_topic_names=["acl-hidden"])
+            assert joined.error_code == 0, joined  # type: ignore[attr-defined]
+            shared = hidden_share_fetch(sock, hidden_id, member, 0, named=True)
+            assert shared.error_code == 0 and all(  # type: ignore[attr-defined]
+                partition.error_code == 0 for topic in shared.responses  # type: ignore[attr-defined]
+                for partition in topic.partitions), shared
+            assert hidden_share_fetch(sock, hidden_id, member, 1, named=False).error_code == 0  # type: ignore[attr-defined]
             setup.acl_file.write_text(original + '[[acl]]\nprincipal = "User:alice"\nresource-type = "topic"\n'
                                       'operations = ["write"]\npermission = "maybe"\n')
             setup.proxy_process.wait_for_log("keeping the ACLs in force", 30)
@@ -727,6 +866,14 @@ def test_a_changed_acl_file_applies_to_the_next_request_and_a_bad_one_changes_no
             again = hidden_fetch(sock, 0, 0, named=True)
             assert [partition.error_code for topic in again.responses  # type: ignore[attr-defined]
                     for partition in topic.partitions] == [29]
+            shared_later = hidden_share_fetch(sock, hidden_id, member, 2, named=False)
+            assert (shared_later.error_code, shared_later.responses) == (  # type: ignore[attr-defined]
+                SHARE_SESSION_NOT_FOUND, [])
+            shared_again = hidden_share_fetch(sock, hidden_id, member, 0, named=True)
+            assert [partition.error_code for topic in shared_again.responses  # type: ignore[attr-defined]
+                    for partition in topic.partitions] == [29]
+            call(sock, SHARE_GROUP_HEARTBEAT, 1, group_id="alice-share-revoked", member_id=member, member_epoch=-1,
+                 rack_id=None, subscribed_topic_names=None)
     finally:
         setup.acl_file.write_text(original)
     wait_until(lambda: alices_write_to_hidden() == 29, 30, "the ACLs taken away")
@@ -831,6 +978,15 @@ def test_pipelined_requests_answered_by_the_proxy_and_by_the_cluster_come_back_i
         (Api.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": True, "resources": altered}),
         (Api.METADATA, 12, {"topics": [{"name": "acl-a.one", "topic_id": None}], "allow_auto_topic_creation": False,
                             "include_topic_authorized_operations": False}),
+        (SHARE_GROUP_HEARTBEAT, 1, {"group_id": "nobodys-share", "member_id": "pipelined", "member_epoch": 0,
+                                    "rack_id": None, "subscribed_topic_names": ["acl-public"]}),
+        (SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["nobodys-share", "alice-share"],
+                                   "include_authorized_operations": True}),
+        (DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [
+            {"group_id": "nobodys-share", "topics": None},
+            {"group_id": "alice-share", "topics": [{"topic_name": "acl-hidden", "partitions": [0]}]},
+            {"group_id": "alice-never", "topics": [{"topic_name": "acl-hidden", "partitions": [0]},
+                                                   {"topic_name": "acl-a.one", "partitions": [0]}]}]}),
     ]
 
     def answers(side: Side) -> list[Any]:

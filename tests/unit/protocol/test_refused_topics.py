@@ -161,6 +161,11 @@ def test_a_share_fetch_refuses_the_reserved_topics_partitions_and_their_acknowle
     answer = decode_response(Api.SHARE_FETCH, 2, share_answer_with_refusals(Api.SHARE_FETCH, 2, None, refused))
     assert [(p.partition_index, p.error_code, p.acknowledge_error_code) for topic in answer.responses
             for p in topic.partitions] == [(0, 29, 29), (1, 29, 0)]
+    session_gone = encode_response(Api.SHARE_FETCH, 2, {
+        "throttle_time_ms": 0, "error_code": 123, "error_message": None, "acquisition_lock_timeout_ms": 0,
+        "responses": [], "node_endpoints": []})
+    assert share_answer_with_refusals(Api.SHARE_FETCH, 2, memoryview(session_gone), refused) == session_gone, \
+        "an error of the whole request stands alone, as Kafka sends it"
 
 
 def test_an_election_of_every_partition_goes_as_it_came() -> None:

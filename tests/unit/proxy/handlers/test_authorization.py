@@ -9,6 +9,7 @@ import pytest
 from protocol.apis import Api, is_flexible_response
 from protocol.codecs import decode_response, encode_response
 from protocol.header import read_request_header, response_header_length
+from protocol.refused_topics import SHARE_APIS
 from proxy.decision.outcome import CLOSE, FORWARD, Caller, Forward
 from proxy.handlers.authorization import (
     AUTHORIZED_APIS,
@@ -62,8 +63,9 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
     topics = Throttling()
     with pytest.raises(AssertionError, match="no handler to judge them"):
         judged_by_acls({Api.OFFSET_COMMIT: topics}, access)
-    judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, topics), Api.OFFSET_COMMIT: topics,
-                                        Api.TXN_OFFSET_COMMIT: topics, Api.ELECT_LEADERS: topics}, access)
+    judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS | SHARE_APIS, topics),
+                                        Api.OFFSET_COMMIT: topics, Api.TXN_OFFSET_COMMIT: topics,
+                                        Api.ELECT_LEADERS: topics}, access)
     assert set(judged) >= AUTHORIZED_APIS
     alice = Caller("alice", 0)
     assert judged[Api.PRODUCE] is topics and isinstance(judged[Api.OFFSET_COMMIT], GroupFirst)
@@ -138,6 +140,12 @@ def test_a_transaction_needs_write_on_its_id_its_groups_read_and_write_on_its_to
     assert [partition.error_code for topic in refused_commit.topics for partition in topic.partitions] == [53]
 
 
+def every_api_judged(access: Access) -> dict[int, Any]:
+    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS | GROUP_FIRST_APIS | SHARE_APIS,
+                                                Throttling())}, access)
+    return judged
+
+
 def heartbeat(group: str, topics: list[str] | None, regex: str | None = None) -> memoryview:
     return transaction_request(Api.CONSUMER_GROUP_HEARTBEAT, 1, group_id=group, member_id="m", member_epoch=0,
                                instance_id=None, rack_id=None, rebalance_timeout_ms=30_000,
@@ -152,8 +160,7 @@ def test_a_consumer_group_needs_read_on_it_describe_on_its_topics_and_a_regex_is
                                (ResourceType.GROUP, "g2", AclOperation.DESCRIBE),
                                (ResourceType.TOPIC, "mine", AclOperation.READ))
     access = Access(authorizer=authorizer)
-    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, Throttling()),
-                                **dict.fromkeys(GROUP_FIRST_APIS, Throttling())}, access)
+    judged = every_api_judged(access)
     judge = judged[Api.CONSUMER_GROUP_HEARTBEAT]
     alice = Caller("alice", 0)
     assert handled(judge, heartbeat("g", ["mine"]), alice) is FORWARD
@@ -186,6 +193,62 @@ def test_a_consumer_group_needs_read_on_it_describe_on_its_topics_and_a_regex_is
                 requester_of(alice), ResourceType.GROUP, "g")), ("g2", 29, 0, -2147483648)]
 
 
+def test_a_share_group_needs_read_on_it_describe_on_its_topics_and_read_on_the_group_to_fetch() -> None:
+    """``handleShareGroupHeartbeat``, ``handleShareGroupDescribe``, ``handleShareFetchRequest`` and
+    ``handleShareAcknowledgeRequest``: the group first, whole; a member id Kafka refuses before the topics, the
+    cluster's to refuse."""
+    authorizer = alice_allowed((ResourceType.GROUP, "g", AclOperation.READ),
+                               (ResourceType.GROUP, "g2", AclOperation.DESCRIBE),
+                               (ResourceType.TOPIC, "mine", AclOperation.READ))
+    judged = every_api_judged(Access(authorizer=authorizer))
+    alice = Caller("alice", 0)
+
+    def share_heartbeat(group: str, topics: list[str] | None, member_id: str = "m") -> memoryview:
+        return transaction_request(Api.SHARE_GROUP_HEARTBEAT, 1, group_id=group, member_id=member_id, member_epoch=0,
+                                   rack_id=None, subscribed_topic_names=topics)
+
+    judge = judged[Api.SHARE_GROUP_HEARTBEAT]
+    assert handled(judge, share_heartbeat("g", ["mine"]), alice) is FORWARD
+    assert handled(judge, share_heartbeat("g", ["theirs"], member_id=""), alice) is FORWARD, "INVALID_REQUEST first"
+    for group, topics, error in (("h", ["mine"], 30), ("g", ["mine", "theirs"], 29)):
+        refused = answer_of(handled(judge, share_heartbeat(group, topics), alice), Api.SHARE_GROUP_HEARTBEAT, 1)
+        assert (refused.error_code, refused.member_id, refused.assignment) == (error, None, None)
+
+    decided = handled(judged[Api.SHARE_GROUP_DESCRIBE], transaction_request(
+        Api.SHARE_GROUP_DESCRIBE, 1, group_ids=["g", "h", "g2"], include_authorized_operations=False), alice)
+    assert isinstance(decided, Forward) and decided.replacement is not None
+
+    def member(topic: str) -> dict[str, Any]:
+        return {"member_id": "m", "rack_id": None, "member_epoch": 1, "client_id": "c", "client_host": "h",
+                "subscribed_topic_names": [topic], "assignment": {"topic_partitions": [
+                    {"topic_id": uuid.uuid4(), "topic_name": topic, "partitions": [0]}]}}
+
+    cluster = encode_response(Api.SHARE_GROUP_DESCRIBE, 1, {"throttle_time_ms": 0, "groups": [
+        {"error_code": 0, "error_message": None, "group_id": group, "group_state": "Stable", "group_epoch": 1,
+         "assignment_epoch": 1, "assignor_name": "simple", "members": [member(topic)],
+         "authorized_operations": -2147483648} for group, topic in (("g", "mine"), ("g2", "theirs"))]})
+    answer = finish_of(decided)(memoryview(cluster))
+    assert answer is not None
+    assert [(group.group_id, group.error_code, len(group.members), group.error_message) for group in decode_response(
+        Api.SHARE_GROUP_DESCRIBE, 1, answer).groups] == [
+        ("h", 30, 0, None), ("g", 0, 1, None),
+        ("g2", 29, 0, "The group has described topic(s) that the client is not authorized to describe.")]
+
+    for api_key, extra in ((Api.SHARE_FETCH, {"max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20,
+                                              "max_records": 500, "batch_size": 500, "forgotten_topics_data": []}),
+                           (Api.SHARE_ACKNOWLEDGE, {})):
+        def asked(group: str | None, member_id: str = "m", api_key: int = api_key,
+                  extra: dict[str, object] = extra) -> memoryview:
+            return transaction_request(api_key, 1, group_id=group, member_id=member_id, share_session_epoch=0,
+                                       topics=[], **extra)
+
+        assert handled(judged[api_key], asked("g"), alice) is THROTTLED, "on to the topics' judge"
+        assert handled(judged[api_key], asked(None), alice) is FORWARD, "no group: INVALID_REQUEST from the cluster"
+        assert handled(judged[api_key], asked("g", member_id="x" * 37), alice) is FORWARD, "INVALID_REQUEST first"
+        refused = answer_of(handled(judged[api_key], asked("h"), alice), api_key, 1)
+        assert (refused.error_code, refused.error_message, refused.responses) == (30, None, []), api_key
+
+
 def test_the_proxys_own_topics_are_never_in_a_transaction_whatever_the_acls() -> None:
     """Alice may write and read every topic, and the transaction and group are hers: a reserved topic is refused
     (29) in AddPartitionsToTxn and TxnOffsetCommit, nothing of the request reaching the cluster."""
@@ -194,7 +257,7 @@ def test_the_proxys_own_topics_are_never_in_a_transaction_whatever_the_acls() ->
                                (ResourceType.GROUP, "g", AclOperation.READ),
                                (ResourceType.TOPIC, "*", AclOperation.ALL))
     access = Access(frozenset({reserved}), authorizer)
-    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS, Throttling()),
+    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS | SHARE_APIS, Throttling()),
                                 **dict.fromkeys(GROUP_FIRST_APIS, TopicsWithoutRefused(access))}, access)
     alice = Caller("alice", 0)
     added = answer_of(handled(judged[Api.ADD_PARTITIONS_TO_TXN], add_partitions("tx", "mine", reserved), alice),
