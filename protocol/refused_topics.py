@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from protocol.apis import Api, response_class
+from protocol.body_reader import BodyReader
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.errors import (
     ERROR_MESSAGES,
@@ -74,6 +75,57 @@ class MetadataAsked(NamedTuple):
 
 _FIRST_METADATA_WITH_AUTO_CREATION_FLAG = 4
 _LAST_METADATA_WITH_CLUSTER_OPERATIONS = 10
+
+
+class MetadataNamed(NamedTuple):
+    names: tuple[str, ...]
+    may_create: bool
+    """It asks the cluster to create those missing (Metadata v0-3 always does, v4+ says)."""
+
+
+_INT16_LENGTH = struct.Struct(">h")
+_INT32_LENGTH = struct.Struct(">i")
+_FIRST_FLEXIBLE_METADATA = 9
+_FIRST_METADATA_WITH_TOPIC_IDS = 10
+_FIRST_METADATA_WITH_OPERATIONS = 8
+_ZERO_ID_BYTES = bytes(16)
+
+
+def metadata_named(body: memoryview, version: int) -> MetadataNamed | None:
+    """The topics a Metadata request names, read from its bytes without decoding it, when it names topics by name
+    alone and asks for no authorized operations; None for any other (all topics, an id, operations asked, or one
+    that does not read as Kafka lays it out: ``metadata_asked`` reads those, and says what is wrong)."""
+    reader = BodyReader(body, version >= _FIRST_FLEXIBLE_METADATA)
+    try:
+        count = reader.length(_INT32_LENGTH)
+        if count < 0 or (version == 0 and count == 0):
+            return None  # every topic
+        names = []
+        for _ in range(count):
+            if version >= _FIRST_METADATA_WITH_TOPIC_IDS:
+                if body[reader.at:reader.at + 16] != _ZERO_ID_BYTES:
+                    return None
+                reader.skip(16)
+            length = reader.length(_INT16_LENGTH)
+            if length < 0:
+                return None
+            start = reader.at
+            reader.skip(length)
+            names.append(str(body[start:reader.at], "utf-8"))
+            reader.tagged_fields()
+        may_create = True
+        if version >= _FIRST_METADATA_WITH_AUTO_CREATION_FLAG:
+            may_create = body[reader.at] != 0
+            reader.skip(1)
+        if version >= _FIRST_METADATA_WITH_OPERATIONS:
+            flags = 2 if version <= _LAST_METADATA_WITH_CLUSTER_OPERATIONS else 1
+            if any(body[reader.at:reader.at + flags]):
+                return None
+            reader.skip(flags)
+        reader.tagged_fields()
+    except (IndexError, ValueError, UnicodeDecodeError, ProtocolError):
+        return None
+    return MetadataNamed(tuple(names), may_create) if reader.at == len(body) else None
 
 
 def metadata_asked(body: memoryview, version: int, refused: NameRefusal,

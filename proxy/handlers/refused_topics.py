@@ -34,6 +34,7 @@ from protocol.refused_topics import (
     described_topics_refused,
     metadata_answer,
     metadata_asked,
+    metadata_named,
     offset_deletions_answer,
     offset_deletions_refused,
     share_answer_with_refusals,
@@ -124,6 +125,10 @@ class MetadataWithoutRefusedTopics:
         refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
         creation_refused = None if access.allows(caller, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) \
             else access.topic_refusal(caller, AclOperation.CREATE)
+        named = metadata_named(frame[header.length:], version)
+        if named is not None and not any(refused(name) for name in named.names) and not (
+                named.may_create and creation_refused is not None and any(map(creation_refused, named.names))):
+            return FORWARD  # names only topics the principal may describe, and create if missing: Kafka's answer
         asked = metadata_asked(frame[header.length:], version, refused, creation_refused)
         names_only_described = not (asked.all_topics or asked.refused_names or asked.by_id)
         authorizer = access.authorizer

@@ -3,21 +3,26 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.apis import Api, request_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response, max_version
 from protocol.refused_topics import (
     PARTITIONED_APIS,
     Authorized,
+    MetadataNamed,
     answer_with_refusals,
     fetch_answer_with_refusals,
     fetch_refused,
     metadata_answer,
     metadata_asked,
+    metadata_named,
     share_answer_with_refusals,
     share_refused,
     topics_refused,
 )
+from tests.unit.protocol.schema_strategies import message_strategy
 
 REFUSED = frozenset({"quotas"}).__contains__
 QUOTAS_ID, ORDERS_ID = uuid.uuid4(), uuid.uuid4()
@@ -173,3 +178,37 @@ def test_an_election_of_every_partition_goes_as_it_came() -> None:
     leadership, as for every topic of the cluster."""
     request = encode_request(Api.ELECT_LEADERS, 2, {"election_type": 0, "topic_partitions": None, "timeout_ms": 1000})
     assert topics_refused(Api.ELECT_LEADERS, 2, memoryview(request), REFUSED) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), version=st.integers(0, 13))
+def test_a_metadata_naming_topics_by_name_alone_is_read_as_the_decoder_reads_it(data: st.DataObject,
+                                                                                 version: int) -> None:
+    """The names of a Metadata request naming topics by name and asking for no authorized operations, read from its
+    bytes (the judge's fast way); any other request, or one cut short or with bytes after it, is the decoder's."""
+    body = bytes(data.draw(message_strategy(request_class(Api.METADATA), version)).encode(version=version))
+    decoded = decode_request(Api.METADATA, version, body)
+    named = metadata_named(memoryview(body), version)
+    topics = decoded.topics
+    by_name_alone = topics is not None and not (version == 0 and not topics) and all(
+        topic.name is not None and getattr(topic, "topic_id", None) in (None, uuid.UUID(int=0)) for topic in topics)
+    operations = bool(getattr(decoded, "include_topic_authorized_operations", False)) or (
+        version <= 10 and bool(getattr(decoded, "include_cluster_authorized_operations", False)))
+    if not by_name_alone or operations:
+        assert named is None
+    else:
+        assert named == MetadataNamed(tuple(topic.name for topic in topics),
+                                      version < 4 or decoded.allow_auto_topic_creation)
+    cut = data.draw(st.integers(0, max(0, len(body) - 1)))
+    for bad in (body[:cut], body + b"\x00"):
+        assert metadata_named(memoryview(bad), version) is None or bad == body
+
+
+def test_a_metadata_naming_topics_by_name_with_the_zero_id_is_read_by_name() -> None:
+    """What clients send from v10 (the strategies above draw no zero id): a name with Kafka's zero id is by name; any
+    other id makes the whole request one by id, as Kafka reads it."""
+    for version in range(10, 14):
+        named = [{"topic_id": uuid.UUID(int=0), "name": name} for name in ("a", "b")]
+        assert metadata_named(request(version, named), version) == MetadataNamed(("a", "b"), True)
+        by_id = [*named, {"topic_id": ORDERS_ID, "name": "a"}]
+        assert metadata_named(request(version, by_id), version) is None
