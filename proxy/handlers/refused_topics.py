@@ -424,8 +424,8 @@ class ShareTopicsWithoutRefused:
         if asked is not None and asked.session is None:
             asked = None  # without a group: Kafka refuses it before it looks at any session, and so does the cluster
         key = _session_key(caller, asked)
-        unnamed = self._topic_names.unknown([*share_topic_ids(api_key, version, body),
-                                             *self._sessions.topic_ids(key, asked)])
+        named = list(asked.named) if asked is not None else share_topic_ids(api_key, version, body)  # read once
+        unnamed = self._topic_names.unknown([*named, *self._sessions.topic_ids(key, asked)])
         if unnamed:
             # a copy: the connection's buffer moves on
             return self._once_named(header, bytes(frame), caller, unnamed, asked)
