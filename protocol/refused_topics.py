@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
-from protocol.apis import Api, response_class
+from protocol.apis import Api, request_class, response_class
 from protocol.body_reader import BodyReader
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
 from protocol.errors import (
@@ -71,6 +71,9 @@ class MetadataAsked(NamedTuple):
     """The request asks for the cluster's authorized operations (v8-10)."""
     unknown_names: tuple[str, ...] = ()
     """Topics named that are missing, answered UNKNOWN_TOPIC_OR_PARTITION after the others."""
+    listed: bool = False
+    """An all-topics request forwarded as the names of the topics the principal may describe: the topics of the
+    answer the cluster could not describe (gone since) are left out."""
 
 
 _FIRST_METADATA_WITH_AUTO_CREATION_FLAG = 4
@@ -186,6 +189,8 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refuse
         if not refused(topic.name):
             if asked.all_topics and (asked.refused_names or asked.unknown_names):  # v0 naming only those
                 continue
+            if asked.listed and topic.error_code:
+                continue
             if authorized is not None and asked.topic_operations and topic.name is not None:
                 field, as_bits = _TOPIC_OPERATIONS_FIELDS[api_key]
                 operations = authorized.topic_operations(topic.name)
@@ -201,25 +206,67 @@ def metadata_answer(body: memoryview, version: int, asked: MetadataAsked, refuse
     return encode_response(api_key, version, answer)
 
 
-def described_topics_asked(body: memoryview, version: int, refused: NameRefusal) -> MetadataAsked:
-    """What a DescribeTopicPartitions request asks of the topics it may not describe
-    (``DescribeTopicPartitionsRequestHandler``: no topics is every topic), and the body that goes to the cluster
-    instead: None when it names only refused topics (nothing left to ask: an empty list would ask for every topic)."""
-    request = decode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, body)
-    if not request.topics:
-        return MetadataAsked(True, (), False, None)
-    refused_names = tuple(dict.fromkeys(topic.name for topic in request.topics if refused(topic.name)))
+def described_topics_request(body: memoryview, version: int) -> Any:
+    """A DescribeTopicPartitions request, decoded."""
+    return decode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, body)
+
+
+def refused_whole(request: Any) -> bool:
+    """Kafka refuses the request whole (INVALID_REQUEST for each topic it names) before it looks at any topic: a
+    cursor naming a topic the list does not, or a negative partition (``DescribeTopicPartitionsRequestHandler``)."""
+    cursor = request.cursor
+    return cursor is not None and (cursor.partition_index < 0 or bool(request.topics) and
+                                   cursor.topic_name not in {topic.name for topic in request.topics})
+
+
+def _java_order(name: str) -> bytes:
+    """The order of Java's ``String.compareTo`` (UTF-16 code units), which Kafka sorts topics and reads cursors by."""
+    return name.encode("utf-16-be", "surrogatepass")
+
+
+def described_topics_asked(request: Any, version: int, refused: NameRefusal) -> MetadataAsked:
+    """What a DescribeTopicPartitions naming topics asks of those it may not describe: Kafka answers each named from
+    the cursor on refused, after the others; and the body that goes to the cluster instead: None when it names
+    only refused topics (nothing left to ask: an empty list would ask for every topic)."""
+    cursor = request.cursor
+    start = _java_order(cursor.topic_name) if cursor is not None else b""
+    from_cursor = [topic for topic in request.topics if _java_order(topic.name) >= start]
+    refused_names = tuple(dict.fromkeys(topic.name for topic in from_cursor if refused(topic.name)))
     if not refused_names:
         return MetadataAsked(False, (), False, None)
-    request.topics = [topic for topic in request.topics if not refused(topic.name)]
-    if request.cursor is not None and refused(request.cursor.topic_name):
-        request.cursor = None  # it must name a topic of the list: the rest is described from its start
+    # the topics before the cursor are gone with it: the cluster would describe them without one
+    request.topics = [topic for topic in from_cursor if not refused(topic.name)]
+    if cursor is not None and refused(cursor.topic_name):
+        request.cursor = None  # it must name a topic of the list: the rest are described from their start
     forwarded = encode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, request) if request.topics else None
     return MetadataAsked(False, refused_names, False, forwarded)
 
 
+def every_described_topic_asked(request: Any, version: int, every_topic: Iterable[str],
+                                refused: NameRefusal) -> MetadataAsked:
+    """A DescribeTopicPartitions of every topic, asked of the cluster as the names of every topic (``every_topic``)
+    the principal may describe from the cursor on: Kafka pages over those alone, so a page holds as many of their
+    partitions as asked and its cursor names one of them, where the cluster asked for every topic would page over
+    all (the proxy's login may describe all) and its cursor could name a topic the principal may not describe. A
+    topic gone since the names were read is left out of the answer, as Kafka leaves out of an all-topics answer one
+    it cannot describe. The body is None when the principal may describe none of them: nothing to ask."""
+    cursor = request.cursor
+    start = _java_order(cursor.topic_name) if cursor is not None else b""
+    listed = sorted((name for name in every_topic if _java_order(name) >= start and not refused(name)),
+                    key=_java_order)
+    if not listed:
+        return MetadataAsked(True, (), False, None, listed=True)
+    if cursor is not None and cursor.topic_name != listed[0]:
+        request.cursor = None  # a topic it may not describe, or gone: the next is described from its start
+    topic_class = request_class(Api.DESCRIBE_TOPIC_PARTITIONS).TopicRequest
+    request.topics = [topic_class(name=name) for name in listed]
+    return MetadataAsked(True, (), False, encode_request(Api.DESCRIBE_TOPIC_PARTITIONS, version, request),
+                         listed=True)
+
+
 def described_topics_refused(version: int, asked: MetadataAsked) -> bytes:
-    """The answer to a DescribeTopicPartitions naming only refused topics: each refused."""
+    """The answer to a DescribeTopicPartitions with nothing to ask of the cluster: each topic named refused, or,
+    asking for every topic, none."""
     topic_class = _DESCRIBED_TOPIC_CLASSES[Api.DESCRIBE_TOPIC_PARTITIONS]
     return encode_response(Api.DESCRIBE_TOPIC_PARTITIONS, version, {
         "throttle_time_ms": 0, "next_cursor": None,

@@ -14,6 +14,7 @@ the cluster really created (and Kafka's default, true, for auto-creation).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 BROKER_CONFIG_TTL_S = 600.0
 ACCEPTED_TTL_S = 60.0
 """How long a topic or partition count seen accepted waits for the metadata to show it (it takes milliseconds)."""
+EVERY_TOPIC_LOOKUP_INTERVAL_S = 0.1
+"""The least time between the starts of two lookups of every topic's name for clients (``every_topic_name``)."""
 _DESCRIBE_CONFIGS_VERSION = 1
 _BROKER_RESOURCE = 4
 
@@ -49,6 +52,10 @@ class ClusterInfo:
         self._broker_ids = broker_ids
         self._num_partitions: tuple[int, float] | None = None
         self._auto_creation: tuple[bool, float] | None = None
+        self._every_topic_lookup = asyncio.Lock()
+        self._every_topic_name: tuple[float, frozenset[str] | BaseException] | None = None
+        """When the last lookup of every topic's name was started, and what it read (or why it could not)."""
+        self._every_topic_name_asked = float("-inf")
         self._accepted: dict[str, tuple[uuid.UUID | None, int, float]] = {}
         """Topic name -> (topic id, partition count, when): topics and counts the cluster accepted that its
         metadata may not show yet: on Apache Kafka 4.3 a quick increase may be read one step behind, and a topic
@@ -124,6 +131,27 @@ class ClusterInfo:
         found.update({name: TopicPartitions(count, topic_id, shown=False)
                       for name, (topic_id, count, at) in self._accepted.items()
                       if name not in found and now - at <= ACCEPTED_TTL_S})
+        return found
+
+    async def every_topic_name(self) -> frozenset[str]:
+        """The names of every topic the cluster has (``every_topic``), for a client's request, read by a lookup that
+        started after the request came: one at a time, and one every ``EVERY_TOPIC_LOOKUP_INTERVAL_S`` at most,
+        which the requests waiting for it share, so a flood of them costs the cluster no more than that; raises
+        ``UPSTREAM_ERRORS`` when the cluster cannot be asked."""
+        came = time.monotonic()
+        async with self._every_topic_lookup:
+            if self._every_topic_name is None or self._every_topic_name[0] < came:
+                wait_s = self._every_topic_name_asked + EVERY_TOPIC_LOOKUP_INTERVAL_S - time.monotonic()
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                asked = self._every_topic_name_asked = time.monotonic()
+                try:
+                    self._every_topic_name = (asked, frozenset(await self.every_topic()))
+                except UPSTREAM_ERRORS as error:  # the requests that waited for this lookup fail with it
+                    self._every_topic_name = (asked, error)
+            found = self._every_topic_name[1]
+        if isinstance(found, BaseException):
+            raise found
         return found
 
     async def _every_topic_metadata(self) -> Any:

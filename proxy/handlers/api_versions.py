@@ -23,7 +23,7 @@ from proxy.cluster.rewrites import RewriteMemo
 from proxy.cluster.upstream import UpstreamAccess, request_any
 from proxy.decision.outcome import Decided, Outcome, local_answer
 from proxy.handlers.acls import ACL_APIS, FIRST_ACL_API_VERSION
-from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS, NOT_OFFERED_APIS
+from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS
 from proxy.handlers.charges import CHARGES
 from proxy.settings.config import ProxyConfig
 
@@ -70,10 +70,8 @@ class ApiVersionsAnswers:
         self.ceilings = version_ceilings(in_front_of_controllers)
         self.served = served_versions(config.sasl_mode == "terminate", in_front_of_controllers,
                                       config.authorizer is not None)
-        self._offered = None if in_front_of_controllers else frozenset(CHARGES) - (
-            NOT_OFFERED_APIS if config.authorizer is not None else frozenset())
-        """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not (nor,
-        with the authorizer, the APIs it keeps for super users and clients can do without)."""
+        self._offered = None if in_front_of_controllers else frozenset(CHARGES)
+        """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not."""
         self._cluster_api_versions: list[dict[str, int]] | None = None
         """The cluster's ApiVersions list, asked once by the proxy itself (a client's answer may be an
         error or a version's subset): for the answers given before a login and for what is forwarded."""

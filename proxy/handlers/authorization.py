@@ -94,18 +94,16 @@ NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SAS
                                    Api.GET_TELEMETRY_SUBSCRIPTIONS, Api.PUSH_TELEMETRY})
 """The APIs Kafka authorizes no request of: forwarded."""
 JUDGED_BY_THEIR_HANDLERS = frozenset({
-    Api.PRODUCE, Api.FETCH, Api.METADATA, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS,
+    Api.PRODUCE, Api.FETCH, Api.METADATA, Api.DESCRIBE_TOPIC_PARTITIONS, Api.CREATE_TOPICS, Api.DELETE_TOPICS,
+    Api.CREATE_PARTITIONS,
     *(api_key for api_key in TOPIC_OPERATIONS if api_key not in GROUP_FIRST_APIS), *ACL_APIS, *CONFIG_APIS,
     Api.OFFSET_DELETE, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALTER_CLIENT_QUOTAS, *SHARE_GROUP_OFFSET_APIS,
 })
-"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone, OffsetDelete
+"""The APIs whose handlers judge them by the ACLs (``proxy.security.access``): those naming topics alone
+(DescribeTopicPartitions among them), OffsetDelete
 and the share groups' offset APIs (``proxy.handlers.refused_topics``), the config APIs
 (``proxy.handlers.config_resources``), the client-quota APIs (``proxy.handlers.client_quotas``) and the ACL APIs
 (``proxy.handlers.acls``)."""
-NOT_OFFERED_APIS = frozenset({Api.DESCRIBE_TOPIC_PARTITIONS})
-"""Left out of ApiVersions with the authorizer, and kept for super users: an all-topics DescribeTopicPartitions is
-answered in pages whose cursor, which the cluster gives over every topic, may name one the principal may not
-describe (Kafka pages over those it may). Kafka's clients describe topics with Metadata then."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS,

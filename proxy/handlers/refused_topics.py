@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from typing import Any
 
 from protocol.apis import Api
 from protocol.authorization_answers import group_id
@@ -32,11 +33,14 @@ from protocol.refused_topics import (
     answer_with_refusals,
     described_topics_asked,
     described_topics_refused,
+    described_topics_request,
+    every_described_topic_asked,
     metadata_answer,
     metadata_asked,
     metadata_named,
     offset_deletions_answer,
     offset_deletions_refused,
+    refused_whole,
     share_answer_with_refusals,
     share_fetch_error,
     share_refused,
@@ -195,31 +199,56 @@ class MetadataWithoutRefusedTopics:
 
 class DescribedTopicsWithoutRefused:
     """DescribeTopicPartitions (Kafka's Java AdminClient describes topics with it) as Kafka answers the principal:
-    the topics it may not describe left out of an all-topics answer, refused when named; with the authorizer, each
-    topic's authorized operations its own (``DescribeTopicPartitionsRequestHandler`` always gives them)."""
+    the topics it may not describe left out of an all-topics answer, and out of its pages' cursors; refused when
+    named; with the authorizer, each topic's authorized operations its own (``DescribeTopicPartitionsRequestHandler``
+    always gives them)."""
 
-    def __init__(self, access: Access) -> None:
+    def __init__(self, access: Access, every_topic_name: Callable[[], Awaitable[Iterable[str]]]) -> None:
+        """``every_topic_name``: the names of every topic the cluster has (raises ``UPSTREAM_ERRORS`` when it
+        cannot be asked)."""
         self._access = access
+        self._every_topic_name = every_topic_name
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
+        request = described_topics_request(frame[header.length:], version)
+        if refused_whole(request):
+            return FORWARD  # the cluster answers it as Kafka does, before looking at any topic
         refused = self._access.topic_refusal(caller, AclOperation.DESCRIBE)
-        authorizer = self._access.authorizer
-        asked = described_topics_asked(frame[header.length:], version, refused)
-        if authorizer is None and not (asked.all_topics or asked.refused_names):
+        if not request.topics:  # a copy: the connection's buffer moves on
+            return self._every_topic_described(memoryview(bytes(frame)), header, request, refused, caller)
+        asked = described_topics_asked(request, version, refused)
+        if self._access.authorizer is None and not asked.refused_names:
             return FORWARD
-        if asked.refused_names and asked.forwarded_body is None:
+        return self._forwarded(frame, header, asked, refused, caller)
+
+    async def _every_topic_described(self, frame: memoryview, header: RequestHeader, request: Any,
+                                     refused: NameRefusal, caller: Caller) -> Outcome:
+        try:
+            every_topic = await self._every_topic_name()
+        except UPSTREAM_ERRORS as error:  # answering no topics would tell the client there are none
+            log.warning("cannot list the topics a DescribeTopicPartitions of every topic asks for, so its connection "
+                        "is closed: %s", error or type(error).__name__)
+            return CLOSE
+        asked = every_described_topic_asked(request, header.api_version, every_topic, refused)
+        return self._forwarded(frame, header, asked, refused, caller)
+
+    def _forwarded(self, frame: memoryview, header: RequestHeader, asked: MetadataAsked, refused: NameRefusal,
+                   caller: Caller) -> Outcome:
+        version, forwarded_body = header.api_version, asked.forwarded_body
+        if forwarded_body is None and (asked.refused_names or asked.listed):  # nothing left to ask of the cluster
             return local_answer(header, described_topics_refused(version, asked))
         authorized = None
+        authorizer = self._access.authorizer
         if authorizer is not None:
             requester = requester_of(caller)
             authorized = Authorized(lambda name: authorizer.authorized_operations(requester, ResourceType.TOPIC, name),
                                     0)
             asked = asked._replace(topic_operations=True)
-        replacement = None if asked.forwarded_body is None else replacement_request(frame, header,
-                                                                                     asked.forwarded_body)
-        return Forward(replacement=replacement, on_response=OnResponse(finish=lambda body: metadata_answer(
-            body, version, asked, refused, Api.DESCRIBE_TOPIC_PARTITIONS, authorized)))
+        replacement = None if forwarded_body is None else replacement_request(frame, header, forwarded_body)
+        return Forward(replacement=replacement,
+                       on_response=OnResponse(finish=lambda body: metadata_answer(
+                           body, version, asked, refused, Api.DESCRIBE_TOPIC_PARTITIONS, authorized)))
 
 
 def reserved_names_search(reserved_topics: frozenset[str]) -> Callable[[memoryview], bool]:

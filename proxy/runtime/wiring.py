@@ -191,7 +191,7 @@ class Services:
         without = TopicsWithoutRefused(access)
         return {Api.METADATA: MetadataWithoutRefusedTopics(access, self.cluster.auto_creates_topics,
                                                            self.cluster.partitions),
-                Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutRefused(access),
+                Api.DESCRIBE_TOPIC_PARTITIONS: DescribedTopicsWithoutRefused(access, self.cluster.every_topic_name),
                 **dict.fromkeys(PARTITIONED_APIS.keys() - {Api.OFFSET_DELETE}, without),
                 Api.OFFSET_DELETE: OffsetDeletions(access),
                 **dict.fromkeys(CONFIG_APIS, ConfigResourcesJudged(access)),

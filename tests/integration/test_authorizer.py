@@ -36,7 +36,7 @@ from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, SHARE_SESSION_NOT_FOUND
 from proxy.dev.apache_kafka import LOOPBACK, KafkaCluster
 from proxy.security.sasl_messages import plain_token
 from proxy.security.users import UserStore, plain_credential, save_users
-from tests.fidelity import java_tool
+from tests.fidelity import JAVA_SOURCES, java_tool
 from tests.support import (
     CLUSTER_USERS,
     GROUP_RESOURCE,
@@ -222,13 +222,39 @@ def metadata_by_id(sock: socket.socket, side: Side) -> Any:
 
 
 def described_topics(sock: socket.socket, side: Side) -> Any:
+    """The fixed topics by name, and every topic; every topic from "acl-" on, a partition a page (Kafka's cursor
+    names the next topic the principal may describe); the fixed topics from a cursor; requests Kafka refuses whole
+    (a cursor naming a topic the list does not, a negative partition)."""
     named = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[{"name": name} for name in TOPICS],
                  response_partition_limit=100, cursor=None)
     everyone = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=100, cursor=None)
     # the fixed topics alone: one the Metadata before has just created may not show yet
-    return [sorted((topic.name, topic.error_code, topic.topic_authorized_operations)
-                   for topic in answer.topics if topic.name in TOPICS)
-            for answer in (named, everyone)]  # type: ignore[attr-defined]
+    answers: list[Any] = [sorted((topic.name, topic.error_code, topic.topic_authorized_operations)
+                                 for topic in answer.topics if topic.name in TOPICS)
+                          for answer in (named, everyone)]  # type: ignore[attr-defined]
+    paged: list[tuple[Any, ...]] = []
+    cursor = {"topic_name": "acl-", "partition_index": 0}
+    for _ in range(100):
+        page = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=1, cursor=cursor)
+        paged += [(topic.name, topic.error_code, topic.topic_authorized_operations, len(topic.partitions))
+                  for topic in page.topics if topic.name in TOPICS]  # type: ignore[attr-defined]
+        following = page.next_cursor  # type: ignore[attr-defined]
+        if following is None or not following.topic_name.startswith("acl-"):
+            break
+        if following.topic_name in TOPICS:
+            paged.append(("next", following.topic_name, following.partition_index))
+        cursor = {"topic_name": following.topic_name, "partition_index": following.partition_index}
+    else:
+        raise AssertionError(f"no end to the pages of {side.name}")
+    from_cursor = call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[{"name": name} for name in TOPICS],
+                       response_partition_limit=100, cursor={"topic_name": "acl-hidden", "partition_index": 0})
+    refused_whole = [call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=topics, response_partition_limit=100,
+                          cursor=cursor) for topics, cursor in (
+        ([{"name": name} for name in TOPICS], {"topic_name": "acl-nowhere", "partition_index": 0}),
+        ([], {"topic_name": "acl-public", "partition_index": -1}))]
+    return [*answers, paged, sorted((topic.name, topic.error_code) for topic in from_cursor.topics),  # type: ignore[attr-defined]
+            [sorted((topic.name, topic.error_code) for topic in answer.topics)  # type: ignore[attr-defined]
+             for answer in refused_whole]]
 
 
 def produced(sock: socket.socket, side: Side) -> Any:
@@ -634,7 +660,7 @@ def share_groups(sock: socket.socket, side: Side) -> Any:
 
 
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
-    metadata_of_all, metadata_of_named, metadata_by_id, produced, produced_transactionally,
+    metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
     topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas, consumer_groups,
     share_groups]
@@ -780,6 +806,10 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert [error for _, error, *_ in kafka[("alice", "consumer_groups")][3]] == [30, 0]
     assert kafka[("alice", "librdkafka KIP-848 consumer")] == "consumed"
     assert kafka[("bob", "librdkafka KIP-848 consumer")] == "GROUP_AUTHORIZATION_FAILED"
+    paged = [kafka[(user, "described_topics")][2] for user in ("alice", SUPER_USER)]
+    assert ("next", "acl-hidden", 0) in paged[1] and not any(entry[1] == "acl-hidden" for entry in paged[0])
+    assert kafka[("alice", "described_topics")][3] == [("acl-hidden", 29), ("acl-public", 0), ("acl-shared", 0)]
+    assert kafka[("alice", "described_topics")][4] == [[(name, 42) for name in sorted(TOPICS)], []]
     shared = kafka[("alice", "share_groups")]
     assert [error for _, error, *_ in shared[:3]] == [29, 30, 0] and [error for _, error, *_ in shared[3]] == [30, 0]
     assert shared[4] == [(0, [("acl-hidden", 0, 29)])] * 2 and shared[5] == [(30, [])] * 2
@@ -794,19 +824,13 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
 
 
 def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
-    """DescribeLogDirs, and DescribeTopicPartitions, which is not offered either (Kafka's clients use Metadata)."""
-    proxy = setup.proxy
-    for request in (encode_request(DESCRIBE_LOG_DIRS, 4, topics=None), encode_request(
-            Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=100, cursor=None)):
-        with proxy.connect("alice") as sock:
-            sock.sendall(request)
-            assert closed_by_peer(sock)
-    with proxy.connect(SUPER_USER) as sock:
+    """DescribeLogDirs."""
+    with setup.proxy.connect("alice") as sock:
+        sock.sendall(encode_request(DESCRIBE_LOG_DIRS, 4, topics=None))
+        assert closed_by_peer(sock)
+    with setup.proxy.connect(SUPER_USER) as sock:
         described = call(sock, DESCRIBE_LOG_DIRS, 4, topics=None)
         assert described.error_code == 0 and described.results  # type: ignore[attr-defined]
-        assert described_topics(sock, setup.proxy)[0] == [(name, 0, 3576) for name in sorted(TOPICS)]
-        offered = call(sock, Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
-        assert Api.DESCRIBE_TOPIC_PARTITIONS not in {api.api_key for api in offered.api_keys}  # type: ignore[attr-defined]
 
 
 def hidden_fetch(sock: socket.socket, session_id: int, epoch: int, named: bool) -> Any:
@@ -917,6 +941,18 @@ def test_kafka_configs_describes_and_alters_through_the_proxy_what_kafka_lets_it
         assert "consumer.heartbeat.interval.ms=6000" in kafka_configs(setup.kafka, "bob", "--describe", *group)
     finally:
         kafka_configs(setup.kafka, "bob", "--alter", *group, "--delete-config", "consumer.heartbeat.interval.ms")
+
+
+def test_the_java_admin_client_describes_through_the_proxy_the_topics_kafka_lets_it(setup: Setup) -> None:
+    """Kafka's Java admin client describes topics with DescribeTopicPartitions (``tests/java/DescribeTopics.java``:
+    a partition a page, so each page's cursor is followed): alice's topics are described through the proxy as on
+    Kafka, each with the operations she may do, and those she may not describe are refused alike."""
+    topics = [*TOPICS, "acl-new.fixed-kafka", "acl-nowhere"]
+    printed = [java_tool(str(JAVA_SOURCES / "DescribeTopics.java"), side.bootstrap, "alice", PASSWORDS["alice"],
+                         *topics) for side in (setup.kafka, setup.proxy)]
+    assert printed[0] == printed[1], printed
+    lines = dict(line.split(" ", 1) for line in printed[0].splitlines())
+    assert lines["acl-hidden"] == "TopicAuthorizationException" and "[0]" in lines["acl-a.one"], lines
 
 
 def test_kafka_acls_manages_the_proxys_acls_as_kafkas_and_they_outlive_a_restart(setup: Setup) -> None:

@@ -13,6 +13,7 @@ import socket
 import tomllib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -37,6 +38,7 @@ from tests.support import (
     read_frame,
     read_to_end,
     record_batch,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -177,6 +179,19 @@ def test_metadata_leaves_the_proxys_topics_out_and_refuses_them_when_named(
         topic: 0, quotas_topic: TOPIC_AUTHORIZATION_FAILED}
     assert [(t.name, t.error_code) for t in only.topics] == [  # type: ignore[attr-defined]
         (usage_topic, TOPIC_AUTHORIZATION_FAILED)]
+    # nor do the cursors of its pages of every topic: a page of one partition, of a topic sorted just before the
+    # quotas topic (the cluster, asked for every topic, would name the quotas topic next)
+    before = quotas_topic[:-1]
+    create_topic_on_one_broker(broker, before)
+
+    def first_page() -> Any:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+            return call(sock, Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[], response_partition_limit=1,
+                        cursor={"topic_name": before, "partition_index": 0})
+
+    wait_until(lambda: [t.name for t in first_page().topics] == [before], 30, "the topic created shown")
+    following = first_page().next_cursor  # type: ignore[attr-defined]
+    assert following is None or following.topic_name not in (quotas_topic, usage_topic), following
 
 
 def test_the_proxys_topics_cannot_be_created_deleted_or_extended(fleet_member: tuple[ProxyProcess, str],

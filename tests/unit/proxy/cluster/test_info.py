@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -95,3 +96,41 @@ def test_what_the_cluster_accepted_is_forgotten_after_its_ttl(metadata: Metadata
     later = info.time.monotonic() + info.ACCEPTED_TTL_S + 1
     monkeypatch.setattr(info.time, "monotonic", lambda: later)
     assert counted(cluster) == TopicPartitions(0)
+
+
+def test_clients_asking_for_every_topic_name_share_a_lookup_started_after_they_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flood of all-topics DescribeTopicPartitions costs the cluster one lookup at a time, one every
+    ``EVERY_TOPIC_LOOKUP_INTERVAL_S`` at most; each request gets names read after it came (a topic it has just
+    created is there), and a lookup that fails fails every request that waited for it, not one after the other."""
+    started: list[float] = []
+    release = asyncio.Event()
+    topics = ["t"]
+
+    async def every_topic(*_: Any, **__: Any) -> Any:
+        started.append(time.monotonic())
+        there = list(topics)  # what the cluster has when asked
+        await release.wait()
+        if not there:
+            raise ConnectionRefusedError("the cluster is down")
+        return SimpleNamespace(topics=[SimpleNamespace(name=name, topic_id=TOPIC_ID, error_code=0, partitions=[0])
+                                       for name in there])
+
+    monkeypatch.setattr(info, "fetch_metadata", every_topic)
+    cluster = cluster_info()
+
+    async def clients() -> None:
+        first = [asyncio.ensure_future(cluster.every_topic_name()) for _ in range(50)]
+        await asyncio.sleep(0.01)
+        topics.append("created")  # while the first lookup is in flight: the next requests must see it
+        later = [asyncio.ensure_future(cluster.every_topic_name()) for _ in range(50)]
+        await asyncio.sleep(0.01)
+        release.set()
+        # the first request's lookup started before the others came: they share the next
+        assert await asyncio.gather(*first, *later) == [frozenset({"t"})] + [frozenset({"t", "created"})] * 99
+        assert len(started) == 2 and started[1] - started[0] >= info.EVERY_TOPIC_LOOKUP_INTERVAL_S
+        topics.clear()
+        failed = await asyncio.gather(*[cluster.every_topic_name() for _ in range(50)], return_exceptions=True)
+        assert len(started) == 3 and all(isinstance(error, ConnectionRefusedError) for error in failed)
+
+    asyncio.run(clients())

@@ -8,14 +8,14 @@ from protocol.apis import Api
 from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.header import read_request_header
 from proxy.cluster.info import TopicPartitions
-from proxy.decision.outcome import FORWARD, Caller, Decided, Forward, Outcome
-from proxy.handlers.refused_topics import MetadataWithoutRefusedTopics, OffsetDeletions
+from proxy.decision.outcome import CLOSE, FORWARD, Caller, Decided, Forward, Outcome
+from proxy.handlers.refused_topics import DescribedTopicsWithoutRefused, MetadataWithoutRefusedTopics, OffsetDeletions
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from tests.support import encode_request
 from tests.unit.proxy.handlers.test_config_resources import RESERVED, answer_of
 from tests.unit.proxy.handlers.test_config_resources import alices as allowed_alice
-from tests.unit.proxy.outcomes import finish_of, handled
+from tests.unit.proxy.outcomes import finish_of, forwarded, handled
 
 ALICE = Caller("alice", 0)
 EXISTING = {"orders": TopicPartitions(3), "new": TopicPartitions(0), "created": TopicPartitions(0)}
@@ -166,3 +166,135 @@ def test_a_topic_named_by_id_is_judged_in_the_answer_whatever_name_comes_with_it
     assert finished is not None
     assert [(topic.name, topic.topic_id, topic.error_code) for topic in decode_response(Api.METADATA, 12, finished)
             .topics] == [(None, hidden, 29)]
+
+
+EVERY_TOPIC = ("d", "__consumer_offsets", "b", "c", "a", "e")
+"""The cluster's topics; alice may describe a, c and e (``described_by_alice``)."""
+
+
+def described_by_alice() -> Access:
+    return alices(("a", AclOperation.DESCRIBE), ("c", AclOperation.READ), ("e", AclOperation.DESCRIBE))
+
+
+def topics_handler(access: Access, lookups: list[int], reachable: bool = True) -> DescribedTopicsWithoutRefused:
+    async def every_topic_name() -> tuple[str, ...]:
+        lookups.append(1)
+        if not reachable:
+            raise ConnectionRefusedError("the cluster is down")
+        return EVERY_TOPIC
+
+    return DescribedTopicsWithoutRefused(access, every_topic_name)
+
+
+def described(names: list[str], cursor: tuple[str, int] | None = None, limit: int = 2000) -> memoryview:
+    return memoryview(encode_request(
+        Api.DESCRIBE_TOPIC_PARTITIONS, 0, topics=[{"name": name} for name in names], response_partition_limit=limit,
+        cursor=None if cursor is None else {"topic_name": cursor[0], "partition_index": cursor[1]}))[4:]
+
+
+def forwarded_described(outcome: Outcome) -> tuple[list[str], tuple[str, int] | None]:
+    """The topics and cursor of the DescribeTopicPartitions forwarded instead of the client's."""
+    replacement = forwarded(outcome).replacement
+    assert replacement is not None
+    frame = memoryview(replacement)[4:]
+    request = decode_request(Api.DESCRIBE_TOPIC_PARTITIONS, 0, frame[read_request_header(frame).length:])
+    cursor = request.cursor
+    return [topic.name for topic in request.topics], None if cursor is None else (cursor.topic_name,
+                                                                                  cursor.partition_index)
+
+
+def described_answer(topics: list[tuple[str, int]], cursor: tuple[str, int] | None) -> bytes:
+    """The cluster's answer: each topic with its error and one partition (none with an error)."""
+    return encode_response(Api.DESCRIBE_TOPIC_PARTITIONS, 0, {
+        "throttle_time_ms": 0, "next_cursor": None if cursor is None else {"topic_name": cursor[0],
+                                                                           "partition_index": cursor[1]},
+        "topics": [{"error_code": error, "name": name, "topic_id": uuid.uuid4(), "is_internal": False,
+                    "partitions": [] if error else [{"error_code": 0, "partition_index": 0, "leader_id": 1,
+                                                     "leader_epoch": 0, "replica_nodes": [1], "isr_nodes": [1],
+                                                     "eligible_leader_replicas": None, "last_known_elr": None,
+                                                     "offline_replicas": []}],
+                    "topic_authorized_operations": -2147483648} for name, error in topics]})
+
+
+def client_answer(outcome: Outcome, cluster: bytes | None = None) -> tuple[list[tuple[str, int, int]], Any]:
+    """The topics (name, error, authorized operations) and next cursor of the answer the client gets."""
+    if isinstance(outcome, Forward):
+        answer = decode_response(Api.DESCRIBE_TOPIC_PARTITIONS, 0,
+                                 finish_of(outcome)(memoryview(cluster or b"")) or b"")
+    else:
+        answer = answer_of(outcome, Api.DESCRIBE_TOPIC_PARTITIONS, 0)
+    cursor = answer.next_cursor
+    return ([(topic.name, topic.error_code, topic.topic_authorized_operations) for topic in answer.topics],
+            None if cursor is None else (cursor.topic_name, cursor.partition_index))
+
+
+DESCRIBE_OPERATIONS, READ_OPERATIONS = 1 << 8, 1 << 3 | 1 << 8
+"""The authorized-operations bits of DESCRIBE alone, and of READ (which implies DESCRIBE)."""
+
+
+def test_every_topic_is_asked_of_the_cluster_as_those_the_principal_may_describe_so_its_pages_hold_only_those(
+        ) -> None:
+    """Kafka pages an all-topics DescribeTopicPartitions over the topics the principal may describe: its cursor
+    never names another, and a topic gone since the names were read is left out."""
+    lookups: list[int] = []
+    outcome = decided(handled(topics_handler(described_by_alice(), lookups), described([], limit=1), ALICE))
+    assert lookups == [1] and forwarded_described(outcome) == (["a", "c", "e"], None)
+    assert client_answer(outcome, described_answer([("a", 0)], ("c", 0))) == (
+        [("a", 0, DESCRIBE_OPERATIONS)], ("c", 0))
+    outcome = decided(handled(topics_handler(described_by_alice(), lookups), described([], ("c", 0), 2), ALICE))
+    assert forwarded_described(outcome) == (["c", "e"], ("c", 0))
+    assert client_answer(outcome, described_answer([("c", 3), ("e", 0)], None)) == (
+        [("e", 0, DESCRIBE_OPERATIONS)], None), "c was deleted after its name was read"
+
+
+def test_a_cursor_naming_a_topic_the_principal_may_not_describe_starts_the_page_at_the_next_it_may() -> None:
+    """Kafka's handler starts from the cursor's partition only in the cursor's topic, which it does not list."""
+    outcome = decided(handled(topics_handler(described_by_alice(), []), described([], ("b", 2)), ALICE))
+    assert forwarded_described(outcome) == (["c", "e"], None)
+    outcome = decided(handled(topics_handler(described_by_alice(), []), described([], ("bz", 0)), ALICE))
+    assert forwarded_described(outcome) == (["c", "e"], None), "a cursor naming no topic"
+
+
+def test_every_topic_of_a_principal_that_may_describe_none_is_answered_none_by_the_proxy() -> None:
+    outcome = decided(handled(topics_handler(described_by_alice(), []), described([], ("f", 0)), ALICE))
+    assert client_answer(outcome) == ([], None)
+    outcome = decided(handled(topics_handler(alices(), []), described([]), ALICE))
+    assert client_answer(outcome) == ([], None)
+
+
+def test_every_topic_asked_while_the_cluster_cannot_list_them_closes_the_connection() -> None:
+    """Answering no topics would tell the client there are none."""
+    outcome = decided(handled(topics_handler(described_by_alice(), [], reachable=False), described([]), ALICE))
+    assert outcome == CLOSE
+
+
+def test_named_topics_from_the_cursor_on_are_refused_after_the_others_and_the_cursor_never_names_a_refused_one(
+        ) -> None:
+    """``DescribeTopicPartitionsRequestHandler`` leaves out the topics before the cursor, refused or not."""
+    lookups: list[int] = []
+    handler = topics_handler(described_by_alice(), lookups)
+    outcome = decided(handled(handler, described(["d", "a", "b", "e", "c"], ("b", 1)), ALICE))
+    assert lookups == [] and forwarded_described(outcome) == (["e", "c"], None)
+    assert client_answer(outcome, described_answer([("c", 0), ("e", 0)], None)) == (
+        [("c", 0, READ_OPERATIONS), ("e", 0, DESCRIBE_OPERATIONS), ("d", 29, -2147483648),
+         ("b", 29, -2147483648)], None)
+    outcome = decided(handled(handler, described(["d", "a", "c"], ("c", 1)), ALICE))
+    assert forwarded_described(outcome) == (["c"], ("c", 1))
+    assert client_answer(decided(handled(handler, described(["b", "d"]), ALICE))) == (
+        [("b", 29, -2147483648), ("d", 29, -2147483648)], None)
+
+
+def test_a_request_kafka_refuses_whole_goes_to_the_cluster_as_it_came() -> None:
+    """A cursor naming a topic the list does not, or a negative partition: INVALID_REQUEST for each topic named,
+    before any is looked at."""
+    handler = topics_handler(described_by_alice(), [])
+    for request in (described(["a", "b"], ("c", 0)), described(["a", "b"], ("b", -1)), described([], ("a", -1))):
+        assert handled(handler, request, ALICE) == FORWARD
+
+
+def test_topics_are_taken_from_the_cursor_on_in_javas_order() -> None:
+    """Java's ``String.compareTo`` compares UTF-16 code units: a character past U+FFFF (a surrogate pair, from
+    U+D800) comes before U+FFFF, which Python's order of code points puts first."""
+    outcome = decided(handled(topics_handler(alices(), []), described(["\U0001f600", "\uffff"], ("\uffff", 0)),
+                              ALICE))
+    assert client_answer(outcome) == ([("\uffff", 29, -2147483648)], None)
