@@ -10,15 +10,15 @@ no partitions at all (``FetchContext.getThrottledResponse``).
 
 from __future__ import annotations
 
-import uuid
+import struct
 from struct import Struct
 from typing import NamedTuple
 
 from protocol.apis import Api
 from protocol.body_reader import BodyReader
-from protocol.codecs import decode_request, encode_response
+from protocol.codecs import encode_response
 from protocol.errors import ProtocolError
-from protocol.header import RequestHeader, response_header_length
+from protocol.header import RequestHeader, read_uvarint, response_header_length
 
 _INT16 = Struct(">h")
 _INT32 = Struct(">i")
@@ -72,17 +72,6 @@ def sessionless_fetch_request(frame: bytes | memoryview, header: RequestHeader) 
     _INT32.pack_into(patched, epoch_offset - 4, 0)
     _INT32.pack_into(patched, epoch_offset, NO_SESSION_EPOCH)
     return bytes(patched)
-
-
-def fetch_replica_id(frame: bytes | memoryview, header: RequestHeader) -> int:
-    """Who the fetch says it is (Kafka's ``FetchRequest.replicaId``): a follower's broker id (0 or more), or a
-    consumer's -1 (-2 for a debugging one); from v15 in the tagged ``replica_state``, read by decoding."""
-    if header.api_version < FIRST_VERSION_WITHOUT_REPLICA_ID:
-        _check_length(frame, header, header.length + 4)
-        (replica_id,) = _INT32.unpack_from(frame, header.length)
-        return int(replica_id)
-    state = decode_request(Api.FETCH, header.api_version, frame[header.length:]).replica_state
-    return -1 if state is None else int(state.replica_id)
 
 
 def fetch_session_epoch(frame: bytes | memoryview, header: RequestHeader) -> int:
@@ -141,19 +130,189 @@ def throttled_fetch_response_body(version: int, throttle_ms: int, session_id: in
                                                 "session_id": session_id, "responses": []})
 
 
-_ZERO_TOPIC_ID = uuid.UUID(int=0)
-"""Kafka's ``Uuid.ZERO_UUID``: no topic has it, so the cluster answers UNKNOWN_TOPIC_ID."""
 TopicRef = str | bytes
 """A topic as a Fetch names it: its name (until v12) or its 16-byte id (v13 on)."""
 
 
-def fetch_request_topics(frame: bytes | memoryview, header: RequestHeader) -> list[TopicRef]:
-    """The topics a Fetch request asks for, in its order (a fetch session's incremental request may name
-    none: the session holds them)."""
-    request = decode_request(Api.FETCH, header.api_version, frame[header.length:])
-    if header.api_version >= FIRST_TOPIC_ID_FETCH_VERSION:  # kafka-python reads Kafka's zero id as None
-        return [(topic.topic_id or _ZERO_TOPIC_ID).bytes for topic in request.topics]
-    return [topic.topic for topic in request.topics]
+class FetchAsked(NamedTuple):
+    """Who a Fetch request says it is, and what it asks for."""
+
+    replica_id: int
+    """Kafka's ``FetchRequest.replicaId``: a follower's broker id (0 or more), or a consumer's -1 (-2 for a
+    debugging one); from v15 in the tagged ``ReplicaState``."""
+    topics: list[TopicRef]
+    """In the request's order (a fetch session's incremental request may name none: the session holds them)."""
+
+
+def fetch_asked(frame: bytes | memoryview, header: RequestHeader) -> FetchAsked:
+    """What a Fetch request says of itself, read from its bytes as Kafka reads them (``_walked_fetch``); raises
+    ``ProtocolError`` for one that does not read as Kafka lays it out, or of a version the proxy does not offer:
+    Kafka may read such a request otherwise than a decoder would (kafka-python reads a varint past 2^31 whole, where
+    Kafka cuts it to an int: a tag 2^32 + 1 is a ReplicaState to Kafka), and no client writes one."""
+    version = header.api_version
+    body = frame[header.length:]
+    walked = _walked_fetch(body if isinstance(body, memoryview) else memoryview(body), version)
+    if walked is None:
+        raise ProtocolError("fetch request unreadable as Kafka reads it", api_key=Api.FETCH, api_version=version,
+                            offset=header.length)
+    return walked
+
+
+_LAST_WALKED_VERSION = 15
+"""Fetch v16+ is not offered (``FETCH_VERSION_CEILING``); Kafka 4.3 reads no version before v4."""
+_MAX_STRING_BYTES = 0x7FFF
+"""Kafka's generated readers refuse a longer string."""
+_CLUSTER_ID_TAG, _REPLICA_STATE_TAG = 0, 1
+_PARTITION_TAGS_OF_LATER_VERSIONS = frozenset({0, 1})
+"""A partition's ReplicaDirectoryId (v17+) and HighWatermark (v18+): Kafka refuses an earlier request with them."""
+_REPLICA_STATE = Struct(">iq")
+_INT32_MAX = 0x7FFFFFFF
+
+
+def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
+    """Who a Fetch request (v4-15) says it is and the topics it asks for, read from its bytes without decoding it;
+    None for one that does not read as Kafka's ``FetchRequestData`` lays it out (cut short, bytes after it, a null
+    where Kafka refuses one, a string Kafka refuses, a varint past an int32, a tag Kafka refuses at this version),
+    or where Kafka would read it otherwise than its sizes say. Kafka reads the tagged fields it knows (ClusterId,
+    ReplicaState) by their type, not by the size they declare: a walk skipping them by their size could see another
+    replica id, or other topics, than the broker parses; one whose size disagrees with its type is the decoder's."""
+    if not FIRST_WALKED_VERSION <= version <= _LAST_WALKED_VERSION:
+        return None
+    flexible = version >= FIRST_FLEXIBLE_FETCH_VERSION
+    by_id = version >= FIRST_TOPIC_ID_FETCH_VERSION
+    # partition, current_leader_epoch (v9+), fetch_offset, last_fetched_epoch (v12+), log_start_offset (v5+),
+    # partition_max_bytes
+    partition_bytes = 4 + (4 if version >= 9 else 0) + 8 + (4 if flexible else 0) + (8 if version >= 5 else 0) + 4
+    try:
+        replica_id = -1
+        pos = 0
+        if version < FIRST_VERSION_WITHOUT_REPLICA_ID:
+            (replica_id,) = _INT32.unpack_from(body, 0)
+            pos = 4
+        # max_wait_ms, min_bytes, max_bytes, isolation_level; session_id and session_epoch (v7+)
+        pos += 13 + (8 if version >= FIRST_SESSION_VERSION else 0)
+        topics: list[TopicRef] = []
+        count, pos = _array_length(body, pos, flexible)
+        for _ in range(count):
+            topic, pos = _topic_ref(body, pos, flexible, by_id)
+            topics.append(topic)
+            partitions, pos = _array_length(body, pos, flexible)
+            if not flexible:
+                pos += partitions * partition_bytes
+                continue
+            for _ in range(partitions):
+                pos = _past_unknown_tags(body, pos + partition_bytes, _PARTITION_TAGS_OF_LATER_VERSIONS)
+            pos = _past_unknown_tags(body, pos)
+        if version >= FIRST_SESSION_VERSION:  # forgotten_topics_data
+            count, pos = _array_length(body, pos, flexible)
+            for _ in range(count):
+                _, pos = _topic_ref(body, pos, flexible, by_id)
+                partitions, pos = _array_length(body, pos, flexible)
+                pos += 4 * partitions
+                if flexible:
+                    pos = _past_unknown_tags(body, pos)
+        if version >= _FIRST_RACK_ID_VERSION:
+            _, pos = _string(body, pos, flexible)
+        if flexible:
+            replica_state_id, pos = _past_request_tags(body, pos, version)
+            if replica_state_id is not None:
+                replica_id = replica_state_id
+    except (IndexError, ValueError, UnicodeDecodeError, ProtocolError, struct.error, _Unwalkable):
+        return None
+    return FetchAsked(int(replica_id), topics) if pos == len(body) else None
+
+
+FIRST_WALKED_VERSION = 4
+_FIRST_RACK_ID_VERSION = 11
+
+
+class _Unwalkable(Exception):
+    """A request the walk leaves to the decoder."""
+
+
+def _uvarint(body: memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint as Kafka reads it into an int: past 2^31 - 1 it would be negative (or cut to 32 bits)."""
+    byte = body[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value, pos = read_uvarint(body, pos)
+    if value > _INT32_MAX:
+        raise _Unwalkable
+    return value, pos
+
+
+def _length(body: memoryview, pos: int, flexible: bool, classic: Struct) -> tuple[int, int]:
+    """A string's or an array's length (compact in flexible versions), -1 for null."""
+    if flexible:
+        length, pos = _uvarint(body, pos)
+        return length - 1, pos
+    (length,) = classic.unpack_from(body, pos)
+    return length, pos + classic.size
+
+
+def _array_length(body: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """A non-nullable array's length (Kafka refuses a null one)."""
+    length, pos = _length(body, pos, flexible, _INT32)
+    if length < 0:
+        raise _Unwalkable
+    return length, pos
+
+
+def _string(body: memoryview, pos: int, flexible: bool) -> tuple[str, int]:
+    """A non-nullable string, as Kafka reads it."""
+    length, pos = _length(body, pos, flexible, _INT16)
+    end = pos + length
+    if not 0 <= length <= _MAX_STRING_BYTES or end > len(body):
+        raise _Unwalkable
+    return str(body[pos:end], "utf-8"), end
+
+
+def _topic_ref(body: memoryview, pos: int, flexible: bool, by_id: bool) -> tuple[TopicRef, int]:
+    if not by_id:
+        return _string(body, pos, flexible)
+    end = pos + TOPIC_ID_BYTES
+    if end > len(body):
+        raise _Unwalkable
+    return bytes(body[pos:end]), end
+
+
+def _past_unknown_tags(body: memoryview, pos: int, refused_tags: frozenset[int] = frozenset()) -> int:
+    """Past a struct's tagged fields, none of which Kafka reads by its type at this version; ``refused_tags``: those
+    Kafka refuses at it."""
+    count, pos = _uvarint(body, pos)
+    for _ in range(count):
+        tag, pos = _uvarint(body, pos)
+        if tag in refused_tags:
+            raise _Unwalkable
+        size, pos = _uvarint(body, pos)
+        pos += size
+    return pos
+
+
+def _past_request_tags(body: memoryview, pos: int, version: int) -> tuple[int | None, int]:
+    """Past the request's tagged fields: the replica id of its last ReplicaState (Kafka keeps the last), None
+    without one. A field Kafka reads by its type that disagrees with its size, or a ReplicaState before v15 (which
+    Kafka refuses), is the decoder's."""
+    replica_id = None
+    count, pos = _uvarint(body, pos)
+    for _ in range(count):
+        tag, pos = _uvarint(body, pos)
+        size, start = _uvarint(body, pos)
+        if tag == _CLUSTER_ID_TAG:  # a nullable string
+            length, pos = _uvarint(body, start)
+            if length - 1 > _MAX_STRING_BYTES:
+                raise _Unwalkable
+            pos += max(length - 1, 0)
+        elif tag == _REPLICA_STATE_TAG:
+            if version < FIRST_VERSION_WITHOUT_REPLICA_ID:
+                raise _Unwalkable
+            replica_id = int(_REPLICA_STATE.unpack_from(body, start)[0])
+            pos = _past_unknown_tags(body, start + _REPLICA_STATE.size)
+        else:
+            pos = start + size
+        if pos - start != size:
+            raise _Unwalkable
+    return replica_id, pos
 
 
 _ABORTED_TRANSACTION_BYTES = 16  # producer_id, first_offset

@@ -29,8 +29,7 @@ from protocol.fetch import (
     FIRST_TOPIC_ID_FETCH_VERSION,
     TopicRef,
     capped_fetch_request,
-    fetch_replica_id,
-    fetch_request_topics,
+    fetch_asked,
     fetch_response_size,
     fetch_response_start,
     fetch_response_topic_bytes,
@@ -84,7 +83,8 @@ class FetchHandler:
         if self._access.authorizer is None:
             return self._judge(header, request, caller)
         version = header.api_version
-        if fetch_replica_id(request, header) >= 0 and not self._access.allows(
+        asked = fetch_asked(request, header)
+        if asked.replica_id >= 0 and not self._access.allows(
                 caller, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             # a follower's fetch without CLUSTER_ACTION: every partition refused (``handleFetchRequest``)
             every_topic = fetch_refused(request[header.length:], version, lambda topic: True)
@@ -96,14 +96,18 @@ class FetchHandler:
             return local_answer(header, fetch_session_not_found(version))
         outside = sessionless_fetch_request(request, header)
         if outside is None:
-            return self._judge(header, request, caller)
-        return forwarding_instead(self._judge(header, memoryview(outside), caller), frame(outside))
+            return self._judge(header, request, caller, asked.topics)
+        # the same topics: only the session's fields differ
+        return forwarding_instead(self._judge(header, memoryview(outside), caller, asked.topics), frame(outside))
 
-    def _judge(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
+    def _judge(self, header: RequestHeader, request: memoryview, caller: Caller,
+               topics: list[TopicRef] | None = None) -> Decided:
+        """``topics``: the request's, when they have been read already."""
         guarded = self._may_name_refused_topics(request, header)
         if not (guarded or self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)):
             return self._decide(request, header, caller, None)
-        topics = fetch_request_topics(request, header)
+        if topics is None:
+            topics = fetch_asked(request, header).topics
         unnamed = self._topic_names.unknown(topic for topic in topics if isinstance(topic, bytes))
         if unnamed:
             return self._decide_once_named(request, header, caller, topics, unnamed, guarded)

@@ -31,7 +31,7 @@ from protocol.codecs import decode_request, decode_response, max_version
 from protocol.errors import ProtocolError
 from protocol.fetch import (
     capped_fetch_request,
-    fetch_request_topics,
+    fetch_asked,
     fetch_response_size,
     fetch_response_start,
     fetch_response_topic_bytes,
@@ -403,7 +403,7 @@ def fetch_target(data: bytes) -> None:
     response = reader.part()
     frame = request_header(Api.FETCH, version) + reader.rest()
     header = parse_request_header(frame, is_flexible_request(Api.FETCH, version))
-    protocol_errors(lambda: fetch_request_topics(frame, header))
+    protocol_errors(lambda: fetch_asked(frame, header))
     protocol_errors(lambda: fetch_session_epoch(frame, header))
     capped = protocol_errors(lambda: capped_fetch_request(frame, header, limit))
     original = protocol_errors(lambda: decode_request(Api.FETCH, version, frame[header.length:]))

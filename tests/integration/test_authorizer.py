@@ -833,6 +833,34 @@ def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup
         assert described.error_code == 0 and described.results  # type: ignore[attr-defined]
 
 
+def test_a_follower_fetch_in_a_tag_kafka_reads_otherwise_than_a_decoder_never_reaches_the_cluster(
+        setup: Setup) -> None:
+    """A v15 Fetch whose ReplicaState (tag 1: broker 1's) is tagged 2^32 + 1: Kafka cuts the varint to an int, so
+    it is a follower's fetch, whose partitions it refuses alice (no CLUSTER_ACTION); a decoder reading the varint
+    whole takes it for a consumer's, which the cluster would serve as a follower's to the proxy's login. Through the
+    proxy its connection is closed, nothing forwarded."""
+    topic_id = next(topic_id for topic_id, name in topic_ids(setup.kafka).items() if name == "acl-a.one")
+    frame = encode_request(Api.FETCH, 15, correlation_id=3, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                           topics=[{"topic_id": topic_id, "partitions": [{
+                               "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                               "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 16}]}])
+    assert frame.endswith(b"\x00")  # no tagged field
+    tag = (1 << 32) + 1
+    varint = bytes([0x80 | (tag >> shift) & 0x7F for shift in range(0, 28, 7)]) + bytes([tag >> 28])
+    replica_state = (1).to_bytes(4, "big") + (-1).to_bytes(8, "big", signed=True) + b"\x00"
+    body = frame[4:-1] + b"\x01" + varint + bytes([len(replica_state)]) + replica_state
+    crafted = len(body).to_bytes(4, "big") + body
+    with setup.kafka.connect("alice") as sock:
+        sock.sendall(crafted)
+        answer = decoded_response(read_frame(sock), Api.FETCH, 15)
+    assert [partition.error_code for topic in answer.responses  # type: ignore[attr-defined]
+            for partition in topic.partitions] == [TOPIC_AUTHORIZATION_FAILED], answer
+    with setup.proxy.connect("alice") as sock:
+        sock.sendall(crafted)
+        assert closed_by_peer(sock)
+
+
 def hidden_fetch(sock: socket.socket, session_id: int, epoch: int, named: bool) -> Any:
     partitions = [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
                    "log_start_offset": -1, "partition_max_bytes": 1 << 16}]

@@ -9,8 +9,10 @@ from protocol.codecs import decode_request, decode_response
 from protocol.errors import ProtocolError
 from protocol.fetch import (
     NO_SESSION_EPOCH,
+    FetchAsked,
+    _walked_fetch,
     capped_fetch_request,
-    fetch_request_topics,
+    fetch_asked,
     fetch_response_size,
     fetch_response_start,
     fetch_response_topic_bytes,
@@ -134,13 +136,110 @@ def test_a_response_cut_short_or_overlong_is_a_protocol_error(data: st.DataObjec
             fetch_response_topic_bytes(bad, version)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(data=st.data(), version=st.integers(4, 18))
-def test_the_topics_a_request_asks_for_are_its_names_or_its_ids(data: st.DataObject, version: int) -> None:
+def test_the_topics_a_request_asks_for_are_its_names_or_its_ids_and_who_asks_is_its_replica_id(
+        data: st.DataObject, version: int) -> None:
+    """Read from the request's bytes up to v15 (what the proxy offers), as the decoder reads them; a request cut
+    short or with a byte after it is never read that way, nor one of a version the proxy does not offer."""
     message, frame = fetch_request(data, version)
     header = parse_request_header(frame, version >= 12)
     expected = [topic.topic_id.bytes if version >= 13 else topic.topic for topic in message.topics]
-    assert fetch_request_topics(frame, header) == expected
+    if version < 15:
+        replica_id = message.replica_id
+    else:
+        replica_id = -1 if message.replica_state is None else message.replica_state.replica_id
+    body = memoryview(frame)[header.length:]
+    if version > 15:  # not offered
+        with pytest.raises(ProtocolError):
+            fetch_asked(frame, header)
+        return
+    assert fetch_asked(frame, header) == FetchAsked(replica_id, expected)
+    cut = data.draw(st.integers(0, max(0, len(body) - 1)))
+    for bad in (body[:cut], bytes(body) + b"\x00"):
+        assert _walked_fetch(memoryview(bad), version) is None
+
+
+def fetch_with_tags(version: int, tags: bytes, partition_tags: bytes = b"\x00") -> memoryview:
+    """A Fetch body (v12+) of topic "t" (v13+: a zero id), one partition with ``partition_tags``, its request's
+    tagged fields ``tags`` (their count first)."""
+    from tests.support import encode_request
+
+    partition = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+    topic = {"topic": "t", "topic_id": None, "partitions": [partition]}
+    frame = encode_request(Api.FETCH, version, correlation_id=7, client_id="c", replica_id=-1, max_wait_ms=0,
+                           min_bytes=1, max_bytes=100, isolation_level=0, session_id=0, session_epoch=-1,
+                           rack_id="", forgotten_topics_data=[], topics=[topic])[4:]
+    body = bytes(frame)[parse_request_header(frame, True).length:]
+    # the partition's empty tagged fields, its topic's and the empty forgotten topics, rack id and tagged fields
+    assert body.endswith(b"\x00\x00\x01\x01\x00")
+    return memoryview(body[:-5] + partition_tags + b"\x00\x01\x01" + tags)
+
+
+REPLICA_STATE = bytes([1]) + (3).to_bytes(4, "big") + (9).to_bytes(8, "big") + b"\x00"
+"""Tag 1, a ReplicaState of replica 3 (epoch 9) after its size."""
+
+
+def test_a_replica_state_is_read_as_kafka_reads_it_and_one_whose_size_says_otherwise_is_decoded() -> None:
+    """Kafka reads a tagged field it knows by its type (``MessageDataGenerator``), not by the size it declares: a
+    walk trusting the size could see another replica than the broker parses; such a request is the decoder's."""
+    assert _walked_fetch(fetch_with_tags(15, b"\x01" + REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:]), 15) == \
+        FetchAsked(3, [bytes(16)])
+    assert _walked_fetch(fetch_with_tags(15, b"\x00"), 15) == FetchAsked(-1, [bytes(16)])
+    # the last of two is Kafka's
+    twice = REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:] + b"\x01\x0d" + (-1).to_bytes(4, "big", signed=True) + \
+        bytes(8) + b"\x00"
+    assert _walked_fetch(fetch_with_tags(15, b"\x02" + twice), 15) == FetchAsked(-1, [bytes(16)])
+    for declared in (b"\x0c", b"\x0e"):
+        body = fetch_with_tags(15, b"\x01" + REPLICA_STATE[:1] + declared + REPLICA_STATE[1:] + b"\x00")
+        assert _walked_fetch(body, 15) is None
+    cluster_id = b"\x00\x04\x04abc"  # tag 0, size 4: a string of 3 bytes
+    assert _walked_fetch(fetch_with_tags(14, b"\x01" + cluster_id), 14) == FetchAsked(-1, [bytes(16)])
+    assert _walked_fetch(fetch_with_tags(14, b"\x01\x00\x05\x04abcd"), 14) is None, "sized past its string"
+    assert _walked_fetch(fetch_with_tags(14, b"\x01\x00\x03\x04abc"), 14) is None, "sized short of it"
+    assert _walked_fetch(fetch_with_tags(12, b"\x01\x05\x02ab"), 12) is not None, "a tag Kafka does not know"
+
+
+def test_a_tag_kafka_refuses_at_the_requests_version_is_left_to_the_decoder() -> None:
+    """A ReplicaState before v15, and a partition's ReplicaDirectoryId (v17+) or HighWatermark (v18+) before
+    theirs: Kafka's reader throws."""
+    assert _walked_fetch(fetch_with_tags(14, b"\x01" + REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:]), 14) is None
+    for tag in (0, 1):
+        body = fetch_with_tags(15, b"\x00", partition_tags=bytes([1, tag, 8]) + bytes(8))
+        assert _walked_fetch(body, 15) is None
+    assert _walked_fetch(fetch_with_tags(15, b"\x00", partition_tags=bytes([1, 2, 8]) + bytes(8)), 15) is not None
+
+
+def test_a_varint_past_an_int32_is_left_to_the_decoder() -> None:
+    """Kafka reads a varint into an int: 2^31 is negative to it, and 2^32 + 1 is 1, so a tag written so is a
+    ReplicaState to Kafka, which a walk reading it whole would take for a tag it does not know and skip."""
+    for value in (1 << 31, (1 << 32) + 1):
+        varint = bytes([0x80 | (value >> shift) & 0x7F for shift in range(0, 28, 7)]) + bytes([value >> 28])
+        body = fetch_with_tags(15, b"\x01" + varint + b"\x0d" + REPLICA_STATE[1:])
+        assert _walked_fetch(body, 15) is None
+        # nor decoded: kafka-python reads the varint whole, and would take the request for a consumer's
+        frame = request_header_bytes(15) + bytes(body)
+        with pytest.raises(ProtocolError):
+            fetch_asked(frame, parse_request_header(frame, True))
+
+
+def request_header_bytes(version: int) -> bytes:
+    """A Fetch request header (v2: flexible versions') of client "c"."""
+    return Api.FETCH.to_bytes(2, "big") + version.to_bytes(2, "big") + (7).to_bytes(4, "big") + b"\x00\x01c\x00"
+
+
+def test_tagged_fields_kafka_reads_are_read_and_those_it_does_not_know_skipped_at_each_level() -> None:
+    """A null ClusterId; a ReplicaState with a tagged field of its own, which Kafka skips by its size; tags Kafka
+    does not know on a partition and in the request, whatever bytes they hold."""
+    assert _walked_fetch(fetch_with_tags(15, b"\x01\x00\x01\x00"), 15) == FetchAsked(-1, [bytes(16)])
+    nested = REPLICA_STATE[1:-1] + b"\x01\x01\x0d" + REPLICA_STATE[1:]  # a ReplicaState-like tag inside
+    assert _walked_fetch(fetch_with_tags(15, b"\x01\x01" + bytes([len(nested)]) + nested), 15) == \
+        FetchAsked(3, [bytes(16)])
+    hidden = b"\x01\x07\x0d" + REPLICA_STATE[1:]  # an unknown tag holding a ReplicaState's bytes
+    assert _walked_fetch(fetch_with_tags(15, hidden, partition_tags=b"\x01\x05\x01\x00"), 15) == \
+        FetchAsked(-1, [bytes(16)])
+    assert _walked_fetch(fetch_with_tags(12, b"\x00"), 12) == FetchAsked(-1, ["t"])
 
 
 def test_a_topic_id_of_zeros_is_asked_for_as_it_is() -> None:
@@ -153,4 +252,4 @@ def test_a_topic_id_of_zeros_is_asked_for_as_it_is() -> None:
     frame = encode_request(Api.FETCH, 13, correlation_id=7, client_id="c", replica_id=-1, max_wait_ms=0, min_bytes=1,
                            max_bytes=100, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
                            forgotten_topics_data=[], topics=[{"topic_id": uuid.UUID(int=0), "partitions": []}])[4:]
-    assert fetch_request_topics(frame, parse_request_header(frame, True)) == [bytes(16)]
+    assert fetch_asked(frame, parse_request_header(frame, True)).topics == [bytes(16)]
