@@ -8,9 +8,12 @@ parser refuses the message, "non-nullable field ... was serialized as null").
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from kafka.protocol.schemas.fields import struct as kafka_struct_fields
 from kafka.protocol.schemas.fields.codecs import EncodeBufferPool
+from kafka.protocol.schemas.fields.codegen import CodegenContext
 
 from protocol.apis import Api, request_class, response_class
 from protocol.errors import ProtocolError
@@ -53,6 +56,23 @@ def max_version(api_key: int) -> int:
     newest = min(request_class(api_key).max_version, response_class(api_key).max_version)
     return int(min(newest, TESTED_VERSIONS.get(api_key, newest)))
 
+
+class _KafkasNulls(CodegenContext):  # type: ignore[misc]
+    """kafka-python's generated decoders reading a null as Kafka's generated readers do: an array of int32 length
+    is null when its length is negative, and a nullable struct when its marker byte is (``readByte() < 0``), where
+    kafka-python took -1 and 0xff alone for null. Before, a Metadata whose topics' length was -2 asked Kafka for every
+    topic and the proxy for none, so its answer went to the client unfiltered: every topic, the proxy's own and those
+    the ACLs hide; an OffsetFetch so written got every committed offset of its group."""
+
+    def emit(self, indent: str, line: str) -> None:
+        if line == _KAFKA_PYTHONS_NULL_STRUCT:
+            line = _KAFKAS_NULL_STRUCT
+        super().emit(indent, _KAFKA_PYTHONS_NULL_ARRAY.sub(r"if \1 < 0:", line))
+
+
+_KAFKA_PYTHONS_NULL_ARRAY = re.compile(r"^if (_n\d+) == -1:$")
+_KAFKA_PYTHONS_NULL_STRUCT, _KAFKAS_NULL_STRUCT = "if data[pos] == 0xff:", "if data[pos] >= 0x80:"
+kafka_struct_fields.CodegenContext = _KafkasNulls  # the decoders are generated on first use, after this
 
 _MAY_READ_AS_NULL = frozenset({"string", "bytes", "records"})
 """Besides arrays and structs, the types kafka-python reads as None when their length is -1."""

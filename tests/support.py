@@ -296,6 +296,14 @@ def answer_to(sock: socket.socket, api_key: int, api_version: int) -> Any:
     return decoded_response(frame, api_key, api_version)
 
 
+def call_with_body(sock: socket.socket, api_key: int, api_version: int, body: bytes) -> Any:
+    """Send one request of a non-flexible version whose body is written byte by byte (as no encoder writes it), and
+    return its decoded response."""
+    header = api_key.to_bytes(2, "big") + api_version.to_bytes(2, "big") + (9).to_bytes(4, "big") + b"\x00\x03raw"
+    sock.sendall((len(header) + len(body)).to_bytes(4, "big") + header + body)
+    return decoded_response(read_frame(sock), api_key, api_version)
+
+
 def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: int = 1, client_id: str = "raw-test",
          **fields: object) -> object:
     """Send one request on ``sock`` and return its decoded response (AssertionError if closed)."""

@@ -44,6 +44,7 @@ from tests.support import (
     Cluster,
     ProxyProcess,
     call,
+    call_with_body,
     closed_by_peer,
     decoded_response,
     encode_request,
@@ -311,6 +312,34 @@ def fetched_as_a_follower(sock: socket.socket, side: Side) -> Any:
                                                              "log_start_offset": -1, "partition_max_bytes": 1 << 16}]}])
     return (answer.error_code, [(topic.topic, partition.error_code)  # type: ignore[attr-defined]
                                 for topic in answer.responses for partition in topic.partitions])  # type: ignore[attr-defined]
+
+
+NULLS_GROUP = "alice-nulls"
+
+
+def offsets_committed_to_the_nulls_group(setup: Setup) -> None:
+    """The super user commits offsets of acl-a.one and acl-hidden in ``NULLS_GROUP`` (``negative_lengths``)."""
+    with setup.kafka.connect(SUPER_USER) as sock:
+        committed = call(sock, Api.OFFSET_COMMIT, 9, group_id=NULLS_GROUP, generation_id_or_member_epoch=-1,
+                         member_id="", group_instance_id=None, topics=[
+                             {"name": name, "partitions": [{"partition_index": 0, "committed_offset": 5,
+                                                            "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                             for name in ("acl-a.one", "acl-hidden")])
+    assert {partition.error_code for topic in committed.topics  # type: ignore[attr-defined]
+            for partition in topic.partitions} == {0}, committed
+
+
+def negative_lengths(sock: socket.socket, side: Side) -> Any:
+    """A Metadata (v1) and an OffsetFetch (v5) whose topic list's length is -2: null to Kafka's readers, so every
+    topic the principal may describe, and every committed offset of ``NULLS_GROUP`` it may see."""
+    metadata = call_with_body(sock, Api.METADATA, 1, b"\xff\xff\xff\xfe")
+    group = NULLS_GROUP.encode()
+    offsets = call_with_body(sock, Api.OFFSET_FETCH, 5, len(group).to_bytes(2, "big") + group + b"\xff\xff\xff\xfe")
+    return [sorted((unsided(topic.name, side), topic.error_code)
+                   for topic in metadata.topics if ours(topic.name, side)),
+            (offsets.error_code, sorted((topic.name, partition.partition_index, partition.committed_offset,
+                                         partition.error_code)
+                                        for topic in offsets.topics for partition in topic.partitions))]
 
 
 def listed_offsets(sock: socket.socket, side: Side) -> Any:
@@ -661,9 +690,9 @@ def share_groups(sock: socket.socket, side: Side) -> Any:
 
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
-    fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, producer_ids,
-    topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas, consumer_groups,
-    share_groups]
+    fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, negative_lengths,
+    producer_ids, topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas,
+    consumer_groups, share_groups]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -760,6 +789,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     record written, a topic created) is the same for both when the next is asked."""
     sides = (setup.kafka, setup.proxy)
     share_groups_read_from_the_start(setup)
+    offsets_committed_to_the_nulls_group(setup)
     answers: dict[str, dict[tuple[str, str], Any]] = {side.name: {} for side in sides}
     for user in USERS:
         with setup.kafka.connect(user) as to_kafka, setup.proxy.connect(user) as to_proxy:
@@ -806,6 +836,9 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert [error for _, error, *_ in kafka[("alice", "consumer_groups")][3]] == [30, 0]
     assert kafka[("alice", "librdkafka KIP-848 consumer")] == "consumed"
     assert kafka[("bob", "librdkafka KIP-848 consumer")] == "GROUP_AUTHORIZATION_FAILED"
+    assert ("acl-a.one", 0) in kafka[("alice", "negative_lengths")][0]
+    assert ("acl-hidden", 0) not in kafka[("alice", "negative_lengths")][0]
+    assert kafka[("alice", "negative_lengths")][1] == (0, [("acl-a.one", 0, 5, 0)])
     paged = [kafka[(user, "described_topics")][2] for user in ("alice", SUPER_USER)]
     assert ("next", "acl-hidden", 0) in paged[1] and not any(entry[1] == "acl-hidden" for entry in paged[0])
     assert kafka[("alice", "described_topics")][3] == [("acl-hidden", 29), ("acl-public", 0), ("acl-shared", 0)]

@@ -31,6 +31,7 @@ from tests.support import (
     ProxyProcess,
     answer_to,
     call,
+    call_with_body,
     closed_by_peer,
     create_topic_on_one_broker,
     decoded_response,
@@ -160,6 +161,9 @@ def test_metadata_leaves_the_proxys_topics_out_and_refuses_them_when_named(
     create_topic_on_one_broker(broker, topic)
     everything = described_topics(proxy, None)
     assert topic in everything and quotas_topic not in everything and usage_topic not in everything
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:  # every topic, to Kafka's reader
+        written_as_minus_two = {t.name for t in call_with_body(sock, Api.METADATA, 1, b"\xff\xff\xff\xfe").topics}
+    assert topic in written_as_minus_two and not written_as_minus_two & {quotas_topic, usage_topic}
     named = described_topics(proxy, [{"name": quotas_topic, "topic_id": None}, {"name": topic, "topic_id": None},
                                      {"name": usage_topic, "topic_id": None}])
     assert named == {topic: 0, quotas_topic: TOPIC_AUTHORIZATION_FAILED, usage_topic: TOPIC_AUTHORIZATION_FAILED}

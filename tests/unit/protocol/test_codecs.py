@@ -66,3 +66,20 @@ def test_nulls_the_schema_allows_are_read_as_none() -> None:
     assert decode_request(22, 0, b"\xff\xff\x00\x00\xea\x60").transactional_id is None
     [component] = decode_request(48, 0, b"\x00\x00\x00\x01\x00\x04user\x02\xff\xff\x00").components
     assert component.match is None
+
+
+def test_any_negative_array_length_and_negative_struct_marker_are_null_as_kafka_reads_them() -> None:
+    """Kafka's generated readers take an int32 array length below 0 for null (every topic, to Metadata; every
+    committed offset of the group, to OffsetFetch), and a nullable struct whose marker byte is below 0 for none;
+    kafka-python took -1 and 0xff alone, read -2 as an empty array, and 0x80 as a struct."""
+    assert decode_request(3, 1, b"\xff\xff\xff\xfe").topics is None
+    assert decode_request(3, 1, b"\x80\x00\x00\x00").topics is None
+    assert decode_request(3, 1, b"\x00\x00\x00\x00").topics == []
+    assert decode_request(9, 5, b"\x00\x07alice-g\xff\xff\xff\xfe").topics is None
+    with pytest.raises(ProtocolError, match="null topics, which is not nullable"):
+        decode_request(19, 0, b"\xff\xff\xff\xfe\x00\x00\x75\x30")  # CreateTopics: Kafka refuses a null list
+    # DescribeTopicPartitions: topic "a", a partition limit, then a cursor whose marker is 0x80
+    for marker in (0x80, 0xFE, 0xFF):
+        assert decode_request(75, 0, b"\x02\x02a\x00\x00\x00\x07\xd0" + bytes([marker]) + b"\x00").cursor is None
+    cursor = decode_request(75, 0, b"\x02\x02a\x00\x00\x00\x07\xd0\x01\x02a\x00\x00\x00\x03\x00\x00").cursor
+    assert (cursor.topic_name, cursor.partition_index) == ("a", 3)
