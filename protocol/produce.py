@@ -82,7 +82,8 @@ class RecordBatch(NamedTuple):
 class PartitionData(NamedTuple):
     partition: int
     batch: RecordBatch | None
-    """None when the partition's records are null or invalid."""
+    """None when the partition's records are null or invalid; kept, with INVALID_RECORD, when bytes follow a valid
+    batch (``trailed_batches_appended``)."""
     error_code: int = 0
     """Non-zero when the records are not one valid batch (``ProduceRequest.validateRecords``)."""
     error_message: str | None = None
@@ -369,8 +370,7 @@ def _walk_partition(cursor: _Cursor) -> _Walk[PartitionData]:
                 yield BATCH_HEADER_BYTES - size, "records"
         else:
             yield from _take(cursor, size, "records")
-        problem = _batch_problem(batch, size, cursor.version)
-        result = PartitionData(partition, batch) if problem is None else PartitionData(partition, None, *problem)
+        result = _partition_data(partition, batch, size, cursor.version)
     elif size != -1:
         raise cursor.fail(f"records have negative length {size}")
     if cursor.flexible:
@@ -534,9 +534,7 @@ def _plain_request(buf: bytes | memoryview, at: int, version: int) -> ProduceSca
                     start = at
                     at += size
                     batch = _batch_header(buf, start, start, size) if size >= BATCH_HEADER_BYTES else None
-                    problem = _batch_problem(batch, size, version)
-                    partitions.append(_new_tuple(PartitionData, (partition, batch, 0, None) if problem is None else
-                                                 (partition, None, *problem)))
+                    partitions.append(_partition_data(partition, batch, size, version))
                 if flexible:
                     at = _no_tagged_fields(buf, at)
             if flexible:
@@ -587,6 +585,32 @@ def _batch_header(buf: bytes | memoryview, at: int, start: int, size: int) -> Re
     return _new_tuple(RecordBatch, (start, start + size, *_KEPT_BATCH_HEADER.unpack_from(buf, at)))
 
 
+def _partition_data(partition: int, batch: RecordBatch | None, size: int, version: int) -> PartitionData:
+    problem = _batch_problem(batch, size, version)
+    if problem is None:
+        # made as a plain tuple is (a named tuple's own constructor is a Python call): this runs for every partition
+        return _new_tuple(PartitionData, (partition, batch, 0, None))  # type: ignore[no-any-return]
+    trailed = batch is not None and problem[1].endswith(_ONE_BATCH_ONLY)
+    return PartitionData(partition, batch if trailed else None, *problem)
+
+
+def trailed_batches_appended(scan: ProduceScan) -> ProduceScan:
+    """The scan of a request that went to the cluster as it came (forwarded while it arrived), with a valid batch
+    followed by more bytes taken for appended: Kafka reads a partition's batches while the bytes left hold a whole
+    one (``ByteBufferLogInputStream``), so fewer bytes after the batch than make one are trimmed and the batch
+    appended, and only a whole second batch (or a corrupt one) is refused. The bytes could not all be read as they
+    went by, so such a batch is charged either way: a quota errs on the side of the charge."""
+    if not any(partition.batch is not None and partition.error_code for topic in scan.topics
+               for partition in topic.partitions):
+        return scan
+    return scan._replace(topics=tuple(topic._replace(partitions=tuple(
+        PartitionData(partition.partition, partition.batch) if partition.batch is not None else partition
+        for partition in topic.partitions)) for topic in scan.topics))
+
+
+_ONE_BATCH_ONLY = "are only allowed to contain exactly one record batch per partition"
+
+
 def _batch_problem(batch: RecordBatch | None, size: int, version: int) -> tuple[int, str] | None:
     """Kafka's ``ProduceRequest.validateRecords``: the error code and message, or None when valid."""
     if batch is None or BATCH_LOG_OVERHEAD + batch.batch_length > size:
@@ -599,8 +623,7 @@ def _batch_problem(batch: RecordBatch | None, size: int, version: int) -> tuple[
         return UNSUPPORTED_COMPRESSION_TYPE, f"Produce requests with version {version} are not allowed to use " \
                                              "ZStandard compression"
     if BATCH_LOG_OVERHEAD + batch.batch_length != size:
-        return INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain exactly " \
-                               "one record batch per partition"
+        return INVALID_RECORD, f"Produce requests with version {version} {_ONE_BATCH_ONLY}"
     return None
 
 

@@ -33,7 +33,8 @@ class FramePassage:
 
     def begin(self, remaining: int, sink: Take | None, on_end: Callable[[], None], reader: Take | None = None) -> None:
         """A frame's start went on (or was answered), ``remaining`` bytes of it to come: each piece is given to
-        ``sink`` (None: dropped) and then to ``reader``; ``on_end`` once the last has gone."""
+        ``reader`` and then, unless the reader raised, to ``sink`` (None: dropped); ``on_end`` once the last has
+        gone."""
         assert remaining > 0 and not self.remaining, "one frame at a time, and only one still arriving"
         self.remaining = remaining
         self._sink = sink
@@ -44,10 +45,12 @@ class FramePassage:
         """Pass on the part of ``data`` that belongs to the frame; the rest (the next frames) is returned."""
         taken = min(len(data), self.remaining)
         part: Data = data if taken == len(data) else memoryview(data)[:taken]
-        if self._sink is not None:
-            self._sink(part)
+        # read before it goes: a reader refusing the frame's last piece (a Produce request whose end the scan finds
+        # malformed) keeps the frame from ever being whole on the other side, which acts only on whole frames
         if self._reader is not None:
             self._reader(part)
+        if self._sink is not None:
+            self._sink(part)
         self.remaining -= taken
         if not self.remaining:
             self.finish()

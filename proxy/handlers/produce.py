@@ -29,6 +29,7 @@ from protocol.produce import (
     produce_acks,
     produce_topics_head,
     scan_produce,
+    trailed_batches_appended,
 )
 from protocol.responses import (
     merged_produce_response,
@@ -264,6 +265,7 @@ class ProduceHandler:
         now (or once the ledger has read the PIDs its cache does not know, and the topic ids are named)."""
         header, scan = streamed.header, streamed.scan
         assert scan is not None, "the request is complete"
+        scan = trailed_batches_appended(scan)
         batches = _producer_batches(scan)
         missing = self._ledger.needs_lookup({batch.producer_id for batch in batches})
         unnamed = self._unnamed_topics(scan, header)
@@ -324,5 +326,5 @@ def _without_invalid_partitions(frame: memoryview, header: RequestHeader, scan: 
 def _producer_batches(scan: ProduceScan) -> list[ProducerBatch]:
     return [ProducerBatch(p.batch.producer_id, (topic.name, topic.topic_id, p.partition), p.batch.base_sequence)
             for topic in scan.topics for p in topic.partitions
-            if p.batch is not None and p.batch.producer_id != NO_PRODUCER_ID]
+            if p.batch is not None and not p.error_code and p.batch.producer_id != NO_PRODUCER_ID]
 

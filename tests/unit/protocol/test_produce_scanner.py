@@ -25,6 +25,7 @@ from protocol.produce import (
     _plain_request,
     produce_topics_head,
     scan_produce,
+    trailed_batches_appended,
 )
 
 VERSIONS = range(3, 14)
@@ -144,7 +145,6 @@ def _old_magic() -> bytes:
 
 @pytest.mark.parametrize("version", [7, 11])
 @pytest.mark.parametrize(("records", "message"), [
-    pytest.param(one_batch() * 2, "exactly one record batch per partition", id="two batches"),
     pytest.param(_old_magic(), "magic version 2", id="magic 1"),
     pytest.param(b"\x00" * (BATCH_HEADER_BYTES - 1), "at least one record batch", id="shorter than a batch header"),
     pytest.param(b"", "at least one record batch", id="empty"),
@@ -156,6 +156,25 @@ def test_invalid_records_give_that_partition_invalid_record(version: int, record
     assert partition.batch is None
     assert partition.error_code == INVALID_RECORD
     assert partition.error_message is not None and message in partition.error_message
+
+
+@pytest.mark.parametrize("version", [7, 11])
+@pytest.mark.parametrize("after", [one_batch(), b"\x00"], ids=["a second batch", "a byte"])
+def test_a_batch_followed_by_more_bytes_is_refused_but_charged_when_the_request_went_as_it_came(
+        version: int, after: bytes) -> None:
+    """Kafka appends the batch when the bytes after it do not make a whole one (a byte is trimmed), and refuses the
+    partition when they do (a second batch). Judging a whole request the proxy refuses both (INVALID_RECORD: the
+    partition never reaches the cluster); for one forwarded while it arrived, whose bytes after the batch went by
+    unread, the batch is charged either way."""
+    partition = _only_partition(version, one_batch() + after)
+    assert partition.error_code == INVALID_RECORD and partition.batch is not None
+    assert partition.error_message is not None and "exactly one record batch" in partition.error_message
+    frame, header = encoded(version, one_batch() + after)
+    appended = trailed_batches_appended(scan_produce(frame, header)).topics[0].partitions[0]
+    assert appended == PartitionData(partition.partition, partition.batch)
+    frame, header = encoded(version, _old_magic())
+    refused = scan_produce(frame, header)
+    assert trailed_batches_appended(refused) == refused, "an invalid batch is not charged"
 
 
 @pytest.mark.parametrize("version", [7, 11])

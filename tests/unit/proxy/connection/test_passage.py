@@ -61,3 +61,20 @@ def test_one_frame_at_a_time_and_each_end_told_once() -> None:
     passage.begin(1, None, ended.end)  # the next frame
     passage.take(b"d")
     assert ended.ends == 2
+
+
+def test_a_piece_its_reader_refuses_never_goes_on() -> None:
+    """A Produce request cut through whose last piece the scan finds malformed (bytes Kafka ignores after it, say)
+    must not reach the cluster whole: it would append the records the quotas never charged."""
+    sink, ended = Recorder(), Recorder()
+
+    def refusing_the_end(piece: Data) -> None:
+        if bytes(piece).endswith(b"!"):
+            raise ValueError("malformed")
+
+    passage = FramePassage()
+    passage.begin(8, sink.take, ended.end, refusing_the_end)
+    passage.take(b"abcd")
+    with pytest.raises(ValueError):
+        passage.take(b"efg!")
+    assert sink.pieces == [b"abcd"] and ended.ends == 0
