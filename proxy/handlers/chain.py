@@ -7,11 +7,14 @@ order, as a Kafka broker takes a request (``SocketServer``, then ``KafkaApis``):
    proxy reads: answered by the proxy (``ApiVersionsAnswers``).
 2. The login: before it has completed, its requests (and, when the proxy terminates SASL, every request) are the
    login's to answer.
-3. The API's handler (``handlers``), if it has one (or the handler of every other API, ``otherwise``: with the
+3. A version newer than the proxy offers of an API it reads (``version_ceilings``) closes the connection: a client
+   that asked ApiVersions never sends one, and the proxy would read it otherwise than Kafka (OffsetCommit v10 names
+   its topics by id alone, which the proxy's reading of v9 would take for a topic named "").
+4. The API's handler (``handlers``), if it has one (or the handler of every other API, ``otherwise``: with the
    authorizer, what keeps the APIs it does not judge yet for super users): the request is forwarded, answered or
    refused, with a throttle.
-4. The ``request_rate`` quota, every request but those that connect and log in.
-5. What every answer of its kind needs, once the cluster has answered a forwarded request (``ClusterAnswers``): the
+5. The ``request_rate`` quota, every request but those that connect and log in.
+6. What every answer of its kind needs, once the cluster has answered a forwarded request (``ClusterAnswers``): the
    proxy's listeners in place of the brokers' addresses (a filter of Kroxylicious' does so too), the versions the
    proxy serves in ApiVersions.
 
@@ -23,6 +26,7 @@ and hands its bytes to the ``RequestStream`` the handler gave, whose throttle co
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Protocol
@@ -32,6 +36,7 @@ from protocol.apis import Api
 from protocol.header import RequestHeader, read_request_header
 from proxy.decision.interception import Login, RequestHandler, RequestStream, StreamingRequestHandler
 from proxy.decision.outcome import (
+    CLOSE,
     FORWARD,
     Caller,
     Decided,
@@ -44,7 +49,11 @@ from proxy.decision.outcome import (
     throttled_at_least,
 )
 
+log = logging.getLogger(__name__)
+
 _LOGIN_APIS = (Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE)
+_LOGGED_VERSIONS = 1_000
+"""Api keys and versions above their ceiling whose closing has been logged, at most (then each is logged again)."""
 _JUDGED_WHOLE = frozenset({*_LOGIN_APIS, Api.API_VERSIONS})
 """Never forwarded as they arrive, however large: a login (a re-authentication, KIP-368) is the login's to answer,
 and an ApiVersions may be the proxy's."""
@@ -70,12 +79,14 @@ class RequestChain:
 
     def __init__(self, api_versions: ApiVersionsAnswer, handlers: Mapping[int, RequestHandler],
                  request_rate: RequestRateCharge, clock: Callable[[], int], answers: ClusterAnswers,
-                 otherwise: RequestHandler | None = None) -> None:
+                 otherwise: RequestHandler | None = None, version_ceilings: Mapping[int, int] | None = None) -> None:
         """``handlers``: by api key; those that can decide on a request's start too (``StreamingRequestHandler``)
         are handed large requests as they arrive. ``otherwise``: the handler of the APIs ``handlers`` has none for
         (None: they are forwarded). ``clock``: quota time, read once for each request and handed down
-        (``Caller``)."""
+        (``Caller``). ``version_ceilings``: the newest version ApiVersions offers of each API the proxy reads."""
         self._clock = clock
+        self._ceilings = version_ceilings or {}
+        self._logged_versions: set[tuple[int, int]] = set()
         self._api_versions = api_versions
         self._handlers = handlers
         self._otherwise = otherwise
@@ -108,6 +119,8 @@ class RequestChain:
             return self._api_versions.answer(frame)
         if login is not None and (api_key in _LOGIN_APIS or not (login.done or login.needs_upstream_before_login)):
             return self._answered(login.handle(frame), api_key, api_version)  # forwarded, when inspected
+        if self._above_ceiling(api_key, api_version, sender):
+            return CLOSE
         # inspected, a request before a login goes the usual way, charged to ANONYMOUS: a cluster listener that does
         # not ask for a login must not open a way around the quotas
         caller = Caller(sender.user, self._clock(), sender.broker, self._clock, sender.host)
@@ -123,12 +136,25 @@ class RequestChain:
                                      api_version)
         return self._answered(decided, api_key, api_version)
 
+    def _above_ceiling(self, api_key: int, api_version: int, sender: Sender) -> bool:
+        if api_version <= self._ceilings.get(api_key, api_version):
+            return False
+        logged = (api_key, api_version)
+        if logged not in self._logged_versions:
+            if len(self._logged_versions) >= _LOGGED_VERSIONS:
+                self._logged_versions.clear()
+            self._logged_versions.add(logged)
+            log.warning("closing a connection of %s from %s: api key %d v%d is newer than the proxy offers (v%d)",
+                        sender.user, sender.host or "an unknown address", api_key, api_version,
+                        self._ceilings[api_key])
+        return True
+
     def start(self, frame_start: memoryview, api_key: int, api_version: int, request_bytes: int,
               sender: Sender) -> tuple[Outcome, RequestStream | None] | None:
         """A request whose start is here, and whose rest is still to come (after a login): a decision on it now, or
         None when it is judged once whole. Raises ``ProtocolError`` when the start is too short to judge yet."""
-        if api_key in _JUDGED_WHOLE:
-            return None
+        if api_key in _JUDGED_WHOLE or api_version > self._ceilings.get(api_key, api_version):
+            return None  # a version above its ceiling closes the connection once whole (``decide``)
         caller = Caller(sender.user, self._clock(), sender.broker, self._clock, sender.host)
         handler = self._streaming.get(api_key)
         if handler is None:

@@ -234,7 +234,7 @@ class Services:
         """Every request's way through the handlers (``proxy.handlers.chain``), its answers finished by ``answers``:
         the server's, which knows its listeners."""
         return RequestChain(self.api_versions, self._handlers, self._request_rate.throttle_ms, now_ms, answers,
-                            self._otherwise)
+                            self._otherwise, self.api_versions.ceilings)
 
     def new_login(self, peer: str) -> SaslServer | SaslInspector | None:
         settings = self.config.login

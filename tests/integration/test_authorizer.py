@@ -883,14 +883,32 @@ def test_a_follower_fetch_in_a_tag_kafka_reads_otherwise_than_a_decoder_never_re
     varint = bytes([0x80 | (tag >> shift) & 0x7F for shift in range(0, 28, 7)]) + bytes([tag >> 28])
     replica_state = (1).to_bytes(4, "big") + (-1).to_bytes(8, "big", signed=True) + b"\x00"
     body = frame[4:-1] + b"\x01" + varint + bytes([len(replica_state)]) + replica_state
-    crafted = len(body).to_bytes(4, "big") + body
+    refused_by_kafka_and_closed_by_the_proxy(setup, len(body).to_bytes(4, "big") + body, Api.FETCH, 15)
+
+
+def test_a_version_the_proxy_does_not_offer_closes_its_connection(setup: Setup) -> None:
+    """OffsetCommit v10 names its topics by id alone, which the proxy does not offer (it reads v9's names): alice
+    commits her group's offset of acl-hidden, which she may not read, on Kafka refused (29); through the proxy her
+    connection is closed, nothing committed."""
+    topic_id = next(topic_id for topic_id, name in topic_ids(setup.kafka).items() if name == "acl-hidden")
+    commit = encode_request(Api.OFFSET_COMMIT, 10, group_id="alice-g", generation_id_or_member_epoch=-1,
+                            member_id="", group_instance_id=None, topics=[{"topic_id": topic_id, "partitions": [
+                                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                                 "committed_metadata": ""}]}])
+    refused_by_kafka_and_closed_by_the_proxy(setup, commit, Api.OFFSET_COMMIT, 10)
+
+
+def refused_by_kafka_and_closed_by_the_proxy(setup: Setup, request: bytes, api_key: int, version: int) -> None:
+    """Alice's ``request`` (a whole frame naming one partition): Kafka refuses the partition (29), the proxy closes
+    the connection without answering."""
     with setup.kafka.connect("alice") as sock:
-        sock.sendall(crafted)
-        answer = decoded_response(read_frame(sock), Api.FETCH, 15)
-    assert [partition.error_code for topic in answer.responses  # type: ignore[attr-defined]
-            for partition in topic.partitions] == [TOPIC_AUTHORIZATION_FAILED], answer
+        sock.sendall(request)
+        answer = decoded_response(read_frame(sock), api_key, version)
+    topics = answer.responses if api_key == Api.FETCH else answer.topics
+    assert [partition.error_code for topic in topics for partition in topic.partitions] == [
+        TOPIC_AUTHORIZATION_FAILED], answer
     with setup.proxy.connect("alice") as sock:
-        sock.sendall(crafted)
+        sock.sendall(request)
         assert closed_by_peer(sock)
 
 

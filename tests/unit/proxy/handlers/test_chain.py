@@ -264,3 +264,21 @@ def test_a_request_streamed_as_it_arrives_has_its_answer_finished_too() -> None:
     links = RequestChain(Versions(), {}, RequestRate(0), clock, Answers(Api.METADATA))
     outcome, _ = links.start(frame, api_key, version, 1 << 20, SENDER) or (None, None)
     assert finished_by(outcome, b"cluster's") == b"cluster's finished"  # type: ignore[arg-type]
+
+
+def test_a_version_newer_than_the_proxy_offers_closes_the_connection_unjudged() -> None:
+    """OffsetCommit v10 names its topics by id alone: read as the v9 the proxy reads, its topic would be one named
+    "" (whom the ACLs may allow), and the cluster would commit the group's offsets of any topic. A client that asked
+    ApiVersions never sends it; one that does has its connection closed, before any handler or quota."""
+    judged: list[int] = []
+    rate = RequestRate(0)
+    links = RequestChain(Versions(), {Api.OFFSET_COMMIT: Handler(lambda header, frame, caller: judged.append(
+        header.api_version) or FORWARD)}, rate, clock, Answers(), version_ceilings={Api.OFFSET_COMMIT: 9})
+    fields = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+              "topics": []}
+    assert links.decide(*request(Api.OFFSET_COMMIT, 10, **fields), SENDER, None, upstream_open=True) is CLOSE
+    assert judged == [] and rate.charged == []
+    assert links.start(*request(Api.OFFSET_COMMIT, 10, **fields), 1 << 20, SENDER) is None, "judged once whole"
+    assert links.decide(*request(Api.OFFSET_COMMIT, 9, **fields), SENDER, None, upstream_open=True) is FORWARD
+    assert judged == [9]
+    assert links.decide(*METADATA, SENDER, None, upstream_open=True) is FORWARD, "an API without a ceiling"
