@@ -175,7 +175,7 @@ def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
     where Kafka refuses one, a string Kafka refuses, a varint past an int32, a tag Kafka refuses at this version),
     or where Kafka would read it otherwise than its sizes say. Kafka reads the tagged fields it knows (ClusterId,
     ReplicaState) by their type, not by the size they declare: a walk skipping them by their size could see another
-    replica id, or other topics, than the broker parses; one whose size disagrees with its type is the decoder's."""
+    replica id, or other topics, than the broker parses; one whose size disagrees with its type is not read."""
     if not FIRST_WALKED_VERSION <= version <= _LAST_WALKED_VERSION:
         return None
     flexible = version >= FIRST_FLEXIBLE_FETCH_VERSION
@@ -227,7 +227,7 @@ _FIRST_RACK_ID_VERSION = 11
 
 
 class _Unwalkable(Exception):
-    """A request the walk leaves to the decoder."""
+    """A request the walk does not read (``fetch_asked`` refuses it)."""
 
 
 def _uvarint(body: memoryview, pos: int) -> tuple[int, int]:
@@ -292,7 +292,7 @@ def _past_unknown_tags(body: memoryview, pos: int, refused_tags: frozenset[int] 
 def _past_request_tags(body: memoryview, pos: int, version: int) -> tuple[int | None, int]:
     """Past the request's tagged fields: the replica id of its last ReplicaState (Kafka keeps the last), None
     without one. A field Kafka reads by its type that disagrees with its size, or a ReplicaState before v15 (which
-    Kafka refuses), is the decoder's."""
+    Kafka refuses), is not read."""
     replica_id = None
     count, pos = _uvarint(body, pos)
     for _ in range(count):

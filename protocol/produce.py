@@ -370,7 +370,8 @@ def _walk_partition(cursor: _Cursor) -> _Walk[PartitionData]:
                 yield BATCH_HEADER_BYTES - size, "records"
         else:
             yield from _take(cursor, size, "records")
-        result = _partition_data(partition, batch, size, cursor.version)
+        problem = _batch_problem(batch, size, cursor.version)
+        result = PartitionData(partition, batch) if problem is None else _invalid_partition(partition, batch, problem)
     elif size != -1:
         raise cursor.fail(f"records have negative length {size}")
     if cursor.flexible:
@@ -534,7 +535,9 @@ def _plain_request(buf: bytes | memoryview, at: int, version: int) -> ProduceSca
                     start = at
                     at += size
                     batch = _batch_header(buf, start, start, size) if size >= BATCH_HEADER_BYTES else None
-                    partitions.append(_partition_data(partition, batch, size, version))
+                    problem = _batch_problem(batch, size, version)
+                    partitions.append(_new_tuple(PartitionData, (partition, batch, 0, None)) if problem is None else
+                                      _invalid_partition(partition, batch, problem))
                 if flexible:
                     at = _no_tagged_fields(buf, at)
             if flexible:
@@ -585,11 +588,9 @@ def _batch_header(buf: bytes | memoryview, at: int, start: int, size: int) -> Re
     return _new_tuple(RecordBatch, (start, start + size, *_KEPT_BATCH_HEADER.unpack_from(buf, at)))
 
 
-def _partition_data(partition: int, batch: RecordBatch | None, size: int, version: int) -> PartitionData:
-    problem = _batch_problem(batch, size, version)
-    if problem is None:
-        # made as a plain tuple is (a named tuple's own constructor is a Python call): this runs for every partition
-        return _new_tuple(PartitionData, (partition, batch, 0, None))  # type: ignore[no-any-return]
+def _invalid_partition(partition: int, batch: RecordBatch | None, problem: tuple[int, str]) -> PartitionData:
+    """A partition whose records ``validateRecords`` refuses: its batch kept when bytes follow it alone
+    (``trailed_batches_appended``)."""
     trailed = batch is not None and problem[1].endswith(_ONE_BATCH_ONLY)
     return PartitionData(partition, batch if trailed else None, *problem)
 
