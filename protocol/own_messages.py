@@ -3,8 +3,10 @@ own JSON format) through kafka-python's JSON-schema machinery, so ``protocol.api
 
 AllocateProducerIds (67, KIP-730); ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge (76-79)
 and the share groups' offset APIs (90-92, KIP-932); ConsumerGroupHeartbeat and ConsumerGroupDescribe (68, 69,
-KIP-848), the groups' heartbeats and descriptions read by the authorizer alone; DescribeDelegationToken (41), which
-only the proxy itself sends: clients' requests of it pass opaque (``protocol.apis.WITHOUT_SCHEMA``).
+KIP-848), the groups' heartbeats and descriptions read by the authorizer alone; the delegation-token APIs (38-41),
+which the proxy answers itself where the cluster sees its own login (``proxy.handlers.delegation_tokens``) and sends
+itself (DescribeDelegationToken, ``proxy.cluster.token_owners``): where clients' requests of them are forwarded
+(``sasl-mode = "inspect"``) they pass opaque (``protocol.apis.WITHOUT_SCHEMA``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from kafka.protocol.api_message import ApiMessage
 
 import protocol.schemas
 
-MESSAGES = ("AllocateProducerIds", "DescribeDelegationToken", "ShareFetch", "ShareAcknowledge",
+MESSAGES = ("AllocateProducerIds", "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
+            "DescribeDelegationToken", "ShareFetch", "ShareAcknowledge",
             "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets", "ConsumerGroupHeartbeat",
             "ConsumerGroupDescribe", "ShareGroupHeartbeat", "ShareGroupDescribe")
 LOADED = {f"{name}{kind}": types.new_class(f"{name}{kind}", (ApiMessage,), {"load_json": protocol.schemas})

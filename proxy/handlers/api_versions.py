@@ -25,6 +25,7 @@ from proxy.decision.outcome import Decided, Outcome, local_answer
 from proxy.handlers.acls import ACL_APIS, FIRST_ACL_API_VERSION
 from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS
 from proxy.handlers.charges import CHARGES
+from proxy.handlers.delegation_tokens import FIRST_TOKEN_API_VERSION, TOKEN_APIS
 from proxy.settings.config import ProxyConfig
 
 # APIs whose messages the proxy decodes; ApiVersions answers cap them to the versions it parses and was tested with.
@@ -32,7 +33,7 @@ _DECODED_APIS = ADDRESS_BEARING_APIS | {
     Api.API_VERSIONS, Api.CREATE_TOPICS, Api.DELETE_TOPICS, Api.CREATE_PARTITIONS, Api.INIT_PRODUCER_ID,
     Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS, Api.SASL_HANDSHAKE,
     Api.SASL_AUTHENTICATE, Api.DESCRIBE_TOPIC_PARTITIONS, *PARTITIONED_APIS, *CONFIG_APIS, *SHARE_GROUP_OFFSET_APIS,
-    *AUTHORIZER_DECODED_APIS, *ACL_APIS}
+    *AUTHORIZER_DECODED_APIS, *ACL_APIS, *TOKEN_APIS}
 _SASL_VERSIONS: dict[int, VersionRange] = {
     Api.SASL_HANDSHAKE: VersionRange(1, 1), Api.SASL_AUTHENTICATE: VersionRange(0, 2)}
 FETCH_VERSION_CEILING = 15
@@ -47,16 +48,19 @@ def version_ceilings(in_front_of_controllers: bool) -> dict[int, int]:
     return ceilings
 
 
-def served_versions(sasl: bool, in_front_of_controllers: bool, authorizer: bool) -> dict[int, VersionRange]:
+def served_versions(sasl_mode: str, in_front_of_controllers: bool, authorizer: bool) -> dict[int, VersionRange]:
     """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves: the ACL APIs with the
-    authorizer, from the version Kafka serves them from."""
-    served: dict[int, VersionRange] = {} if in_front_of_controllers else {
-        api_key: VersionRange(0, max_version(api_key))
-        for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS)}
-    if sasl:
-        served.update(_SASL_VERSIONS)
-    if authorizer and not in_front_of_controllers:
+    authorizer, and the delegation-token APIs unless clients log in to the cluster themselves (inspect mode), from
+    the version Kafka serves them from."""
+    served = dict(_SASL_VERSIONS) if sasl_mode == "terminate" else {}
+    if in_front_of_controllers:
+        return served
+    served.update({api_key: VersionRange(0, max_version(api_key))
+                   for api_key in (Api.ALTER_CLIENT_QUOTAS, Api.DESCRIBE_CLIENT_QUOTAS, Api.ALLOCATE_PRODUCER_IDS)})
+    if authorizer:
         served.update({api_key: VersionRange(FIRST_ACL_API_VERSION, max_version(api_key)) for api_key in ACL_APIS})
+    if sasl_mode != "inspect":
+        served.update({api_key: VersionRange(FIRST_TOKEN_API_VERSION, max_version(api_key)) for api_key in TOKEN_APIS})
     return served
 
 
@@ -68,7 +72,7 @@ class ApiVersionsAnswers:
         self._config = config
         self._upstream_access = upstream_access
         self.ceilings = version_ceilings(in_front_of_controllers)
-        self.served = served_versions(config.sasl_mode == "terminate", in_front_of_controllers,
+        self.served = served_versions(config.sasl_mode, in_front_of_controllers,
                                       config.authorizer is not None)
         self._offered = None if in_front_of_controllers else frozenset(CHARGES)
         """Clients are offered the APIs whose charge the proxy knows: an API the cluster adds later is not."""

@@ -81,6 +81,7 @@ from proxy.decision.outcome import (
     replacement_request,
 )
 from proxy.handlers.acls import ACL_APIS
+from proxy.handlers.delegation_tokens import TOKEN_APIS
 from proxy.handlers.refused_topics import TOPIC_OPERATIONS
 from proxy.security.access import Access, requester_of
 from proxy.security.acls import CLUSTER_NAME, AclAuthorizer, AclOperation, ResourceType
@@ -104,6 +105,9 @@ JUDGED_BY_THEIR_HANDLERS = frozenset({
 and the share groups' offset APIs (``proxy.handlers.refused_topics``), the config APIs
 (``proxy.handlers.config_resources``), the client-quota APIs (``proxy.handlers.client_quotas``) and the ACL APIs
 (``proxy.handlers.acls``)."""
+JUDGED_WHERE_ANSWERED = TOKEN_APIS
+"""The APIs judged by their handlers where the proxy answers them: the delegation-token APIs, unless clients log in to
+the cluster themselves (``proxy.handlers.delegation_tokens``); forwarded there, they are kept for super users."""
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS,
@@ -129,7 +133,8 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
     assert not missing, f"the APIs {sorted(missing)} have no handler to judge them"
     judged: dict[int, RequestHandler] = {
         **dict.fromkeys(NEVER_AUTHORIZED_APIS, _FORWARDED),
-        **{api_key: handler if api_key in JUDGED_BY_THEIR_HANDLERS else SuperUsersOnly(authorizer, handler, logged)
+        **{api_key: handler if api_key in JUDGED_BY_THEIR_HANDLERS | JUDGED_WHERE_ANSWERED
+           else SuperUsersOnly(authorizer, handler, logged)
            for api_key, handler in handlers.items()}}
     membership = GroupMembership(access)
     judged.update({Api.FIND_COORDINATOR: Coordinators(access), **dict.fromkeys(GROUP_MEMBERSHIP_APIS, membership),

@@ -36,6 +36,7 @@ from proxy.handlers.authorization import judged_by_acls
 from proxy.handlers.chain import ClusterAnswers, RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.config_resources import ConfigResourcesJudged
+from proxy.handlers.delegation_tokens import TOKEN_APIS, DelegationTokensWithoutTokens
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
@@ -172,6 +173,8 @@ class Services:
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
             **({} if self.acls is None else dict.fromkeys(ACL_APIS, AclRequests(self.acls, self.access))),
+            **({} if config.sasl_mode == "inspect" else dict.fromkeys(TOKEN_APIS, DelegationTokensWithoutTokens(
+                self.access, logins=config.sasl_mode == "terminate"))),
             **refused_topic_handlers,
             Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, refused_topic_handlers.get(Api.METADATA)),
         }

@@ -77,6 +77,7 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
     ("User:bob", "cluster", "kafka-cluster", "literal", "describe-configs", "allow"),
     ("User:alice", "group", "alice-g", "literal", "delete", "allow"),
     ("User:alice", "group", "alice-share", "literal", "delete", "allow"),
+    ("User:alice", "user", "User:bob", "literal", "create-tokens", "allow"),
 ]
 TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
@@ -141,8 +142,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         for future in admin.create_topics([NewTopic(name, 1, 1) for name in [
                 *TOPICS, "acl-new.fixed-kafka", "acl-new.fixed-proxy"]]).values():
             future.result(60)
-        for future in admin.create_acls([kafka_binding(*acl) for acl in ACLS]).values():
+        for future in admin.create_acls([kafka_binding(*acl) for acl in ACLS if acl[1] != "user"]).values():
             future.result(60)
+        with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:  # librdkafka has no USER
+            created = call(sock, Api.CREATE_ACLS, 3, creations=[
+                acl_creation(name, principal=principal, operation=USER_OPERATIONS[operation], resource_type=7)
+                for principal, kind, name, _, operation, _ in ACLS if kind == "user"])
+            assert all(result.error_code == 0 for result in created.results), created  # type: ignore[attr-defined]
         with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:
             for key_type in (0, 1):  # the coordinators' topics made now, not by one side's first question
                 wait_until(lambda: call(sock, Api.FIND_COORDINATOR, 4, key_type=key_type,  # noqa: B023
@@ -450,6 +456,10 @@ def acl_creation(name: str, pattern_type: int = 3, principal: str = "User:nobody
             "principal": principal, "host": "*", "operation": operation, "permission_type": 3}
 
 
+USER_OPERATIONS = {"create-tokens": 13, "describe-tokens": 14}
+"""The operations on a USER resource, by code (Kafka's ``AclOperation``)."""
+
+
 def acl_filter(resource_type: int = 1, name: str | None = None, operation: int = 1) -> dict[str, Any]:
     return {"resource_type_filter": resource_type, "resource_name_filter": name, "pattern_type_filter": 1,
             "principal_filter": None, "host_filter": None, "operation": operation, "permission_type": 1}
@@ -479,6 +489,32 @@ def acl_requests(sock: socket.socket, side: Side) -> Any:
             [told(r.error_code, r.error_message) for r in whole.results],  # type: ignore[attr-defined]
             [(*told(r.error_code, r.error_message), len(r.matching_acls))
              for r in deleted.filter_results])  # type: ignore[attr-defined]
+
+
+def delegation_tokens(sock: socket.socket, side: Side) -> Any:
+    """Tokens created for oneself (v1, and v3), for bob (alice may create his: CREATE_TOKENS on User:bob), for carol
+    (nobody may), with a renewer that is not a user (for oneself, and for bob) and for an owner of no type; one renewed
+    and one expired by a made-up HMAC; every token described. Kafka's tokens are disabled here (it has no
+    ``delegation.token.secret.key``), as the proxy's always are: the question is which refusal each gets, in the
+    order Kafka judges."""
+    def created(version: int, owner: tuple[str | None, str | None], renewers: tuple[str, ...] = ()) -> Any:
+        owned = {} if version < 3 else {"owner_principal_type": owner[0], "owner_principal_name": owner[1]}
+        answer = call(sock, Api.CREATE_DELEGATION_TOKEN, version, max_lifetime_ms=-1, **owned, renewers=[
+            {"principal_type": kind, "principal_name": "someone"} for kind in renewers])
+        return (answer.error_code, answer.principal_type, answer.principal_name,  # type: ignore[attr-defined]
+                getattr(answer, "token_requester_principal_name", None), answer.issue_timestamp_ms,  # type: ignore[attr-defined]
+                answer.expiry_timestamp_ms, answer.max_timestamp_ms, answer.token_id,  # type: ignore[attr-defined]
+                bytes(answer.hmac))  # type: ignore[attr-defined]
+
+    renewed = call(sock, Api.RENEW_DELEGATION_TOKEN, 2, hmac=b"made-up", renew_period_ms=1000)
+    expired = call(sock, Api.EXPIRE_DELEGATION_TOKEN, 1, hmac=b"made-up", expiry_time_period_ms=-1)
+    described = call(sock, Api.DESCRIBE_DELEGATION_TOKEN, 3, owners=None)
+    return ([created(1, (None, None)), created(3, (None, None)), created(3, ("User", "bob")),
+             created(3, ("User", "carol")), created(3, (None, None), ("Group",)),
+             created(3, ("User", "bob"), ("User", "Group")), created(3, (None, "bob"))],
+            (renewed.error_code, renewed.expiry_timestamp_ms),  # type: ignore[attr-defined]
+            (expired.error_code, expired.expiry_timestamp_ms),  # type: ignore[attr-defined]
+            (described.error_code, described.tokens))  # type: ignore[attr-defined]
 
 
 def groups(sock: socket.socket, side: Side) -> Any:
@@ -691,8 +727,8 @@ def share_groups(sock: socket.socket, side: Side) -> Any:
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, negative_lengths,
-    producer_ids, topic_admin, acl_requests, transactions, groups, described_cluster, configs, client_quotas,
-    consumer_groups, share_groups]
+    producer_ids, topic_admin, acl_requests, delegation_tokens, transactions, groups, described_cluster, configs,
+    client_quotas, consumer_groups, share_groups]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -820,6 +856,8 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert kafka[("alice", "librdkafka consumer")] == "consumed"
     assert kafka[("alice", "acl_requests")][0][0] == 31 and len(kafka[(SUPER_USER, "acl_requests")][1]) == len(ACLS)
     assert kafka[(SUPER_USER, "acl_requests")][3] == [(-1, None)] * 2
+    assert [created[0] for created in kafka[("alice", "delegation_tokens")][0]] == [61, 61, 61, 65, 67, 67, -1]
+    assert [created[0] for created in kafka[("carol", "delegation_tokens")][0]] == [61, 61, 65, 61, 67, 65, -1]
     assert kafka[("alice", "librdkafka transaction")] == "committed"
     assert kafka[("bob", "librdkafka transaction")] == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     assert kafka[("alice", "transactions")][1] == [("acl-a.one", 55), ("acl-hidden", 29)]
@@ -1020,6 +1058,21 @@ def test_kafka_configs_describes_and_alters_through_the_proxy_what_kafka_lets_it
         assert "consumer.heartbeat.interval.ms=6000" in kafka_configs(setup.kafka, "bob", "--describe", *group)
     finally:
         kafka_configs(setup.kafka, "bob", "--alter", *group, "--delete-config", "consumer.heartbeat.interval.ms")
+
+
+def test_kafka_delegation_tokens_is_told_through_the_proxy_what_kafka_without_tokens_tells_it(setup: Setup) -> None:
+    """Alice creates a token for bob (she may: CREATE_TOKENS on User:bob) and one for carol (she may not), and lists
+    tokens: Kafka's ``kafka-delegation-tokens`` fails alike through the proxy and on Kafka, whose tokens are disabled
+    here as the proxy's always are."""
+    for args, error in (
+            (("--create", "--max-life-time-period", "-1", "--owner-principal", "User:bob"),
+             "DelegationTokenDisabledException"),
+            (("--create", "--max-life-time-period", "-1", "--owner-principal", "User:carol"),
+             "DelegationTokenAuthorizationException"),
+            (("--describe",), "DelegationTokenDisabledException")):
+        printed = [kafka_tool("org.apache.kafka.tools.DelegationTokenCommand", side, "alice", *args, succeeds=None)
+                   for side in (setup.kafka, setup.proxy)]
+        assert all(error in text for text in printed), printed
 
 
 def test_the_java_admin_client_describes_through_the_proxy_the_topics_kafka_lets_it(setup: Setup) -> None:

@@ -14,10 +14,21 @@ from confluent_kafka import Producer
 from kafka import KafkaProducer
 
 from protocol.apis import Api
+from protocol.errors import DELEGATION_TOKEN_AUTH_DISABLED
 from proxy.security.sasl_messages import ScramClient, plain_token
 from proxy.security.users import UserStore, plain_credential, save_users
 from tests.integration.test_produce_quotas import metrics
-from tests.support import PASSWORDS, ProxyProcess, call, encode_request, proxy_command, read_frame, read_to_end
+from tests.support import (
+    PASSWORDS,
+    Cluster,
+    ProxyProcess,
+    call,
+    encode_request,
+    proxy_command,
+    read_frame,
+    read_to_end,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 SASL_AUTHENTICATION_FAILED = 58
@@ -236,3 +247,60 @@ def test_password_hashing_leaves_other_clients_served(own_proxy, tmp_path: Path)
     # a Metadata sent while a hash ran on the event loop would wait for the rest of it: about one_hash. The same
     # load slows the hashes and the round trips alike, so half of one hash measured now stays a clear margin
     assert slowest < one_hash / 2, (slowest, one_hash)
+
+
+def plain_login(bootstrap: str, user: str) -> socket.socket:
+    """A connection to ``bootstrap`` logged in as ``user`` with PLAIN, by raw frames."""
+    host, _, port = bootstrap.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    assert call(sock, Api.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == 0  # type: ignore[attr-defined]
+    login = call(sock, Api.SASL_AUTHENTICATE, 2, auth_bytes=plain_token(user, PASSWORDS[user]))
+    assert login.error_code == 0, login  # type: ignore[attr-defined]
+    return sock
+
+
+def token_ids(sock: socket.socket) -> set[str]:
+    described = call(sock, Api.DESCRIBE_DELEGATION_TOKEN, 3, owners=None)
+    assert described.error_code == 0, described  # type: ignore[attr-defined]
+    return {token.token_id for token in described.tokens}  # type: ignore[attr-defined]
+
+
+def test_no_client_gets_or_sees_a_delegation_token_of_the_proxys_own_login(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                            tmp_path: Path) -> None:
+    """In terminate mode the cluster sees the proxy's login ([upstream-sasl]) for every client's requests: a token
+    made through it would be the proxy login's, a password for the proxy's identity on the cluster, and a described
+    token's HMAC is that password. The proxy answers the token APIs as a cluster without tokens (Kafka's answer when
+    ``delegation.token.secret.key`` is unset), here in front of a cluster that has them: nothing made, renewed,
+    expired or shown."""
+    if broker.sasl_bootstrap is None:
+        pytest.skip("the cluster under test names no SASL listener (KAFKA_SASL_BOOTSTRAP)")
+    users_file = tmp_path / "users.toml"
+    add_user(users_file, "bob", "PLAIN")
+    config = tmp_path / "upstream.toml"
+    config.write_text('[upstream-sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "quota-proxy"\n'
+                      f'password = "{PASSWORDS["quota-proxy"]}"\n')
+    proxy = own_proxy("--sasl-users", str(users_file), "--config", str(config), upstream=broker.sasl_bootstrap)
+    with plain_login(broker.sasl_bootstrap, "quota-proxy") as own:  # the proxy's login, straight to the cluster
+        made = call(own, Api.CREATE_DELEGATION_TOKEN, 3, owner_principal_type=None, owner_principal_name=None,
+                    renewers=[], max_lifetime_ms=-1)
+        assert made.error_code == 0, made  # type: ignore[attr-defined]
+        wait_until(lambda: made.token_id in token_ids(own), 30, "the token to reach the broker")  # type: ignore[attr-defined]
+        before = token_ids(own)
+        try:
+            with plain_login(proxy.bootstrap, "bob") as sock:
+                created = call(sock, Api.CREATE_DELEGATION_TOKEN, 3, owner_principal_type=None,
+                               owner_principal_name=None, renewers=[], max_lifetime_ms=-1)
+                assert (created.error_code, created.principal_name, created.hmac) == (  # type: ignore[attr-defined]
+                    DELEGATION_TOKEN_AUTH_DISABLED, "bob", b"")
+                described = call(sock, Api.DESCRIBE_DELEGATION_TOKEN, 3, owners=None)
+                assert (described.error_code, described.tokens) == (  # type: ignore[attr-defined]
+                    DELEGATION_TOKEN_AUTH_DISABLED, [])
+                for api_key, period in ((Api.RENEW_DELEGATION_TOKEN, "renew_period_ms"),
+                                        (Api.EXPIRE_DELEGATION_TOKEN, "expiry_time_period_ms")):
+                    answer = call(sock, api_key, 2, hmac=made.hmac, **{period: -1})  # type: ignore[attr-defined]
+                    assert answer.error_code == DELEGATION_TOKEN_AUTH_DISABLED, answer  # type: ignore[attr-defined]
+            assert token_ids(own) == before
+        finally:
+            expired = call(own, Api.EXPIRE_DELEGATION_TOKEN, 2, hmac=made.hmac,  # type: ignore[attr-defined]
+                           expiry_time_period_ms=-1)
+            assert expired.error_code == 0, expired  # type: ignore[attr-defined]
