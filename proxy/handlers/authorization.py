@@ -56,6 +56,12 @@ from protocol.authorization_answers import (
     transaction_asked,
     transaction_refused,
 )
+from protocol.cluster_refusals import (
+    CLUSTER_ADMINISTRATION_APIS,
+    FIRST_KAFKA_VERSIONS,
+    cluster_administration_refused,
+    refused_message,
+)
 from protocol.codecs import max_version
 from protocol.config_resources import CONFIG_APIS
 from protocol.errors import (
@@ -108,14 +114,24 @@ and the share groups' offset APIs (``proxy.handlers.refused_topics``), the confi
 JUDGED_WHERE_ANSWERED = TOKEN_APIS
 """The APIs judged by their handlers where the proxy answers them: the delegation-token APIs, unless clients log in to
 the cluster themselves (``proxy.handlers.delegation_tokens``); forwarded there, they are kept for super users."""
-AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | {
+CLUSTER_OPERATIONS: dict[int, AclOperation] = {
+    Api.DESCRIBE_LOG_DIRS: AclOperation.DESCRIBE, Api.ALTER_REPLICA_LOG_DIRS: AclOperation.ALTER,
+    Api.ELECT_LEADERS: AclOperation.ALTER, Api.ALTER_PARTITION_REASSIGNMENTS: AclOperation.ALTER,
+    Api.LIST_PARTITION_REASSIGNMENTS: AclOperation.DESCRIBE, Api.DESCRIBE_USER_SCRAM_CREDENTIALS: AclOperation.DESCRIBE,
+    Api.ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER, Api.DESCRIBE_QUORUM: AclOperation.DESCRIBE,
+    Api.UPDATE_FEATURES: AclOperation.ALTER, Api.LIST_CONFIG_RESOURCES: AclOperation.DESCRIBE_CONFIGS,
+}
+"""The cluster's administration (``protocol.cluster_refusals``): the operation on the cluster each API needs
+(``KafkaApis``, ``ControllerApis``)."""
+assert CLUSTER_OPERATIONS.keys() == CLUSTER_ADMINISTRATION_APIS
+AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | CLUSTER_ADMINISTRATION_APIS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS,
     *SHARE_APIS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
                                      *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *CONSUMER_GROUP_APIS,
-                                     *SHARE_GROUP_APIS})
+                                     *SHARE_GROUP_APIS, *CLUSTER_ADMINISTRATION_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -137,6 +153,8 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
            else SuperUsersOnly(authorizer, handler, logged)
            for api_key, handler in handlers.items()}}
     membership = GroupMembership(access)
+    judged.update({api_key: ClusterAdministration(access, handlers.get(api_key))
+                   for api_key in CLUSTER_ADMINISTRATION_APIS})
     judged.update({Api.FIND_COORDINATOR: Coordinators(access), **dict.fromkeys(GROUP_MEMBERSHIP_APIS, membership),
                    **{api_key: GroupFirst(access, handlers[api_key]) for api_key in GROUP_FIRST_APIS},
                    Api.OFFSET_FETCH: GroupOffsets(access),
@@ -389,6 +407,26 @@ class ClusterDescribed:
         if access.allows(caller, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
             operations = authorizer.authorized_operations(requester_of(caller), ResourceType.CLUSTER, CLUSTER_NAME)
         return Forward(on_response=OnResponse(finish=lambda body: cluster_described(version, body, operations)))
+
+
+class ClusterAdministration:
+    """The cluster's administration (``CLUSTER_OPERATIONS``): its operation on the cluster, else refused whole as
+    Kafka refuses it (``protocol.cluster_refusals``); allowed, on to ``then`` (the API's handler, which keeps the
+    proxy's own topics out, where it has one)."""
+
+    def __init__(self, access: Access, then: RequestHandler | None) -> None:
+        self._access = access
+        self._then = then
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        if version < FIRST_KAFKA_VERSIONS.get(api_key, 0):
+            return CLOSE  # Kafka does not offer it, nor read it
+        if self._access.allows(caller, CLUSTER_OPERATIONS[api_key], ResourceType.CLUSTER, CLUSTER_NAME):
+            return FORWARD if self._then is None else self._then.on_request(header, frame, caller)
+        answer = cluster_administration_refused(api_key, version, frame[header.length:],
+                                                refused_message(caller.principal, caller.host))
+        return CLOSE if answer is None else local_answer(header, answer)
 
 
 class TransactionalIdFirst:

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, ShareConsumer
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -78,11 +86,12 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
     ("User:alice", "group", "alice-g", "literal", "delete", "allow"),
     ("User:alice", "group", "alice-share", "literal", "delete", "allow"),
     ("User:alice", "user", "User:bob", "literal", "create-tokens", "allow"),
+    ("User:carol", "cluster", "kafka-cluster", "literal", "alter", "allow"),
 ]
 TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
 ZERO_ID = uuid.UUID(int=0)
-DESCRIBE_LOG_DIRS = 35
+DESCRIBE_TRANSACTIONS = 65
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
 DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
@@ -517,6 +526,52 @@ def delegation_tokens(sock: socket.socket, side: Side) -> Any:
             (described.error_code, described.tokens))  # type: ignore[attr-defined]
 
 
+def compared(answer: Any, *left_out: str) -> Any:
+    """An answer's fields as Kafka's and the proxy's are compared: ``left_out`` dropped at any depth, with the throttle;
+    the message of a CLUSTER_AUTHORIZATION_FAILED Kafka writes naming the request's connection replaced."""
+    def walk(value: Any) -> Any:
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        kept = {name: walk(item) for name, item in value.items() if name not in {*left_out, "throttle_time_ms"}}
+        if kept.get("error_code") == 31 and kept.get("error_message") not in (None, "Cluster authorization failed."):
+            kept["error_message"] = "(names the request)"
+        return kept
+
+    return walk(answer.to_dict())
+
+
+def cluster_administration(sock: socket.socket, side: Side) -> Any:
+    """The cluster's administration, each API needing one operation on the cluster (carol may alter it, which implies
+    describing it; bob may describe its configs), by requests that change nothing where allowed: an unknown topic's
+    log directories described, its replica moved to a directory that does not exist, its leaders elected and its
+    reassignment cancelled and listed; credentials described, and unknown users' deleted; the quorum described; an
+    unknown feature updated with validation alone; the brokers' config resources listed."""
+    unknown = "acl-none"
+    return [
+        compared(call(sock, Api.DESCRIBE_LOG_DIRS, 4, topics=[{"topic": unknown, "partitions": [0]}]),
+                 "total_bytes", "usable_bytes"),
+        compared(call(sock, Api.ALTER_REPLICA_LOG_DIRS, 2, dirs=[
+            {"path": "/no/such/dir", "topics": [{"name": unknown, "partitions": [0, 1]}]}])),
+        compared(call(sock, Api.ELECT_LEADERS, 2, election_type=0, timeout_ms=5000,
+                      topic_partitions=[{"topic": unknown, "partitions": [0, 1]}])),
+        compared(call(sock, Api.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=5000,
+                      allow_replication_factor_change=True,
+                      topics=[{"name": unknown, "partitions": [{"partition_index": 0, "replicas": None}]}])),
+        compared(call(sock, Api.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=5000,
+                      topics=[{"name": unknown, "partition_indexes": [0]}])),
+        compared(call(sock, Api.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[{"name": "alice"}, {"name": "nobody"}])),
+        compared(call(sock, Api.ALTER_USER_SCRAM_CREDENTIALS, 0, upsertions=[], deletions=[
+            {"name": "nobody", "mechanism": 1}, {"name": "anybody", "mechanism": 2}])),
+        compared(call(sock, Api.DESCRIBE_QUORUM, 2, topics=[
+            {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]),
+            "high_watermark", "current_voters", "observers"),
+        compared(call(sock, Api.UPDATE_FEATURES, 1, timeout_ms=5000, validate_only=True, feature_updates=[
+            {"feature": "no.such.feature", "max_version_level": 1, "upgrade_type": 1}])),
+        compared(call(sock, Api.LIST_CONFIG_RESOURCES, 1, resource_types=[4]))]
+
+
 def groups(sock: socket.socket, side: Side) -> Any:
     """The groups listed (of those the matrix makes), and described: alice's, the shared one (alice may describe it,
     bob read it) and one that is nobody's, with their authorized operations; and groups that do not exist deleted
@@ -727,8 +782,8 @@ def share_groups(sock: socket.socket, side: Side) -> Any:
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, negative_lengths,
-    producer_ids, topic_admin, acl_requests, delegation_tokens, transactions, groups, described_cluster, configs,
-    client_quotas, consumer_groups, share_groups]
+    producer_ids, topic_admin, acl_requests, delegation_tokens, cluster_administration, transactions, groups,
+    described_cluster, configs, client_quotas, consumer_groups, share_groups]
 
 
 def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple[str, str]]:
@@ -746,6 +801,20 @@ def librdkafka_deliveries(side: Side, user: str, idempotent: bool) -> list[tuple
     except KafkaException as fatal:  # an idempotent producer refused its producer id
         reports.append(("fatal", fatal.args[0].name()))
     return sorted(reports)
+
+
+def librdkafka_administration(side: Side, user: str) -> list[str]:
+    """What librdkafka's admin client makes of the cluster's administration: a preferred leader elected (not needed
+    where allowed), each partition's error or the request's. (Its SCRAM credentials' calls corrupt the process's
+    memory on a refusal, Kafka's as the proxy's: raw frames ask those.)"""
+    admin = AdminClient({"bootstrap.servers": side.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user]})
+    try:
+        elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("acl-a.one", 0)]).result(30)
+    except KafkaException as error:
+        return [str(error.args[0].name())]
+    return [f"{partition.topic}[{partition.partition}]: {'' if error is None else error.name()}"
+            for partition, error in elected.items()]
 
 
 def librdkafka_transaction(side: Side, user: str) -> str:
@@ -841,6 +910,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
             answers[side.name][(user, "librdkafka KIP-848 consumer")] = librdkafka_consumed(side, user, "consumer")
             answers[side.name][(user, "librdkafka share consumer")] = librdkafka_share_consumed(side, user)
             answers[side.name][(user, "librdkafka transaction")] = librdkafka_transaction(side, user)
+            answers[side.name][(user, "librdkafka administration")] = librdkafka_administration(side, user)
     kafka, proxy = answers["kafka"], answers["proxy"]
     differences = {question: (kafka[question], proxy[question]) for question in kafka if kafka[question] !=
                    proxy[question]}
@@ -858,6 +928,14 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert kafka[(SUPER_USER, "acl_requests")][3] == [(-1, None)] * 2
     assert [created[0] for created in kafka[("alice", "delegation_tokens")][0]] == [61, 61, 61, 65, 67, 67, -1]
     assert [created[0] for created in kafka[("carol", "delegation_tokens")][0]] == [61, 61, 65, 61, 67, 65, -1]
+    administered = {user: [answer.get("error_code") for answer in kafka[(user, "cluster_administration")]]
+                    for user in ("alice", "bob", "carol")}
+    assert administered["alice"] == [31, None, 31, 31, 31, 31, None, 31, 31, 31], administered
+    assert administered["bob"][-1] == 0 and administered["carol"][-1] == 31, "DESCRIBE_CONFIGS; ALTER does not imply it"
+    assert [kafka[(user, "librdkafka administration")] for user in ("alice", "carol")] == [
+        ["CLUSTER_AUTHORIZATION_FAILED"], ["acl-a.one[0]: ELECTION_NOT_NEEDED"]]
+    carols = kafka[("carol", "cluster_administration")]
+    assert 31 not in administered["carol"][:-1] and "'error_code': 31" not in str(carols[1]), carols
     assert kafka[("alice", "librdkafka transaction")] == "committed"
     assert kafka[("bob", "librdkafka transaction")] == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     assert kafka[("alice", "transactions")][1] == [("acl-a.one", 55), ("acl-hidden", 29)]
@@ -895,13 +973,13 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
 
 
 def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
-    """DescribeLogDirs."""
+    """DescribeTransactions."""
     with setup.proxy.connect("alice") as sock:
-        sock.sendall(encode_request(DESCRIBE_LOG_DIRS, 4, topics=None))
+        sock.sendall(encode_request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx-a"]))
         assert closed_by_peer(sock)
     with setup.proxy.connect(SUPER_USER) as sock:
-        described = call(sock, DESCRIBE_LOG_DIRS, 4, topics=None)
-        assert described.error_code == 0 and described.results  # type: ignore[attr-defined]
+        described = call(sock, DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx-a"])
+        assert [state.transactional_id for state in described.transaction_states] == ["tx-a"]  # type: ignore[attr-defined]
 
 
 def test_a_follower_fetch_in_a_tag_kafka_reads_otherwise_than_a_decoder_never_reaches_the_cluster(

@@ -29,6 +29,7 @@ from tests.unit.proxy.outcomes import answered, finish_of, handled
 
 FIND_COORDINATOR = memoryview(encode_request(Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"]))[4:]
 THROTTLED = Forward(throttle_ms=5)
+DESCRIBE_TRANSACTIONS = 65
 
 
 class Throttling:
@@ -65,15 +66,15 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
         judged_by_acls({Api.OFFSET_COMMIT: topics}, access)
     judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS | SHARE_APIS, topics),
                                         Api.OFFSET_COMMIT: topics, Api.TXN_OFFSET_COMMIT: topics,
-                                        Api.ELECT_LEADERS: topics}, access)
+                                        DESCRIBE_TRANSACTIONS: topics}, access)
     assert set(judged) >= AUTHORIZED_APIS
     alice = Caller("alice", 0)
     assert judged[Api.PRODUCE] is topics and isinstance(judged[Api.OFFSET_COMMIT], GroupFirst)
     assert isinstance(judged[Api.FIND_COORDINATOR], Coordinators)
     versions = memoryview(encode_request(Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
     assert handled(judged[Api.API_VERSIONS], versions[4:], alice) is FORWARD, "Kafka authorizes no ApiVersions"
-    assert handled(judged[Api.ELECT_LEADERS], FIND_COORDINATOR, alice) is CLOSE
-    assert handled(judged[Api.ELECT_LEADERS], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
+    assert handled(judged[DESCRIBE_TRANSACTIONS], FIND_COORDINATOR, alice) is CLOSE
+    assert handled(judged[DESCRIBE_TRANSACTIONS], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
     assert handled(otherwise, FIND_COORDINATOR, alice) is CLOSE
     fetch_by_id = memoryview(encode_request(Api.OFFSET_FETCH, 10, require_stable=False, groups=[]))[4:]
     assert handled(judged[Api.OFFSET_FETCH], fetch_by_id, alice) is CLOSE, "v10 names topics by id: not offered"
@@ -273,3 +274,40 @@ def test_the_proxys_own_topics_are_never_in_a_transaction_whatever_the_acls() ->
     committed = answer_of(handled(judged[Api.TXN_OFFSET_COMMIT], commit, alice), Api.TXN_OFFSET_COMMIT, 5)
     assert [(topic.name, [partition.error_code for partition in topic.partitions])
             for topic in committed.topics] == [(reserved, [29])]
+
+
+def elect_leaders(version: int, topics: list[tuple[str, list[int]]] | None) -> memoryview:
+    return memoryview(encode_request(Api.ELECT_LEADERS, version, election_type=0, timeout_ms=1000, topic_partitions=None
+                                     if topics is None else [{"topic": topic, "partitions": partitions}
+                                                             for topic, partitions in topics]))[4:]
+
+
+def test_the_clusters_administration_needs_its_operation_on_the_cluster_else_is_refused_whole_as_kafka_refuses_it(
+        ) -> None:
+    access = Access(authorizer=alice_allowed((ResourceType.CLUSTER, "kafka-cluster", AclOperation.ALTER)))
+    judged, _ = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS | GROUP_FIRST_APIS | SHARE_APIS, Throttling()),
+                                Api.ELECT_LEADERS: Throttling()}, access)
+    request = elect_leaders(2, [("t", [0, 1]), ("u", [2])])
+    assert handled(judged[Api.ELECT_LEADERS], request, Caller("alice", 0)) is THROTTLED, "on to its handler"
+    assert handled(judged[Api.ELECT_LEADERS], request, Caller("admin", 0)) is THROTTLED
+    refused = answer_of(handled(judged[Api.ELECT_LEADERS], request, Caller("bob", 0, host="10.0.0.2")),
+                        Api.ELECT_LEADERS, 2)
+    message = "Request of User:bob from 10.0.0.2 is not authorized."
+    assert refused.error_code == 31 and [(result.topic, [(partition.partition_id, partition.error_code,
+                                                           partition.error_message)
+                                                          for partition in result.partition_result])
+                                         for result in refused.replica_election_results] == [
+        ("t", [(0, 31, message), (1, 31, message)]), ("u", [(2, 31, message)])]
+    assert answer_of(handled(judged[Api.ELECT_LEADERS], elect_leaders(2, None), Caller("bob", 0)), Api.ELECT_LEADERS,
+                     2).replica_election_results == [], "every partition asked: none answered"
+    log_dirs = memoryview(encode_request(Api.DESCRIBE_LOG_DIRS, 4, topics=None))[4:]
+    assert handled(judged[Api.DESCRIBE_LOG_DIRS], log_dirs, Caller("alice", 0)) is FORWARD, "ALTER implies DESCRIBE"
+    described = answer_of(handled(judged[Api.DESCRIBE_LOG_DIRS], log_dirs, Caller("bob", 0)), Api.DESCRIBE_LOG_DIRS, 4)
+    assert (described.error_code, described.results) == (31, [])
+    version_0 = bytearray(log_dirs)
+    version_0[2:4] = b"\x00\x00"
+    assert handled(judged[Api.DESCRIBE_LOG_DIRS], memoryview(bytes(version_0)), Caller("bob", 0)) is CLOSE, \
+        "Kafka 4.3 reads no v0"
+    everyone = memoryview(encode_request(Api.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None))[4:]
+    assert handled(judged[Api.DESCRIBE_USER_SCRAM_CREDENTIALS], everyone, Caller("bob", 0)) is CLOSE, \
+        "Kafka's error answer fails on no users: it answers nothing"
