@@ -121,3 +121,16 @@ def configs_answer(api_key: int, version: int, upstream_body: memoryview | None,
         for (resource_type, name), error in zip(refused.resources, refused.errors, strict=True)
         for code, message in (error or asked.get((resource_type, name), missing),)]
     return encode_response(api_key, version, answer)
+
+
+def config_resources_listed_without(version: int, upstream_body: memoryview, hidden_topics: frozenset[str]
+                                    ) -> bytes | None:
+    """A ListConfigResources answer without the topics of ``hidden_topics`` (v1 lists every topic, as Kafka lists
+    them to a principal that may describe the cluster's configs); None when it lists none of them."""
+    answer = decode_response(Api.LIST_CONFIG_RESOURCES, version, upstream_body)
+    kept = [resource for resource in answer.config_resources
+            if resource.resource_type != TOPIC_RESOURCE or resource.resource_name not in hidden_topics]
+    if len(kept) == len(answer.config_resources):
+        return None
+    answer.config_resources = kept
+    return encode_response(Api.LIST_CONFIG_RESOURCES, version, answer)

@@ -3,7 +3,8 @@ with the authorizer, each resource judged as Kafka judges it (``ConfigHelper.han
 ``ControllerApis.authorizeAlterResource``): DESCRIBE_CONFIGS, or ALTER_CONFIGS, on the topic (else
 TOPIC_AUTHORIZATION_FAILED), on the group (GROUP_AUTHORIZATION_FAILED), or on the cluster for a broker, a broker's
 loggers and the client-metrics subscriptions (CLUSTER_AUTHORIZATION_FAILED). The refused resources never reach the
-cluster, which the proxy's login lets describe and alter anything."""
+cluster, which the proxy's login lets describe and alter anything. ListConfigResources lists the topics without the
+proxy's own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from protocol.config_resources import (
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
     ConfigRefusal,
+    config_resources_listed_without,
     configs_answer,
     configs_refused,
 )
@@ -23,6 +25,8 @@ from proxy.decision.outcome import (
     FORWARD,
     Caller,
     Decided,
+    Forward,
+    OnResponse,
     answered_in_part,
 )
 from proxy.handlers.refused_topics import reserved_names_search
@@ -61,3 +65,18 @@ class ConfigResourcesJudged:
                 else CLUSTER_AUTHORIZATION_FAILED
 
         return refusal
+
+
+class ConfigResourcesListed:
+    """ListConfigResources: v1 lists every topic of the cluster (Kafka asks DESCRIBE_CONFIGS on the cluster, judged
+    before with the authorizer, and no topic's ACLs); the proxy's own are left out, as from every topic listing."""
+
+    def __init__(self, access: Access) -> None:
+        self._hidden = frozenset(access.reserved_topics)
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        version, hidden = header.api_version, self._hidden
+        if not hidden:
+            return FORWARD
+        return Forward(on_response=OnResponse(
+            finish=lambda body: config_resources_listed_without(version, body, hidden), read_whole=True))

@@ -35,7 +35,7 @@ from proxy.handlers.api_versions import ApiVersionsAnswers
 from proxy.handlers.authorization import judged_by_acls
 from proxy.handlers.chain import ClusterAnswers, RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
-from proxy.handlers.config_resources import ConfigResourcesJudged
+from proxy.handlers.config_resources import ConfigResourcesJudged, ConfigResourcesListed
 from proxy.handlers.delegation_tokens import TOKEN_APIS, DelegationTokensWithoutTokens
 from proxy.handlers.fetch import FetchHandler
 from proxy.handlers.produce import ProduceHandler
@@ -198,6 +198,7 @@ class Services:
                 **dict.fromkeys(PARTITIONED_APIS.keys() - {Api.OFFSET_DELETE}, without),
                 Api.OFFSET_DELETE: OffsetDeletions(access),
                 **dict.fromkeys(CONFIG_APIS, ConfigResourcesJudged(access)),
+                Api.LIST_CONFIG_RESOURCES: ConfigResourcesListed(access),
                 Api.SHARE_FETCH: ShareTopicsWithoutRefused(access, self.topic_names, share_fetch),
                 Api.SHARE_ACKNOWLEDGE: ShareTopicsWithoutRefused(access, self.topic_names),
                 **dict.fromkeys(SHARE_GROUP_OFFSET_APIS, ShareGroupOffsets(access))}

@@ -196,6 +196,13 @@ def test_metadata_leaves_the_proxys_topics_out_and_refuses_them_when_named(
     wait_until(lambda: [t.name for t in first_page().topics] == [before], 30, "the topic created shown")
     following = first_page().next_cursor  # type: ignore[attr-defined]
     assert following is None or following.topic_name not in (quotas_topic, usage_topic), following
+    # nor ListConfigResources, whose v1 lists every topic's name (and the brokers, kept)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
+        listed = call(sock, Api.LIST_CONFIG_RESOURCES, 1, resource_types=[2, 4])
+    resources = {(resource.resource_type, resource.resource_name)
+                 for resource in listed.config_resources}  # type: ignore[attr-defined]
+    assert (2, topic) in resources and (4, str(broker.node_ids[0])) in resources, resources
+    assert not {name for _, name in resources} & {quotas_topic, usage_topic}
 
 
 def test_the_proxys_topics_cannot_be_created_deleted_or_extended(fleet_member: tuple[ProxyProcess, str],

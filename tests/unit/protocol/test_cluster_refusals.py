@@ -1,4 +1,5 @@
-"""The cluster's administration refused as Kafka 4.3 refuses it (each request class's ``getErrorResponse``)."""
+"""The cluster's administration refused as Kafka 4.3 refuses it (each request class's ``getErrorResponse``), and
+ListConfigResources' listing without the proxy's own topics."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from protocol.cluster_refusals import (
     FIRST_KAFKA_VERSIONS,
     cluster_administration_refused,
 )
-from protocol.codecs import decode_response, max_version
+from protocol.codecs import decode_response, encode_response, max_version
+from protocol.config_resources import config_resources_listed_without
 from protocol.header import read_request_header
 from tests.support import encode_request
 
@@ -89,3 +91,16 @@ def test_no_users_asked_of_describe_user_scram_credentials_gets_no_answer_as_kaf
     frame = memoryview(encode_request(Api.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None))[4:]
     assert cluster_administration_refused(Api.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
                                           frame[read_request_header(frame).length:], "m") is None
+
+
+def test_the_hidden_topics_are_left_out_of_a_config_resources_listing_and_nothing_else() -> None:
+    listed = {"throttle_time_ms": 0, "error_code": 0, "config_resources": [
+        {"resource_name": "quotas", "resource_type": 2}, {"resource_name": "t", "resource_type": 2},
+        {"resource_name": "quotas", "resource_type": 32}, {"resource_name": "1", "resource_type": 4}]}
+    body = memoryview(encode_response(Api.LIST_CONFIG_RESOURCES, 1, listed))
+    kept = config_resources_listed_without(1, body, frozenset({"quotas"}))
+    assert kept is not None
+    assert [(resource.resource_name, resource.resource_type) for resource in decode_response(
+        Api.LIST_CONFIG_RESOURCES, 1, kept).config_resources] == [("t", 2), ("quotas", 32), ("1", 4)], \
+        "a group of the same name is not the topic"
+    assert config_resources_listed_without(1, body, frozenset({"other"})) is None
