@@ -14,7 +14,13 @@ from typing import Any, NamedTuple
 
 from protocol.apis import Api, response_class
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import ERROR_MESSAGES, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import (
+    ERROR_MESSAGES,
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ProtocolError,
+)
 from protocol.refused_topics import NameRefusal, bit_positions
 
 GROUP_MEMBERSHIP_APIS = frozenset({Api.JOIN_GROUP, Api.SYNC_GROUP, Api.HEARTBEAT, Api.LEAVE_GROUP})
@@ -246,6 +252,52 @@ def transaction_refused(api_key: int, version: int, asked: TransactionAsked, err
         {"name": name, "results_by_partition": [
             {"partition_index": partition, "partition_error_code": errors.get(name, error_code)}
             for partition in partitions]} for name, partitions in asked.partitions]})
+
+
+def transactions_described(version: int, body: memoryview, refused: NameRefusal
+                           ) -> tuple[tuple[str, ...], bytes | None]:
+    """A DescribeTransactions' transactional ids, in the request's order, and the request for those ``refused`` does
+    not refuse (None: it refuses them all)."""
+    request = decode_request(Api.DESCRIBE_TRANSACTIONS, version, body)
+    asked = tuple(request.transactional_ids)
+    request.transactional_ids = [transactional_id for transactional_id in asked if not refused(transactional_id)]
+    return asked, encode_request(Api.DESCRIBE_TRANSACTIONS, version, request) if request.transactional_ids else None
+
+
+def transactions_described_answer(version: int, asked: tuple[str, ...], refused: NameRefusal,
+                                  upstream_body: memoryview | None, topic_refused: NameRefusal) -> bytes:
+    """Each transactional id asked, in the request's order: one ``refused`` with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    and nothing else, the others as the cluster describes them (it answers each id asked of it, in order); every one
+    without the topics ``topic_refused`` (``handleDescribeTransactionsRequest``)."""
+    cls = response_class(Api.DESCRIBE_TRANSACTIONS)
+    described = iter(() if upstream_body is None else
+                     decode_response(Api.DESCRIBE_TRANSACTIONS, version, upstream_body).transaction_states)
+    states = []
+    for transactional_id in asked:
+        if refused(transactional_id):
+            states.append(cls.TransactionState(
+                error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=transactional_id,
+                transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=0, producer_id=0,
+                producer_epoch=0, topics=[]))
+            continue
+        state = next(described, None)
+        if state is None:
+            raise ProtocolError("the cluster described fewer transactions than it was asked",
+                                api_key=Api.DESCRIBE_TRANSACTIONS, api_version=version)
+        state.topics = [topic for topic in state.topics if not topic_refused(topic.topic)]
+        states.append(state)
+    return encode_response(Api.DESCRIBE_TRANSACTIONS, version, {"throttle_time_ms": 0, "transaction_states": states})
+
+
+def transactions_listed(version: int, upstream_body: memoryview, refused: NameRefusal) -> bytes | None:
+    """A ListTransactions answer without the transactions whose ids ``refused`` (``handleListTransactionsRequest``);
+    None when it lists none of them."""
+    answer = decode_response(Api.LIST_TRANSACTIONS, version, upstream_body)
+    kept = [state for state in answer.transaction_states if not refused(state.transactional_id)]
+    if len(kept) == len(answer.transaction_states):
+        return None
+    answer.transaction_states = kept
+    return encode_response(Api.LIST_TRANSACTIONS, version, answer)
 
 
 def group_and_transaction(api_key: int, version: int, body: memoryview) -> tuple[str, str | None]:

@@ -37,7 +37,7 @@ TESTED_VERSIONS: dict[int, int] = {
     # the cluster's administration, judged by the authorizer (``protocol.cluster_refusals``)
     Api.ALTER_REPLICA_LOG_DIRS: 2, Api.DESCRIBE_LOG_DIRS: 5, Api.LIST_PARTITION_REASSIGNMENTS: 0,
     Api.DESCRIBE_USER_SCRAM_CREDENTIALS: 0, Api.ALTER_USER_SCRAM_CREDENTIALS: 0, Api.DESCRIBE_QUORUM: 2,
-    Api.UPDATE_FEATURES: 2, Api.LIST_CONFIG_RESOURCES: 1,
+    Api.UPDATE_FEATURES: 2, Api.LIST_CONFIG_RESOURCES: 1, Api.DESCRIBE_TRANSACTIONS: 0, Api.LIST_TRANSACTIONS: 2,
     # the authorizer's (``proxy.handlers.authorization``); OffsetFetch v10 names topics by id, which it does not
     # resolve
     Api.JOIN_GROUP: 9, Api.SYNC_GROUP: 5, Api.HEARTBEAT: 4, Api.LEAVE_GROUP: 5, Api.OFFSET_FETCH: 9,

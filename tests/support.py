@@ -314,16 +314,17 @@ def call(sock: socket.socket, api_key: int, api_version: int, correlation_id: in
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
-def new_producer_id(sock: socket.socket, timeout_s: float = 30.0) -> Any:
-    """An idempotent producer's InitProducerId answer on ``sock``. A Kafka broker answers
+def new_producer_id(sock: socket.socket, timeout_s: float = 30.0, transactional_id: str | None = None,
+                    transaction_timeout_ms: int = 60_000) -> Any:
+    """An idempotent (or ``transactional_id``'s) producer's InitProducerId answer on ``sock``. A Kafka broker answers
     COORDINATOR_LOAD_IN_PROGRESS until its controller has given it a block of IDs (at its first
     producer, and whenever a block runs out before the next arrived): asked again, as Kafka's producers do."""
     from protocol.apis import Api
 
     deadline = time.monotonic() + timeout_s
     while True:
-        answer = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60_000,
-                      producer_id=-1, producer_epoch=-1)
+        answer = call(sock, Api.INIT_PRODUCER_ID, 4, transactional_id=transactional_id,
+                      transaction_timeout_ms=transaction_timeout_ms, producer_id=-1, producer_epoch=-1)
         if answer.error_code != COORDINATOR_LOAD_IN_PROGRESS:  # type: ignore[attr-defined]
             return answer
         assert time.monotonic() < deadline, f"no producer ID after {timeout_s} s"

@@ -55,6 +55,9 @@ from protocol.authorization_answers import (
     share_request_refused,
     transaction_asked,
     transaction_refused,
+    transactions_described,
+    transactions_described_answer,
+    transactions_listed,
 )
 from protocol.cluster_refusals import (
     CLUSTER_ADMINISTRATION_APIS,
@@ -97,6 +100,7 @@ log = logging.getLogger(__name__)
 GROUP_FIRST_APIS = frozenset({Api.OFFSET_COMMIT, Api.TXN_OFFSET_COMMIT})
 """The APIs naming topics whose group is authorized first (``GroupFirst``)."""
 GROUP_ADMINISTRATION_APIS = frozenset({Api.LIST_GROUPS, Api.DESCRIBE_GROUPS, Api.DELETE_GROUPS})
+TRANSACTION_ADMINISTRATION_APIS = frozenset({Api.DESCRIBE_TRANSACTIONS, Api.LIST_TRANSACTIONS})
 NEVER_AUTHORIZED_APIS = frozenset({Api.API_VERSIONS, Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE,
                                    Api.GET_TELEMETRY_SUBSCRIPTIONS, Api.PUSH_TELEMETRY})
 """The APIs Kafka authorizes no request of: forwarded."""
@@ -126,12 +130,12 @@ CLUSTER_OPERATIONS: dict[int, AclOperation] = {
 assert CLUSTER_OPERATIONS.keys() == CLUSTER_ADMINISTRATION_APIS
 AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | CLUSTER_ADMINISTRATION_APIS | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
-    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER, *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS,
-    *SHARE_APIS}
+    *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *TRANSACTION_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER,
+    *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS, *SHARE_APIS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
                                      *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *CONSUMER_GROUP_APIS,
-                                     *SHARE_GROUP_APIS, *CLUSTER_ADMINISTRATION_APIS})
+                                     *SHARE_GROUP_APIS, *CLUSTER_ADMINISTRATION_APIS, *TRANSACTION_ADMINISTRATION_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -160,6 +164,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
                    Api.OFFSET_FETCH: GroupOffsets(access),
                    **dict.fromkeys(TRANSACTION_APIS, TransactionalIdFirst(access)),
                    **dict.fromkeys(GROUP_ADMINISTRATION_APIS, GroupsAdministered(access)),
+                   **dict.fromkeys(TRANSACTION_ADMINISTRATION_APIS, TransactionsAdministered(access)),
                    Api.DESCRIBE_CLUSTER: ClusterDescribed(access),
                    **dict.fromkeys(CONSUMER_GROUP_APIS | SHARE_GROUP_APIS, NewProtocolGroups(access, SuperUsersOnly(
                        authorizer, None, logged, "the coordinator would resolve its subscription by regular expression "
@@ -321,6 +326,30 @@ class GroupsAdministered:
 
         return answered_in_part(frame, header, described.forwarded_body,
                                 lambda body: groups_described_answer(version, described, body, operations))
+
+
+class TransactionsAdministered:
+    """ListTransactions: the transactions whose transactional id the principal may describe
+    (``handleListTransactionsRequest``). DescribeTransactions: DESCRIBE on each transactional id, a refused one
+    answered in its place with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing else, the others asked of the
+    cluster; each without the topics the principal may not describe (``handleDescribeTransactionsRequest``)."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        access, version = self._access, header.api_version
+
+        def refused(transactional_id: str | None) -> bool:
+            return not access.allows(caller, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                     transactional_id or "")
+
+        if header.api_key == Api.LIST_TRANSACTIONS:
+            return Forward(on_response=OnResponse(finish=lambda body: transactions_listed(version, body, refused)))
+        asked, forwarded_body = transactions_described(version, frame[header.length:], refused)
+        topic_refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
+        return answered_in_part(frame, header, forwarded_body, lambda body: transactions_described_answer(
+            version, asked, refused, body, topic_refused))
 
 
 class NewProtocolGroups:

@@ -56,6 +56,7 @@ from tests.support import (
     closed_by_peer,
     decoded_response,
     encode_request,
+    new_producer_id,
     read_frame,
     record_batch,
     wait_until,
@@ -91,7 +92,8 @@ ACLS = [  # principal, resource type, name, pattern type, operation, permission,
 TOPICS = ["acl-a.one", "acl-a.locked", "acl-shared", "acl-public", "acl-hidden"]
 USERS = ("alice", "bob", "carol", SUPER_USER)
 ZERO_ID = uuid.UUID(int=0)
-DESCRIBE_TRANSACTIONS = 65
+STREAMS_GROUP_DESCRIBE = 89
+OPEN_TRANSACTION = "tx-open"
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
 DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
@@ -630,6 +632,32 @@ def transactions(sock: socket.socket, side: Side) -> Any:
     return answers
 
 
+def transaction_left_open(setup: Setup) -> None:
+    """The super user begins a transaction of ``OPEN_TRANSACTION`` adding partitions of acl-shared and acl-hidden, and
+    leaves it open (``transactions_administered``)."""
+    with setup.kafka.connect(SUPER_USER) as sock:
+        producer = new_producer_id(sock, transactional_id=OPEN_TRANSACTION, transaction_timeout_ms=600_000)
+        assert producer.error_code == 0, producer  # type: ignore[attr-defined]
+        added = call(sock, Api.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=OPEN_TRANSACTION,
+                     v3_and_below_producer_id=producer.producer_id,  # type: ignore[attr-defined]
+                     v3_and_below_producer_epoch=producer.producer_epoch,  # type: ignore[attr-defined]
+                     v3_and_below_topics=[{"name": name, "partitions": [0]} for name in ("acl-shared", "acl-hidden")])
+    assert {partition.partition_error_code for topic in added.results_by_topic_v3_and_below  # type: ignore[attr-defined]
+            for partition in topic.results_by_partition} == {0}, added
+
+
+def transactions_administered(sock: socket.socket, side: Side) -> Any:
+    """The transactions listed (those whose transactional id the principal may describe), and described: tx-a (alice
+    may write it, bob describe it), the open one (bob may describe it, and of its topics acl-shared alone), twice,
+    and one nobody has."""
+    listed = call(sock, Api.LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[], duration_filter=-1)
+    described = call(sock, Api.DESCRIBE_TRANSACTIONS, 0,
+                     transactional_ids=["tx-a", OPEN_TRANSACTION, "tx-none", OPEN_TRANSACTION])
+    return (sorted((state.transactional_id, state.transaction_state)
+                   for state in listed.transaction_states),  # type: ignore[attr-defined]
+            compared(described))
+
+
 def configs(sock: socket.socket, side: Side) -> Any:
     """Configs described, and altered with validation alone (the sides share one cluster), of topics (one missing),
     groups, the broker and the cluster's defaults, the broker's loggers and a client-metrics subscription; and
@@ -782,7 +810,8 @@ def share_groups(sock: socket.socket, side: Side) -> Any:
 RAW_QUESTIONS: list[Callable[[socket.socket, Side], Any]] = [
     metadata_of_all, metadata_of_named, metadata_by_id, described_topics, produced, produced_transactionally,
     fetched, fetched_as_a_follower, listed_offsets, coordinators, group_membership, group_offsets, negative_lengths,
-    producer_ids, topic_admin, acl_requests, delegation_tokens, cluster_administration, transactions, groups,
+    producer_ids, topic_admin, acl_requests, delegation_tokens, cluster_administration, transactions,
+    transactions_administered, groups,
     described_cluster, configs, client_quotas, consumer_groups, share_groups]
 
 
@@ -895,6 +924,7 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     sides = (setup.kafka, setup.proxy)
     share_groups_read_from_the_start(setup)
     offsets_committed_to_the_nulls_group(setup)
+    transaction_left_open(setup)
     answers: dict[str, dict[tuple[str, str], Any]] = {side.name: {} for side in sides}
     for user in USERS:
         with setup.kafka.connect(user) as to_kafka, setup.proxy.connect(user) as to_proxy:
@@ -934,6 +964,11 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
     assert administered["bob"][-1] == 0 and administered["carol"][-1] == 31, "DESCRIBE_CONFIGS; ALTER does not imply it"
     assert [kafka[(user, "librdkafka administration")] for user in ("alice", "carol")] == [
         ["CLUSTER_AUTHORIZATION_FAILED"], ["acl-a.one[0]: ELECTION_NOT_NEEDED"]]
+    opened = [kafka[(user, "transactions_administered")][1]["transaction_states"][1] for user in ("alice", "bob")]
+    assert [(state["error_code"], [topic["topic"] for topic in state["topics"]]) for state in opened] == [
+        (53, []), (0, ["acl-shared"])], opened
+    assert (OPEN_TRANSACTION, "Ongoing") in kafka[("bob", "transactions_administered")][0]
+    assert not kafka[("carol", "transactions_administered")][0]
     carols = kafka[("carol", "cluster_administration")]
     assert 31 not in administered["carol"][:-1] and "'error_code': 31" not in str(carols[1]), carols
     assert kafka[("alice", "librdkafka transaction")] == "committed"
@@ -973,13 +1008,18 @@ def test_each_answer_is_kafkas(setup: Setup) -> None:
 
 
 def test_an_api_the_proxy_does_not_judge_yet_is_a_super_users_alone(setup: Setup) -> None:
-    """DescribeTransactions."""
+    """StreamsGroupDescribe (which kafka-python has no schema for: written byte by byte)."""
+    body = b"\x02\x02g" + b"\x00" + b"\x00"  # group ids ["g"], no authorized operations, no tagged fields
+    request = (STREAMS_GROUP_DESCRIBE.to_bytes(2, "big") + bytes(2) + (7).to_bytes(4, "big") + (4).to_bytes(2, "big")
+               + b"test" + b"\x00" + body)
+    framed = len(request).to_bytes(4, "big") + request
     with setup.proxy.connect("alice") as sock:
-        sock.sendall(encode_request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx-a"]))
+        sock.sendall(framed)
         assert closed_by_peer(sock)
     with setup.proxy.connect(SUPER_USER) as sock:
-        described = call(sock, DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx-a"])
-        assert [state.transactional_id for state in described.transaction_states] == ["tx-a"]  # type: ignore[attr-defined]
+        sock.sendall(framed)
+        answer = read_frame(sock)
+        assert answer[:4] == (7).to_bytes(4, "big"), answer  # the cluster's answer to it
 
 
 def test_a_follower_fetch_in_a_tag_kafka_reads_otherwise_than_a_decoder_never_reaches_the_cluster(

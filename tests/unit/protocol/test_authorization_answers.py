@@ -19,8 +19,12 @@ from protocol.authorization_answers import (
     membership_refused,
     offsets_answer,
     offsets_asked,
+    transactions_described,
+    transactions_described_answer,
+    transactions_listed,
 )
 from protocol.codecs import decode_request, decode_response, encode_request, encode_response
+from protocol.errors import ProtocolError
 
 REFUSED_GROUP = "theirs".__eq__
 REFUSED_TOPIC = "secret".__eq__
@@ -163,3 +167,43 @@ def test_groups_a_principal_may_not_delete_are_answered_after_the_others_each_on
     answer = decode_response(Api.DELETE_GROUPS, 2, groups_deleted_answer(2, refusals, memoryview(upstream)))
     assert [(result.group_id, result.error_code) for result in answer.results] == [("mine", 69), ("theirs", 30)]
     assert groups_deleted(2, body(Api.DELETE_GROUPS, 2, groups_names=["theirs"]), REFUSED_GROUP) == (("theirs",), None)
+
+
+def test_refused_transactions_keep_their_places_and_every_one_loses_the_topics_refused() -> None:
+    body = memoryview(encode_request(Api.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["a", "x", "b", "a"]}))
+    refused = {"x"}.__contains__
+    asked, forwarded = transactions_described(0, body, refused)
+    assert asked == ("a", "x", "b", "a") and forwarded is not None
+    assert decode_request(Api.DESCRIBE_TRANSACTIONS, 0, forwarded).transactional_ids == ["a", "b", "a"]
+
+    def state(transactional_id: str, *topics: str) -> dict[str, Any]:
+        return {"error_code": 0, "transactional_id": transactional_id, "transaction_state": "Ongoing",
+                "transaction_timeout_ms": 60000, "transaction_start_time_ms": 5, "producer_id": 7,
+                "producer_epoch": 1, "topics": [{"topic": topic, "partitions": [0]} for topic in topics]}
+
+    upstream = encode_response(Api.DESCRIBE_TRANSACTIONS, 0, {"throttle_time_ms": 0, "transaction_states": [
+        state("a", "t", "hidden"), state("b", "hidden"), state("a", "t", "hidden")]})
+    answer = decode_response(Api.DESCRIBE_TRANSACTIONS, 0, transactions_described_answer(
+        0, asked, refused, memoryview(upstream), {"hidden"}.__contains__))
+    assert [(s.transactional_id, s.error_code, s.producer_id, [t.topic for t in s.topics])
+            for s in answer.transaction_states] == [("a", 0, 7, ["t"]), ("x", 53, 0, []), ("b", 0, 7, []),
+                                                    ("a", 0, 7, ["t"])]
+    every_one_refused = transactions_described(0, body, lambda transactional_id: True)
+    assert every_one_refused[1] is None
+    alone = decode_response(Api.DESCRIBE_TRANSACTIONS, 0, transactions_described_answer(
+        0, every_one_refused[0], lambda transactional_id: True, None, lambda topic: False))
+    assert [s.error_code for s in alone.transaction_states] == [53] * 4
+    with pytest.raises(ProtocolError, match="fewer transactions"):
+        transactions_described_answer(0, asked, refused, memoryview(encode_response(
+            Api.DESCRIBE_TRANSACTIONS, 0, {"throttle_time_ms": 0, "transaction_states": [state("a")]})),
+            lambda topic: False)
+
+
+def test_transactions_a_principal_may_not_describe_are_left_out_of_a_listing() -> None:
+    listed = encode_response(Api.LIST_TRANSACTIONS, 1, {"throttle_time_ms": 0, "error_code": 0,
+                                                        "unknown_state_filters": [], "transaction_states": [
+        {"transactional_id": name, "producer_id": 1, "transaction_state": "Ongoing"} for name in ("a", "x")]})
+    kept = transactions_listed(1, memoryview(listed), {"x"}.__contains__)
+    assert kept is not None
+    assert [s.transactional_id for s in decode_response(Api.LIST_TRANSACTIONS, 1, kept).transaction_states] == ["a"]
+    assert transactions_listed(1, memoryview(listed), lambda transactional_id: False) is None

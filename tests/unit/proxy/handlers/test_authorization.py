@@ -29,7 +29,7 @@ from tests.unit.proxy.outcomes import answered, finish_of, handled
 
 FIND_COORDINATOR = memoryview(encode_request(Api.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["g"]))[4:]
 THROTTLED = Forward(throttle_ms=5)
-DESCRIBE_TRANSACTIONS = 65
+STREAMS_GROUP_DESCRIBE = 89
 
 
 class Throttling:
@@ -66,15 +66,15 @@ def test_with_the_authorizer_each_api_is_judged_as_kafka_judges_it_or_kept_for_s
         judged_by_acls({Api.OFFSET_COMMIT: topics}, access)
     judged, otherwise = judged_by_acls({**dict.fromkeys(JUDGED_BY_THEIR_HANDLERS | SHARE_APIS, topics),
                                         Api.OFFSET_COMMIT: topics, Api.TXN_OFFSET_COMMIT: topics,
-                                        DESCRIBE_TRANSACTIONS: topics}, access)
+                                        STREAMS_GROUP_DESCRIBE: topics}, access)
     assert set(judged) >= AUTHORIZED_APIS
     alice = Caller("alice", 0)
     assert judged[Api.PRODUCE] is topics and isinstance(judged[Api.OFFSET_COMMIT], GroupFirst)
     assert isinstance(judged[Api.FIND_COORDINATOR], Coordinators)
     versions = memoryview(encode_request(Api.API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
     assert handled(judged[Api.API_VERSIONS], versions[4:], alice) is FORWARD, "Kafka authorizes no ApiVersions"
-    assert handled(judged[DESCRIBE_TRANSACTIONS], FIND_COORDINATOR, alice) is CLOSE
-    assert handled(judged[DESCRIBE_TRANSACTIONS], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
+    assert handled(judged[STREAMS_GROUP_DESCRIBE], FIND_COORDINATOR, alice) is CLOSE
+    assert handled(judged[STREAMS_GROUP_DESCRIBE], FIND_COORDINATOR, Caller("admin", 0)) is THROTTLED
     assert handled(otherwise, FIND_COORDINATOR, alice) is CLOSE
     fetch_by_id = memoryview(encode_request(Api.OFFSET_FETCH, 10, require_stable=False, groups=[]))[4:]
     assert handled(judged[Api.OFFSET_FETCH], fetch_by_id, alice) is CLOSE, "v10 names topics by id: not offered"
