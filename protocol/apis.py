@@ -74,6 +74,7 @@ class Api(enum.IntEnum):
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    UNREGISTER_BROKER = 64
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
@@ -82,6 +83,8 @@ class Api(enum.IntEnum):
     GET_TELEMETRY_SUBSCRIPTIONS = 71
     PUSH_TELEMETRY = 72
     LIST_CONFIG_RESOURCES = 74
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
     DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
@@ -128,8 +131,6 @@ class SchemalessApi(NamedTuple):
 
 
 WITHOUT_SCHEMA: dict[int, SchemalessApi] = {
-    38: SchemalessApi(2, None), 41: SchemalessApi(2, None),  # Create/DescribeDelegationToken
-    39: SchemalessApi(2, 10), 40: SchemalessApi(2, 10),  # Renew/Expire...: error_code, expiry_timestamp_ms first
     # consumer, share and streams groups, telemetry: added after KIP-482, flexible and throttle first throughout
     **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 88, 89)},
 }

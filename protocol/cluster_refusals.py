@@ -10,7 +10,7 @@ made through ``ApiError`` (which drops a default message), the code's default me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from protocol.apis import Api
 from protocol.codecs import decode_request, encode_response
@@ -20,66 +20,81 @@ _REFUSED = CLUSTER_AUTHORIZATION_FAILED
 _DEFAULT_MESSAGE = ERROR_MESSAGES[CLUSTER_AUTHORIZATION_FAILED]
 _FIRST_DESCRIBE_LOG_DIRS_WITH_ERROR = 3
 _FIRST_ELECT_LEADERS_WITH_ERROR = 1
+Asked = Callable[[], Any]
+"""The request, decoded when called."""
 
 
-def _log_dirs_described(request: Any, version: int, message: str) -> dict[str, Any]:
+def _log_dirs_described(asked: Asked, version: int, message: str) -> dict[str, Any]:
     fields: dict[str, Any] = {"results": []}
     if version >= _FIRST_DESCRIBE_LOG_DIRS_WITH_ERROR:
         fields["error_code"] = _REFUSED
     return fields
 
 
-def _log_dirs_altered(request: Any, version: int, message: str) -> dict[str, Any]:
+def _log_dirs_altered(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"results": [{"topic_name": topic.name, "partitions": [
         {"partition_index": partition, "error_code": _REFUSED} for partition in topic.partitions]}
-        for directory in request.dirs for topic in directory.topics]}
+        for directory in asked().dirs for topic in directory.topics]}
 
 
-def _leaders_elected(request: Any, version: int, message: str) -> dict[str, Any]:
+def _leaders_elected(asked: Asked, version: int, message: str) -> dict[str, Any]:
     fields: dict[str, Any] = {"replica_election_results": [{"topic": topic.topic, "partition_result": [
         {"partition_id": partition, "error_code": _REFUSED, "error_message": message}
-        for partition in topic.partitions]} for topic in request.topic_partitions or ()]}
+        for partition in topic.partitions]} for topic in asked().topic_partitions or ()]}
     if version >= _FIRST_ELECT_LEADERS_WITH_ERROR:
         fields["error_code"] = _REFUSED
     return fields
 
 
-def _reassignments_altered(request: Any, version: int, message: str) -> dict[str, Any]:
+def _reassignments_altered(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"allow_replication_factor_change": True, "error_code": _REFUSED, "error_message": message,
             "responses": [{"name": topic.name, "partitions": [
                 {"partition_index": partition.partition_index, "error_code": _REFUSED, "error_message": message}
-                for partition in topic.partitions]} for topic in request.topics]}
+                for partition in topic.partitions]} for topic in asked().topics]}
 
 
-def _reassignments_listed(request: Any, version: int, message: str) -> dict[str, Any]:
+def _reassignments_listed(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": message, "topics": [{"name": topic.name, "partitions": [
         {"partition_index": partition, "replicas": [], "adding_replicas": [], "removing_replicas": []}
-        for partition in topic.partition_indexes]} for topic in request.topics or ()]}
+        for partition in topic.partition_indexes]} for topic in asked().topics or ()]}
 
 
-def _scram_credentials_described(request: Any, version: int, message: str) -> dict[str, Any] | None:
-    if request.users is None:  # Kafka's error answer reads every user asked for, and fails on none
+def _scram_credentials_described(asked: Asked, version: int, message: str) -> dict[str, Any] | None:
+    users = asked().users
+    if users is None:  # Kafka's error answer reads every user asked for, and fails on none
         return None
     return {"error_code": _REFUSED, "error_message": None, "results": [
-        {"user": "", "error_code": _REFUSED, "error_message": None, "credential_infos": []} for _ in request.users]}
+        {"user": "", "error_code": _REFUSED, "error_message": None, "credential_infos": []} for _ in users]}
 
 
-def _scram_credentials_altered(request: Any, version: int, message: str) -> dict[str, Any]:
-    users = {change.name for change in (*request.deletions, *request.upsertions)}
+def _scram_credentials_altered(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"results": [{"user": user, "error_code": _REFUSED, "error_message": message}
-                        for user in sorted(users, key=_java_order)]}
+                        for user in sorted(scram_credentials_altered(asked()), key=_java_order)]}
 
 
-def _quorum_described(request: Any, version: int, message: str) -> dict[str, Any]:
+def scram_credentials_altered(request: Any) -> set[str]:
+    """The users an AlterUserScramCredentials request (decoded) changes the credentials of."""
+    return {change.name for change in (*request.deletions, *request.upsertions)}
+
+
+def _quorum_described(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": _DEFAULT_MESSAGE, "topics": [], "nodes": []}
 
 
-def _features_updated(request: Any, version: int, message: str) -> dict[str, Any]:
+def _features_updated(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": message, "results": []}
 
 
-def _config_resources_listed(request: Any, version: int, message: str) -> dict[str, Any]:
+def _config_resources_listed(asked: Asked, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "config_resources": []}
+
+
+def _broker_unregistered(asked: Asked, version: int, message: str) -> dict[str, Any]:
+    return {"error_code": _REFUSED, "error_message": message}
+
+
+def _raft_voters_changed(asked: Asked, version: int, message: str) -> dict[str, Any]:
+    return {"error_code": _REFUSED, "error_message": _DEFAULT_MESSAGE}
 
 
 def _java_order(name: str) -> bytes:
@@ -87,35 +102,48 @@ def _java_order(name: str) -> bytes:
     return name.encode("utf-16-be")
 
 
-_REFUSALS: dict[int, Callable[[Any, int, str], dict[str, Any] | None]] = {
-    Api.DESCRIBE_LOG_DIRS: _log_dirs_described,
-    Api.ALTER_REPLICA_LOG_DIRS: _log_dirs_altered,
-    Api.ELECT_LEADERS: _leaders_elected,
-    Api.ALTER_PARTITION_REASSIGNMENTS: _reassignments_altered,
-    Api.LIST_PARTITION_REASSIGNMENTS: _reassignments_listed,
-    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: _scram_credentials_described,
-    Api.ALTER_USER_SCRAM_CREDENTIALS: _scram_credentials_altered,
-    Api.DESCRIBE_QUORUM: _quorum_described,
-    Api.UPDATE_FEATURES: _features_updated,
-    Api.LIST_CONFIG_RESOURCES: _config_resources_listed,
+class _Refusal(NamedTuple):
+    operation: str
+    """The operation on the cluster the API needs, as Kafka's ``AclOperation`` names it."""
+    answer: Callable[[Asked, int, str], dict[str, Any] | None]
+    """The refusal's fields, of the request (decoded only where the answer names what it asks), its version and
+    the message naming the request; None where Kafka's error answer itself fails."""
+
+
+_REFUSALS: dict[int, _Refusal] = {
+    Api.DESCRIBE_LOG_DIRS: _Refusal("DESCRIBE", _log_dirs_described),
+    Api.ALTER_REPLICA_LOG_DIRS: _Refusal("ALTER", _log_dirs_altered),
+    Api.ELECT_LEADERS: _Refusal("ALTER", _leaders_elected),
+    Api.ALTER_PARTITION_REASSIGNMENTS: _Refusal("ALTER", _reassignments_altered),
+    Api.LIST_PARTITION_REASSIGNMENTS: _Refusal("DESCRIBE", _reassignments_listed),
+    Api.DESCRIBE_USER_SCRAM_CREDENTIALS: _Refusal("DESCRIBE", _scram_credentials_described),
+    Api.ALTER_USER_SCRAM_CREDENTIALS: _Refusal("ALTER", _scram_credentials_altered),
+    Api.DESCRIBE_QUORUM: _Refusal("DESCRIBE", _quorum_described),
+    Api.UPDATE_FEATURES: _Refusal("ALTER", _features_updated),
+    Api.UNREGISTER_BROKER: _Refusal("ALTER", _broker_unregistered),
+    Api.LIST_CONFIG_RESOURCES: _Refusal("DESCRIBE_CONFIGS", _config_resources_listed),
+    Api.ADD_RAFT_VOTER: _Refusal("ALTER", _raft_voters_changed),
+    Api.REMOVE_RAFT_VOTER: _Refusal("ALTER", _raft_voters_changed),
 }
-CLUSTER_ADMINISTRATION_APIS = frozenset(_REFUSALS)
+CLUSTER_OPERATION_NAMES = {api_key: refusal.operation for api_key, refusal in _REFUSALS.items()}
+"""The cluster's administration: the operation on the cluster each API needs (``KafkaApis``, ``ControllerApis``)."""
 FIRST_KAFKA_VERSIONS: dict[int, int] = {Api.DESCRIBE_LOG_DIRS: 1, Api.ALTER_REPLICA_LOG_DIRS: 1}
 """Kafka 4.3 removed their v0, which kafka-python still reads."""
 
 
-def refused_message(principal: str, host: str) -> str:
+def refused_message(principal: str, host: str, api_key: int) -> str:
     """What the proxy says where Kafka's ``authorizeClusterOperation`` says the request (its connection, session and
-    listener) is not authorized."""
-    return f"Request of {principal} from {host or 'an unknown address'} is not authorized."
+    listener) needs the API's operation."""
+    return f"Request of {principal} from {host or 'an unknown address'} needs {CLUSTER_OPERATION_NAMES[api_key]} " \
+           "permission."
 
 
 def cluster_administration_refused(api_key: int, version: int, body: memoryview, message: str) -> bytes | None:
-    """The answer to a request of ``CLUSTER_ADMINISTRATION_APIS`` refused, with ``message`` where Kafka names the
+    """The answer to a request of ``CLUSTER_OPERATION_NAMES`` refused, with ``message`` where Kafka names the
     request; None where Kafka's error answer itself fails (its connection is closed)."""
-    fields = _REFUSALS[api_key](decode_request(api_key, version, body), version, message)
+    fields = _REFUSALS[api_key].answer(lambda: decode_request(api_key, version, body), version, message)
     if fields is None:
         return None
-    if api_key != Api.DESCRIBE_QUORUM:  # a KRaft request's answer has no throttle
+    if api_key != Api.DESCRIBE_QUORUM:  # its answer has no throttle
         fields["throttle_time_ms"] = 0
     return encode_response(api_key, version, fields)

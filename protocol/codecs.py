@@ -31,13 +31,14 @@ TESTED_VERSIONS: dict[int, int] = {
     Api.TXN_OFFSET_COMMIT: 5, Api.OFFSET_DELETE: 0, Api.DESCRIBE_PRODUCERS: 0, Api.ALTER_CONFIGS: 2,
     Api.INCREMENTAL_ALTER_CONFIGS: 1, Api.DESCRIBE_TOPIC_PARTITIONS: 0, Api.ELECT_LEADERS: 2,
     Api.ALTER_PARTITION_REASSIGNMENTS: 1,
-    # answered where the cluster sees the proxy's own login (``proxy.handlers.delegation_tokens``); protocol/schemas
+    # answered where the cluster sees the proxy's own login (``proxy.handlers.own_login``); protocol/schemas
     Api.CREATE_DELEGATION_TOKEN: 3, Api.RENEW_DELEGATION_TOKEN: 2, Api.EXPIRE_DELEGATION_TOKEN: 2,
     Api.DESCRIBE_DELEGATION_TOKEN: 3,
     # the cluster's administration, judged by the authorizer (``protocol.cluster_refusals``)
     Api.ALTER_REPLICA_LOG_DIRS: 2, Api.DESCRIBE_LOG_DIRS: 5, Api.LIST_PARTITION_REASSIGNMENTS: 0,
     Api.DESCRIBE_USER_SCRAM_CREDENTIALS: 0, Api.ALTER_USER_SCRAM_CREDENTIALS: 0, Api.DESCRIBE_QUORUM: 2,
     Api.UPDATE_FEATURES: 2, Api.LIST_CONFIG_RESOURCES: 1, Api.DESCRIBE_TRANSACTIONS: 0, Api.LIST_TRANSACTIONS: 2,
+    Api.UNREGISTER_BROKER: 0, Api.ADD_RAFT_VOTER: 1, Api.REMOVE_RAFT_VOTER: 0,  # protocol/schemas
     # the authorizer's (``proxy.handlers.authorization``); OffsetFetch v10 names topics by id, which it does not
     # resolve
     Api.JOIN_GROUP: 9, Api.SYNC_GROUP: 5, Api.HEARTBEAT: 4, Api.LEAVE_GROUP: 5, Api.OFFSET_FETCH: 9,

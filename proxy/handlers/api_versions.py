@@ -25,7 +25,7 @@ from proxy.decision.outcome import Decided, Outcome, local_answer
 from proxy.handlers.acls import ACL_APIS, FIRST_ACL_API_VERSION
 from proxy.handlers.authorization import AUTHORIZER_DECODED_APIS
 from proxy.handlers.charges import CHARGES
-from proxy.handlers.delegation_tokens import FIRST_TOKEN_API_VERSION, TOKEN_APIS
+from proxy.handlers.own_login import FIRST_TOKEN_API_VERSION, TOKEN_APIS
 from proxy.settings.config import ProxyConfig
 
 # APIs whose messages the proxy decodes; ApiVersions answers cap them to the versions it parses and was tested with.
@@ -49,9 +49,10 @@ def version_ceilings(in_front_of_controllers: bool) -> dict[int, int]:
 
 
 def served_versions(sasl_mode: str, in_front_of_controllers: bool, authorizer: bool) -> dict[int, VersionRange]:
-    """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves: the ACL APIs with the
-    authorizer, and the delegation-token APIs unless clients log in to the cluster themselves (inspect mode), from
-    the version Kafka serves them from."""
+    """APIs the proxy answers itself, listed in ApiVersions whatever the cluster serves: the SASL APIs when it
+    terminates logins; the client-quota APIs and AllocateProducerIds; the ACL APIs with the authorizer, and the
+    delegation-token APIs unless clients log in to the cluster themselves (inspect mode), from the version Kafka
+    serves them from. In front of the controllers, only the SASL APIs."""
     served = dict(_SASL_VERSIONS) if sasl_mode == "terminate" else {}
     if in_front_of_controllers:
         return served

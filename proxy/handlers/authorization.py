@@ -60,7 +60,7 @@ from protocol.authorization_answers import (
     transactions_listed,
 )
 from protocol.cluster_refusals import (
-    CLUSTER_ADMINISTRATION_APIS,
+    CLUSTER_OPERATION_NAMES,
     FIRST_KAFKA_VERSIONS,
     cluster_administration_refused,
     refused_message,
@@ -90,7 +90,7 @@ from proxy.decision.outcome import (
     replacement_request,
 )
 from proxy.handlers.acls import ACL_APIS
-from proxy.handlers.delegation_tokens import TOKEN_APIS
+from proxy.handlers.own_login import TOKEN_APIS
 from proxy.handlers.refused_topics import TOPIC_OPERATIONS
 from proxy.security.access import Access, requester_of
 from proxy.security.acls import CLUSTER_NAME, AclAuthorizer, AclOperation, ResourceType
@@ -117,25 +117,17 @@ and the share groups' offset APIs (``proxy.handlers.refused_topics``), the confi
 (``proxy.handlers.acls``)."""
 JUDGED_WHERE_ANSWERED = TOKEN_APIS
 """The APIs judged by their handlers where the proxy answers them: the delegation-token APIs, unless clients log in to
-the cluster themselves (``proxy.handlers.delegation_tokens``); forwarded there, they are kept for super users."""
-CLUSTER_OPERATIONS: dict[int, AclOperation] = {
-    Api.DESCRIBE_LOG_DIRS: AclOperation.DESCRIBE, Api.ALTER_REPLICA_LOG_DIRS: AclOperation.ALTER,
-    Api.ELECT_LEADERS: AclOperation.ALTER, Api.ALTER_PARTITION_REASSIGNMENTS: AclOperation.ALTER,
-    Api.LIST_PARTITION_REASSIGNMENTS: AclOperation.DESCRIBE, Api.DESCRIBE_USER_SCRAM_CREDENTIALS: AclOperation.DESCRIBE,
-    Api.ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER, Api.DESCRIBE_QUORUM: AclOperation.DESCRIBE,
-    Api.UPDATE_FEATURES: AclOperation.ALTER, Api.LIST_CONFIG_RESOURCES: AclOperation.DESCRIBE_CONFIGS,
-}
-"""The cluster's administration (``protocol.cluster_refusals``): the operation on the cluster each API needs
-(``KafkaApis``, ``ControllerApis``)."""
-assert CLUSTER_OPERATIONS.keys() == CLUSTER_ADMINISTRATION_APIS
-AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | CLUSTER_ADMINISTRATION_APIS | {
+the cluster themselves (``proxy.handlers.own_login``); forwarded there, they are kept for super users."""
+CLUSTER_OPERATIONS = {api_key: AclOperation[name] for api_key, name in CLUSTER_OPERATION_NAMES.items()}
+"""The cluster's administration (``protocol.cluster_refusals``): the operation on the cluster each API needs."""
+AUTHORIZED_APIS = NEVER_AUTHORIZED_APIS | JUDGED_BY_THEIR_HANDLERS | CLUSTER_OPERATIONS.keys() | {
     Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, *GROUP_FIRST_APIS, Api.OFFSET_FETCH, Api.INIT_PRODUCER_ID,
     *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *TRANSACTION_ADMINISTRATION_APIS, Api.DESCRIBE_CLUSTER,
     *CONSUMER_GROUP_APIS, *SHARE_GROUP_APIS, *SHARE_APIS}
 """The APIs whose requests the proxy judges by the ACLs as Kafka does (``judged_by_acls``)."""
 AUTHORIZER_DECODED_APIS = frozenset({Api.FIND_COORDINATOR, *GROUP_MEMBERSHIP_APIS, Api.OFFSET_FETCH,
                                      *TRANSACTION_APIS, *GROUP_ADMINISTRATION_APIS, *CONSUMER_GROUP_APIS,
-                                     *SHARE_GROUP_APIS, *CLUSTER_ADMINISTRATION_APIS, *TRANSACTION_ADMINISTRATION_APIS})
+                                     *SHARE_GROUP_APIS, *CLUSTER_OPERATIONS.keys(), *TRANSACTION_ADMINISTRATION_APIS})
 """The APIs only the authorizer decodes: ApiVersions offers clients the versions the proxy reads of them
 (``protocol.codecs.max_version``)."""
 
@@ -158,7 +150,7 @@ def judged_by_acls(handlers: Mapping[int, RequestHandler], access: Access
            for api_key, handler in handlers.items()}}
     membership = GroupMembership(access)
     judged.update({api_key: ClusterAdministration(access, handlers.get(api_key))
-                   for api_key in CLUSTER_ADMINISTRATION_APIS})
+                   for api_key in CLUSTER_OPERATIONS})
     judged.update({Api.FIND_COORDINATOR: Coordinators(access), **dict.fromkeys(GROUP_MEMBERSHIP_APIS, membership),
                    **{api_key: GroupFirst(access, handlers[api_key]) for api_key in GROUP_FIRST_APIS},
                    Api.OFFSET_FETCH: GroupOffsets(access),
@@ -454,7 +446,7 @@ class ClusterAdministration:
         if self._access.allows(caller, CLUSTER_OPERATIONS[api_key], ResourceType.CLUSTER, CLUSTER_NAME):
             return FORWARD if self._then is None else self._then.on_request(header, frame, caller)
         answer = cluster_administration_refused(api_key, version, frame[header.length:],
-                                                refused_message(caller.principal, caller.host))
+                                                refused_message(caller.principal, caller.host, api_key))
         return CLOSE if answer is None else local_answer(header, answer)
 
 

@@ -36,8 +36,8 @@ from proxy.handlers.authorization import judged_by_acls
 from proxy.handlers.chain import ClusterAnswers, RequestChain
 from proxy.handlers.client_quotas import ClientQuotaHandlers
 from proxy.handlers.config_resources import ConfigResourcesJudged, ConfigResourcesListed
-from proxy.handlers.delegation_tokens import TOKEN_APIS, DelegationTokensWithoutTokens
 from proxy.handlers.fetch import FetchHandler
+from proxy.handlers.own_login import TOKEN_APIS, DelegationTokensWithoutTokens, OwnCredentialsKept
 from proxy.handlers.produce import ProduceHandler
 from proxy.handlers.producer_ids import AllocateProducerIdsForwarder, AllocateProducerIdsHandler, InitProducerIdHandler
 from proxy.handlers.refused_topics import (
@@ -173,8 +173,7 @@ class Services:
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
             **({} if self.acls is None else dict.fromkeys(ACL_APIS, AclRequests(self.acls, self.access))),
-            **({} if config.sasl_mode == "inspect" else dict.fromkeys(TOKEN_APIS, DelegationTokensWithoutTokens(
-                self.access, logins=config.sasl_mode == "terminate"))),
+            **({} if config.sasl_mode == "inspect" else self._own_login_handlers()),
             **refused_topic_handlers,
             Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, refused_topic_handlers.get(Api.METADATA)),
         }
@@ -184,6 +183,16 @@ class Services:
         self._handlers = handlers
         self._request_rate = request_rate
         self._maintenance: list[asyncio.Task[None]] = []
+
+    def _own_login_handlers(self) -> dict[int, RequestHandler]:
+        """What keeps the proxy's own login out of clients' reach where the cluster sees it for theirs: its tokens,
+        and (with ``[upstream-sasl]``) its SCRAM credentials."""
+        config = self.config
+        handlers: dict[int, RequestHandler] = dict.fromkeys(TOKEN_APIS, DelegationTokensWithoutTokens(
+            self.access, logins=config.sasl_mode == "terminate"))
+        if config.upstream_sasl is not None:
+            handlers[Api.ALTER_USER_SCRAM_CREDENTIALS] = OwnCredentialsKept(config.upstream_sasl.username)
+        return handlers
 
     def _refused_topic_handlers(self, share_fetch: ShareFetchHandler) -> dict[int, RequestHandler]:
         """ShareFetch's handler, and what keeps the topics a client may not use from it (the proxy's own; with the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import subprocess
 import time
@@ -33,6 +34,7 @@ from tests.support import (
 pytestmark = pytest.mark.integration
 SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_SASL_MECHANISM = 33
+RESOURCE_NOT_FOUND = 91
 
 
 def add_user(users_file: Path, name: str, mechanism: str, password: str | None = None) -> None:
@@ -265,13 +267,8 @@ def token_ids(sock: socket.socket) -> set[str]:
     return {token.token_id for token in described.tokens}  # type: ignore[attr-defined]
 
 
-def test_no_client_gets_or_sees_a_delegation_token_of_the_proxys_own_login(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
-                                                                            tmp_path: Path) -> None:
-    """In terminate mode the cluster sees the proxy's login ([upstream-sasl]) for every client's requests: a token
-    made through it would be the proxy login's, a password for the proxy's identity on the cluster, and a described
-    token's HMAC is that password. The proxy answers the token APIs as a cluster without tokens (Kafka's answer when
-    ``delegation.token.secret.key`` is unset), here in front of a cluster that has them: nothing made, renewed,
-    expired or shown."""
+def terminating_as_quota_proxy(own_proxy, broker: Cluster, tmp_path: Path) -> ProxyProcess:  # type: ignore[no-untyped-def]
+    """A proxy terminating bob's logins (PLAIN), in front of the cluster's SASL listener as quota-proxy."""
     if broker.sasl_bootstrap is None:
         pytest.skip("the cluster under test names no SASL listener (KAFKA_SASL_BOOTSTRAP)")
     users_file = tmp_path / "users.toml"
@@ -279,8 +276,19 @@ def test_no_client_gets_or_sees_a_delegation_token_of_the_proxys_own_login(own_p
     config = tmp_path / "upstream.toml"
     config.write_text('[upstream-sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "quota-proxy"\n'
                       f'password = "{PASSWORDS["quota-proxy"]}"\n')
-    proxy = own_proxy("--sasl-users", str(users_file), "--config", str(config), upstream=broker.sasl_bootstrap)
-    with plain_login(broker.sasl_bootstrap, "quota-proxy") as own:  # the proxy's login, straight to the cluster
+    return own_proxy(  # type: ignore[no-any-return]
+        "--sasl-users", str(users_file), "--config", str(config), upstream=broker.sasl_bootstrap)
+
+
+def test_no_client_gets_or_sees_a_delegation_token_of_the_proxys_own_login(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                            tmp_path: Path) -> None:
+    """In terminate mode the cluster sees the proxy's login ([upstream-sasl]) for every client's requests: a token
+    made through it would be the proxy login's, a password for the proxy's identity on the cluster, and a described
+    token's HMAC is that password. The proxy answers the token APIs as a cluster without tokens (Kafka's answer when
+    ``delegation.token.secret.key`` is unset), here in front of a cluster that has them: nothing made, renewed,
+    expired or shown."""
+    proxy = terminating_as_quota_proxy(own_proxy, broker, tmp_path)
+    with plain_login(str(broker.sasl_bootstrap), "quota-proxy") as own:  # the proxy's login, straight to the cluster
         made = call(own, Api.CREATE_DELEGATION_TOKEN, 3, owner_principal_type=None, owner_principal_name=None,
                     renewers=[], max_lifetime_ms=-1)
         assert made.error_code == 0, made  # type: ignore[attr-defined]
@@ -304,3 +312,24 @@ def test_no_client_gets_or_sees_a_delegation_token_of_the_proxys_own_login(own_p
             expired = call(own, Api.EXPIRE_DELEGATION_TOKEN, 2, hmac=made.hmac,  # type: ignore[attr-defined]
                            expiry_time_period_ms=-1)
             assert expired.error_code == 0, expired  # type: ignore[attr-defined]
+
+
+def test_no_client_changes_the_credentials_of_the_proxys_own_login(own_proxy, broker: Cluster,  # type: ignore[no-untyped-def]
+                                                                   tmp_path: Path) -> None:
+    """Changing quota-proxy's SCRAM credentials would give bob a password for the proxy's identity on the cluster,
+    or shut the proxy out: refused whole, every user named CLUSTER_AUTHORIZATION_FAILED. (The credential asked for is
+    made of quota-proxy's own password: were it applied, nothing would break.) Another user's change goes on to the
+    cluster, which answers it."""
+    proxy = terminating_as_quota_proxy(own_proxy, broker, tmp_path)
+    salt = b"a salt of bob's"
+    same_password = hashlib.pbkdf2_hmac("sha256", PASSWORDS["quota-proxy"].encode(), salt, 4096)
+    with plain_login(proxy.bootstrap, "bob") as sock:
+        refused = call(sock, Api.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[{"name": "nobody", "mechanism": 1}],
+                       upsertions=[{"name": "quota-proxy", "mechanism": 1, "iterations": 4096, "salt": salt,
+                                    "salted_password": same_password}])
+        assert [(result.user, result.error_code) for result in refused.results] == [  # type: ignore[attr-defined]
+            ("nobody", 31), ("quota-proxy", 31)], refused
+        others = call(sock, Api.ALTER_USER_SCRAM_CREDENTIALS, 0, upsertions=[],
+                      deletions=[{"name": "nobody", "mechanism": 1}])
+        assert [(result.user, result.error_code) for result in others.results] == [  # type: ignore[attr-defined]
+            ("nobody", RESOURCE_NOT_FOUND)], others

@@ -3,13 +3,14 @@ ListConfigResources' listing without the proxy's own topics."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 
 from protocol.apis import Api
 from protocol.cluster_refusals import (
-    CLUSTER_ADMINISTRATION_APIS,
+    CLUSTER_OPERATION_NAMES,
     FIRST_KAFKA_VERSIONS,
     cluster_administration_refused,
 )
@@ -35,6 +36,10 @@ ASKED: dict[int, dict[str, Any]] = {
     Api.UPDATE_FEATURES: {"timeout_ms": 1, "validate_only": True, "feature_updates": [
         {"feature": "f", "max_version_level": 1, "allow_downgrade": False, "upgrade_type": 1}]},
     Api.LIST_CONFIG_RESOURCES: {"resource_types": [2]},
+    Api.UNREGISTER_BROKER: {"broker_id": 7},
+    Api.ADD_RAFT_VOTER: {"cluster_id": None, "timeout_ms": 1, "voter_id": 7, "voter_directory_id": uuid.UUID(int=1),
+                         "listeners": [{"name": "CONTROLLER", "host": "h", "port": 9093}], "ack_when_committed": True},
+    Api.REMOVE_RAFT_VOTER: {"cluster_id": "c", "voter_id": 7, "voter_directory_id": uuid.UUID(int=1)},
 }
 
 
@@ -47,7 +52,7 @@ def refused(api_key: int, version: int, **fields: Any) -> Any:
 
 
 @pytest.mark.parametrize(("api_key", "version"), [
-    (api_key, version) for api_key in sorted(CLUSTER_ADMINISTRATION_APIS)
+    (api_key, version) for api_key in sorted(CLUSTER_OPERATION_NAMES)
     for version in range(FIRST_KAFKA_VERSIONS.get(api_key, 0), max_version(api_key) + 1)])
 def test_every_version_of_every_api_is_answered(api_key: int, version: int) -> None:
     answer = refused(api_key, version, **ASKED[api_key]).to_dict()
@@ -104,3 +109,10 @@ def test_the_hidden_topics_are_left_out_of_a_config_resources_listing_and_nothin
         Api.LIST_CONFIG_RESOURCES, 1, kept).config_resources] == [("t", 2), ("quotas", 32), ("1", 4)], \
         "a group of the same name is not the topic"
     assert config_resources_listed_without(1, body, frozenset({"other"})) is None
+
+
+def test_the_raft_voters_refusal_has_the_codes_message_and_unregister_brokers_the_requests() -> None:
+    voter = refused(Api.ADD_RAFT_VOTER, 1, **ASKED[Api.ADD_RAFT_VOTER])
+    assert (voter.error_code, voter.error_message) == (31, "Cluster authorization failed.")
+    unregistered = refused(Api.UNREGISTER_BROKER, 0, **ASKED[Api.UNREGISTER_BROKER])
+    assert (unregistered.error_code, unregistered.error_message) == (31, "not authorized")

@@ -292,7 +292,7 @@ def test_the_clusters_administration_needs_its_operation_on_the_cluster_else_is_
     assert handled(judged[Api.ELECT_LEADERS], request, Caller("admin", 0)) is THROTTLED
     refused = answer_of(handled(judged[Api.ELECT_LEADERS], request, Caller("bob", 0, host="10.0.0.2")),
                         Api.ELECT_LEADERS, 2)
-    message = "Request of User:bob from 10.0.0.2 is not authorized."
+    message = "Request of User:bob from 10.0.0.2 needs ALTER permission."
     assert refused.error_code == 31 and [(result.topic, [(partition.partition_id, partition.error_code,
                                                            partition.error_message)
                                                           for partition in result.partition_result])

@@ -1,5 +1,6 @@
-"""The delegation-token APIs answered where the cluster sees the proxy's own login, as Kafka 4.3 answers them with
-its tokens disabled (``KafkaApis.handleCreateTokenRequest`` and the others, ``DelegationTokenControlManager``)."""
+"""The proxy's own login kept from clients where the cluster sees it for theirs: the delegation-token APIs answered
+as Kafka 4.3 answers them with its tokens disabled (``KafkaApis.handleCreateTokenRequest`` and the others,
+``DelegationTokenControlManager``), and its SCRAM credentials left unchanged."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from protocol.errors import (
     UNKNOWN_SERVER_ERROR,
 )
 from protocol.header import response_header_length
-from proxy.decision.outcome import CLOSE, Caller
-from proxy.handlers.delegation_tokens import DelegationTokensWithoutTokens
+from proxy.decision.outcome import CLOSE, FORWARD, Caller
+from proxy.handlers.own_login import DelegationTokensWithoutTokens, OwnCredentialsKept
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from tests.support import encode_request
@@ -59,9 +60,8 @@ def test_a_token_is_never_made_for_the_proxys_login_tokens_being_disabled(versio
                                                   (Api.EXPIRE_DELEGATION_TOKEN, 1), (Api.EXPIRE_DELEGATION_TOKEN, 2)])
 def test_no_token_is_renewed_or_expired(api_key: int, version: int) -> None:
     period = "renew_period_ms" if api_key == Api.RENEW_DELEGATION_TOKEN else "expiry_time_period_ms"
-    assert (answer(api_key, version, hmac=b"made-up", **{period: 1000}).error_code,
-            answer(api_key, version, hmac=b"made-up", **{period: 1000}).expiry_timestamp_ms) == (
-        DELEGATION_TOKEN_AUTH_DISABLED, 0)
+    disabled = answer(api_key, version, hmac=b"made-up", **{period: 1000})
+    assert (disabled.error_code, disabled.expiry_timestamp_ms) == (DELEGATION_TOKEN_AUTH_DISABLED, 0)
     refused = answer(api_key, version, ANONYMOUS, logins=False, hmac=b"made-up", **{period: 1000})
     assert (refused.error_code, refused.expiry_timestamp_ms) == (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, -1)
 
@@ -111,3 +111,22 @@ def test_version_0_is_not_offered() -> None:
     zeroed = bytearray(frame)
     zeroed[2:4] = (0).to_bytes(2, "big")
     assert handled(handler, memoryview(bytes(zeroed)), ALICE) is CLOSE
+
+
+def scram_changes(*deleted: str, upserted: tuple[str, ...] = ()) -> memoryview:
+    return memoryview(encode_request(Api.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[
+        {"name": name, "mechanism": 1} for name in deleted], upsertions=[
+        {"name": name, "mechanism": 2, "iterations": 4096, "salt": b"s", "salted_password": b"p"}
+        for name in upserted]))[4:]
+
+
+def test_the_proxys_own_credentials_are_never_changed_anyone_elses_go_on() -> None:
+    kept = OwnCredentialsKept("quota-proxy")
+    assert handled(kept, scram_changes("nobody", upserted=("bob",)), ALICE) is FORWARD
+    for request in (scram_changes("nobody", upserted=("quota-proxy",)), scram_changes("quota-proxy")):
+        frame = answered(handled(kept, request, ALICE)).response
+        refused = decode_response(Api.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                  frame[4 + response_header_length(frame[4:], True):])
+        assert {result.error_code for result in refused.results} == {31}
+        assert "quota-proxy" in {result.user for result in refused.results}
+        assert all("proxy's own login" in result.error_message for result in refused.results)

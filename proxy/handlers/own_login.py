@@ -1,6 +1,13 @@
-"""The delegation-token APIs (CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken,
-DescribeDelegationToken) where the cluster sees the proxy's own login (``sasl-mode`` "none" or "terminate"): answered
-by the proxy, as a Kafka cluster without delegation tokens answers them.
+"""The proxy's own login on the cluster out of every client's reach, where the cluster sees it for every client's
+requests (``sasl-mode`` "none" or "terminate"): its delegation tokens and its SCRAM credentials.
+
+AlterUserScramCredentials changing the credentials of the proxy's own user (``[upstream-sasl]``) is refused whole,
+whoever asks and whatever the ACLs say (Kafka lets ALTER on the cluster change any user's), as the proxy's own
+topics are: it would give a client a password for the proxy's identity, or shut the proxy out of the cluster. Every
+user it names gets CLUSTER_AUTHORIZATION_FAILED, as Kafka refuses the request whole (``getErrorResponse``).
+
+The delegation-token APIs (CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken,
+DescribeDelegationToken) are answered by the proxy, as a Kafka cluster without delegation tokens answers them.
 
 Forwarded, a token would be the proxy login's: a password any client could have made for the proxy's own identity on
 the cluster, to reach it around every quota and ACL of the proxy; and DescribeDelegationToken would hand any client the
@@ -25,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.apis import Api
+from protocol.cluster_refusals import cluster_administration_refused, scram_credentials_altered
 from protocol.codecs import decode_request, encode_response
 from protocol.errors import (
     DELEGATION_TOKEN_AUTH_DISABLED,
@@ -34,7 +42,7 @@ from protocol.errors import (
     UNKNOWN_SERVER_ERROR,
 )
 from protocol.header import RequestHeader
-from proxy.decision.outcome import CLOSE, Caller, Decided, local_answer
+from proxy.decision.outcome import CLOSE, FORWARD, Caller, Decided, local_answer
 from proxy.security.access import Access
 from proxy.security.acls import AclOperation, ResourceType
 from quotas.config import ANONYMOUS
@@ -96,3 +104,20 @@ def _creation(code: int, owner: tuple[str, str], requester: tuple[str, str], tim
             "token_requester_principal_type": requester[0], "token_requester_principal_name": requester[1],
             "issue_timestamp_ms": timestamp, "expiry_timestamp_ms": timestamp, "max_timestamp_ms": timestamp,
             "token_id": "", "hmac": b"", "throttle_time_ms": 0}
+
+
+class OwnCredentialsKept:
+    """AlterUserScramCredentials: refused whole when it changes the credentials of ``own_user``, the proxy's login."""
+
+    def __init__(self, own_user: str) -> None:
+        self._own_user = own_user
+
+    def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
+        api_key, version = header.api_key, header.api_version
+        body = frame[header.length:]
+        if self._own_user not in scram_credentials_altered(decode_request(api_key, version, body)):
+            return FORWARD
+        answer = cluster_administration_refused(api_key, version, body, f"The credentials of {self._own_user}, the "
+                                                "proxy's own login, are not changed through the proxy.")
+        assert answer is not None, "every user named is answered"
+        return local_answer(header, answer)
