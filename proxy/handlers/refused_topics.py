@@ -28,6 +28,7 @@ from protocol.header import RequestHeader
 from protocol.refused_topics import (
     Authorized,
     MetadataAsked,
+    MetadataNamed,
     NameRefusal,
     ShareSessionAsked,
     answer_with_refusals,
@@ -78,6 +79,10 @@ log = logging.getLogger(__name__)
 _REMEMBERED_ANSWER_BYTES = 1 << 20
 """All-topics answers left without the refused topics, remembered by the bytes the cluster sent (clients ask for
 them again and again, and a large cluster's answer costs milliseconds to decode)."""
+_REMEMBERED_REQUESTS = 4096
+_REMEMBERED_REQUEST_BYTES = 1024
+"""The Metadata requests whose topics are remembered (``MetadataWithoutRefusedTopics._named``): at most this many, of
+at most this many bytes each, forgotten all at once when full."""
 
 TOPIC_OPERATIONS: dict[int, AclOperation] = {
     Api.LIST_OFFSETS: AclOperation.DESCRIBE,
@@ -90,8 +95,8 @@ TOPIC_OPERATIONS: dict[int, AclOperation] = {
 """The operation Kafka authorizes on each topic of the APIs naming topics' partitions (``KafkaApis``), judged here
 with the authorizer: for OffsetCommit once its group is, for TxnOffsetCommit once its transactional id and group are
 (``proxy.handlers.authorization.GroupFirst``). The APIs
-missing need more (a transactional id, the cluster); with the authorizer only super users' requests of them come
-this far (``proxy.handlers.authorization``), and they are refused the proxy's own topics alone."""
+missing need an operation on the cluster instead (ElectLeaders, AlterPartitionReassignments: judged before, by
+``proxy.handlers.authorization.ClusterAdministration``), and are refused the proxy's own topics alone here."""
 
 
 def refused_by_name_or_id(refused_name: NameRefusal, topic_names: TopicNames
@@ -122,17 +127,20 @@ class MetadataWithoutRefusedTopics:
         self._auto_creation = auto_creation
         self._partitions = partitions
         self._all_topics_answers = RewriteMemo(_REMEMBERED_ANSWER_BYTES)
+        self._names_asked: dict[tuple[int, bytes], MetadataNamed | None] = {}
+        """The topics of the Metadata requests asked (``_named``), by version and body."""
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         access = self._access
         refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
-        creation_refused = None if access.allows(caller, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) \
-            else access.topic_refusal(caller, AclOperation.CREATE)
-        named = metadata_named(frame[header.length:], version)
-        if named is not None and not any(refused(name) for name in named.names) and not (
-                named.may_create and creation_refused is not None and any(map(creation_refused, named.names))):
-            return FORWARD  # names only topics the principal may describe, and create if missing: Kafka's answer
+        named = self._named(frame[header.length:], version)
+        if named is not None and not any(map(refused, named.names)):
+            creation_refused = self._creation_refusal(caller) if named.may_create else None
+            if creation_refused is None or not any(map(creation_refused, named.names)):
+                return FORWARD  # names only topics the principal may describe, and create if missing: Kafka's answer
+        else:
+            creation_refused = self._creation_refusal(caller)
         asked = metadata_asked(frame[header.length:], version, refused, creation_refused)
         names_only_described = not (asked.all_topics or asked.refused_names or asked.by_id)
         authorizer = access.authorizer
@@ -152,6 +160,28 @@ class MetadataWithoutRefusedTopics:
         if asked.creation_withheld:  # a copy: the connection's buffer moves on
             return self._once_creations_judged(memoryview(bytes(frame)), header, asked, refused, authorized, memo_key)
         return self._forwarded(frame, header, asked, refused, authorized, memo_key)
+
+    def _creation_refusal(self, caller: Caller) -> NameRefusal | None:
+        """The topics the caller may not create; None when it may create any (CREATE on the cluster)."""
+        access = self._access
+        if access.allows(caller, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return None
+        return access.topic_refusal(caller, AclOperation.CREATE)
+
+    def _named(self, body: memoryview, version: int) -> MetadataNamed | None:
+        """``metadata_named``, remembered for small requests: clients ask the same Metadata again and again."""
+        if len(body) > _REMEMBERED_REQUEST_BYTES:
+            return metadata_named(body, version)
+        key = (version, bytes(body))
+        remembered = self._names_asked
+        try:
+            return remembered[key]
+        except KeyError:
+            pass
+        if len(remembered) >= _REMEMBERED_REQUESTS:
+            remembered.clear()
+        named = remembered[key] = metadata_named(body, version)
+        return named
 
     async def _once_creations_judged(self, frame: memoryview, header: RequestHeader, asked: MetadataAsked,
                                      refused: NameRefusal, authorized: Authorized, memo_key: Hashable) -> Outcome:

@@ -298,3 +298,18 @@ def test_topics_are_taken_from_the_cursor_on_in_javas_order() -> None:
     outcome = decided(handled(topics_handler(alices(), []), described(["\U0001f600", "\uffff"], ("\uffff", 0)),
                               ALICE))
     assert client_answer(outcome) == ([("\uffff", 29, -2147483648)], None)
+
+
+def test_the_same_request_asked_again_is_judged_again_for_whoever_asks() -> None:
+    """The topics a request names are remembered by its bytes; what the principal may do with them is not."""
+    access = Access(authorizer=AclAuthorizer([AclBinding(
+        ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", operation, AclPermission.ALLOW)
+        for operation in (AclOperation.DESCRIBE, AclOperation.CREATE)]))
+    asked: list[list[str]] = []
+    remembering = handler(access, True, asked)
+    for _ in range(2):
+        assert decided(handled(remembering, metadata("orders"), ALICE)) is FORWARD
+        refused = decided(handled(remembering, metadata("orders"), Caller("bob", 0)))
+        finished = finish_of(refused)(memoryview(answer([])))
+        assert [(topic.name, topic.error_code)
+                for topic in decode_response(Api.METADATA, 12, finished or b"").topics] == [("orders", 29)]
