@@ -131,8 +131,8 @@ class SchemalessApi(NamedTuple):
 
 
 WITHOUT_SCHEMA: dict[int, SchemalessApi] = {
-    # consumer, share and streams groups, telemetry: added after KIP-482, flexible and throttle first throughout
-    **{api_key: SchemalessApi(0, 0) for api_key in (68, 69, 71, 72, 76, 77, 88, 89)},
+    # streams groups, telemetry: added after KIP-482, flexible and throttle first throughout
+    **{api_key: SchemalessApi(0, 0) for api_key in (71, 72, 88, 89)},
 }
 """From Kafka 4.3's ``clients/src/main/resources/common/message/*.json``."""
 

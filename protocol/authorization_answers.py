@@ -254,39 +254,48 @@ def transaction_refused(api_key: int, version: int, asked: TransactionAsked, err
             for partition in partitions]} for name, partitions in asked.partitions]})
 
 
-def transactions_described(version: int, body: memoryview, refused: NameRefusal
-                           ) -> tuple[tuple[str, ...], bytes | None]:
-    """A DescribeTransactions' transactional ids, in the request's order, and the request for those ``refused`` does
-    not refuse (None: it refuses them all)."""
+class TransactionsDescribed(NamedTuple):
+    """A DescribeTransactions' transactional ids, in the request's order, each with whether it was refused (decided
+    once, when the request came: the ACLs may change before the cluster answers), and the request for the others."""
+
+    asked: tuple[tuple[str, bool], ...]
+    forwarded_body: bytes | None
+    """None when every id is refused."""
+
+
+def transactions_described(version: int, body: memoryview, refused: NameRefusal) -> TransactionsDescribed:
     request = decode_request(Api.DESCRIBE_TRANSACTIONS, version, body)
-    asked = tuple(request.transactional_ids)
-    request.transactional_ids = [transactional_id for transactional_id in asked if not refused(transactional_id)]
-    return asked, encode_request(Api.DESCRIBE_TRANSACTIONS, version, request) if request.transactional_ids else None
+    asked = tuple((transactional_id, refused(transactional_id)) for transactional_id in request.transactional_ids)
+    request.transactional_ids = [transactional_id for transactional_id, denied in asked if not denied]
+    return TransactionsDescribed(asked, encode_request(Api.DESCRIBE_TRANSACTIONS, version, request)
+                                 if request.transactional_ids else None)
 
 
-def transactions_described_answer(version: int, asked: tuple[str, ...], refused: NameRefusal,
-                                  upstream_body: memoryview | None, topic_refused: NameRefusal) -> bytes:
-    """Each transactional id asked, in the request's order: one ``refused`` with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+def transactions_described_answer(version: int, described: TransactionsDescribed, upstream_body: memoryview | None,
+                                  topic_refused: NameRefusal) -> bytes:
+    """Each transactional id asked, in the request's order: one refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     and nothing else, the others as the cluster describes them (it answers each id asked of it, in order); every one
     without the topics ``topic_refused`` (``handleDescribeTransactionsRequest``)."""
     cls = response_class(Api.DESCRIBE_TRANSACTIONS)
-    described = iter(() if upstream_body is None else
-                     decode_response(Api.DESCRIBE_TRANSACTIONS, version, upstream_body).transaction_states)
+    answer = cls(version=version, throttle_time_ms=0, transaction_states=[]) if upstream_body is None else \
+        decode_response(Api.DESCRIBE_TRANSACTIONS, version, upstream_body)
+    described_by_the_cluster = iter(answer.transaction_states)
     states = []
-    for transactional_id in asked:
-        if refused(transactional_id):
+    for transactional_id, denied in described.asked:
+        if denied:
             states.append(cls.TransactionState(
                 error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=transactional_id,
                 transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=0, producer_id=0,
                 producer_epoch=0, topics=[]))
             continue
-        state = next(described, None)
+        state = next(described_by_the_cluster, None)
         if state is None:
             raise ProtocolError("the cluster described fewer transactions than it was asked",
                                 api_key=Api.DESCRIBE_TRANSACTIONS, api_version=version)
         state.topics = [topic for topic in state.topics if not topic_refused(topic.topic)]
         states.append(state)
-    return encode_response(Api.DESCRIBE_TRANSACTIONS, version, {"throttle_time_ms": 0, "transaction_states": states})
+    answer.transaction_states = states
+    return encode_response(Api.DESCRIBE_TRANSACTIONS, version, answer)
 
 
 def transactions_listed(version: int, upstream_body: memoryview, refused: NameRefusal) -> bytes | None:

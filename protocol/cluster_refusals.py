@@ -20,56 +20,54 @@ _REFUSED = CLUSTER_AUTHORIZATION_FAILED
 _DEFAULT_MESSAGE = ERROR_MESSAGES[CLUSTER_AUTHORIZATION_FAILED]
 _FIRST_DESCRIBE_LOG_DIRS_WITH_ERROR = 3
 _FIRST_ELECT_LEADERS_WITH_ERROR = 1
-Asked = Callable[[], Any]
-"""The request, decoded when called."""
 
 
-def _log_dirs_described(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _log_dirs_described(request: Any, version: int, message: str) -> dict[str, Any]:
     fields: dict[str, Any] = {"results": []}
     if version >= _FIRST_DESCRIBE_LOG_DIRS_WITH_ERROR:
         fields["error_code"] = _REFUSED
     return fields
 
 
-def _log_dirs_altered(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _log_dirs_altered(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"results": [{"topic_name": topic.name, "partitions": [
         {"partition_index": partition, "error_code": _REFUSED} for partition in topic.partitions]}
-        for directory in asked().dirs for topic in directory.topics]}
+        for directory in request.dirs for topic in directory.topics]}
 
 
-def _leaders_elected(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _leaders_elected(request: Any, version: int, message: str) -> dict[str, Any]:
     fields: dict[str, Any] = {"replica_election_results": [{"topic": topic.topic, "partition_result": [
         {"partition_id": partition, "error_code": _REFUSED, "error_message": message}
-        for partition in topic.partitions]} for topic in asked().topic_partitions or ()]}
+        for partition in topic.partitions]} for topic in request.topic_partitions or ()]}
     if version >= _FIRST_ELECT_LEADERS_WITH_ERROR:
         fields["error_code"] = _REFUSED
     return fields
 
 
-def _reassignments_altered(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _reassignments_altered(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"allow_replication_factor_change": True, "error_code": _REFUSED, "error_message": message,
             "responses": [{"name": topic.name, "partitions": [
                 {"partition_index": partition.partition_index, "error_code": _REFUSED, "error_message": message}
-                for partition in topic.partitions]} for topic in asked().topics]}
+                for partition in topic.partitions]} for topic in request.topics]}
 
 
-def _reassignments_listed(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _reassignments_listed(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": message, "topics": [{"name": topic.name, "partitions": [
         {"partition_index": partition, "replicas": [], "adding_replicas": [], "removing_replicas": []}
-        for partition in topic.partition_indexes]} for topic in asked().topics or ()]}
+        for partition in topic.partition_indexes]} for topic in request.topics or ()]}
 
 
-def _scram_credentials_described(asked: Asked, version: int, message: str) -> dict[str, Any] | None:
-    users = asked().users
+def _scram_credentials_described(request: Any, version: int, message: str) -> dict[str, Any] | None:
+    users = request.users
     if users is None:  # Kafka's error answer reads every user asked for, and fails on none
         return None
     return {"error_code": _REFUSED, "error_message": None, "results": [
         {"user": "", "error_code": _REFUSED, "error_message": None, "credential_infos": []} for _ in users]}
 
 
-def _scram_credentials_altered(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _scram_credentials_altered(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"results": [{"user": user, "error_code": _REFUSED, "error_message": message}
-                        for user in sorted(scram_credentials_altered(asked()), key=_java_order)]}
+                        for user in sorted(scram_credentials_altered(request), key=_java_order)]}
 
 
 def scram_credentials_altered(request: Any) -> set[str]:
@@ -77,23 +75,23 @@ def scram_credentials_altered(request: Any) -> set[str]:
     return {change.name for change in (*request.deletions, *request.upsertions)}
 
 
-def _quorum_described(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _quorum_described(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": _DEFAULT_MESSAGE, "topics": [], "nodes": []}
 
 
-def _features_updated(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _features_updated(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": message, "results": []}
 
 
-def _config_resources_listed(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _config_resources_listed(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "config_resources": []}
 
 
-def _broker_unregistered(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _broker_unregistered(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": message}
 
 
-def _raft_voters_changed(asked: Asked, version: int, message: str) -> dict[str, Any]:
+def _raft_voters_changed(request: Any, version: int, message: str) -> dict[str, Any]:
     return {"error_code": _REFUSED, "error_message": _DEFAULT_MESSAGE}
 
 
@@ -105,9 +103,9 @@ def _java_order(name: str) -> bytes:
 class _Refusal(NamedTuple):
     operation: str
     """The operation on the cluster the API needs, as Kafka's ``AclOperation`` names it."""
-    answer: Callable[[Asked, int, str], dict[str, Any] | None]
-    """The refusal's fields, of the request (decoded only where the answer names what it asks), its version and
-    the message naming the request; None where Kafka's error answer itself fails."""
+    answer: Callable[[Any, int, str], dict[str, Any] | None]
+    """The refusal's fields, of the request (decoded: one Kafka could not parse closes its connection, as there),
+    its version and the message naming the request; None where Kafka's error answer itself fails."""
 
 
 _REFUSALS: dict[int, _Refusal] = {
@@ -141,7 +139,7 @@ def refused_message(principal: str, host: str, api_key: int) -> str:
 def cluster_administration_refused(api_key: int, version: int, body: memoryview, message: str) -> bytes | None:
     """The answer to a request of ``CLUSTER_OPERATION_NAMES`` refused, with ``message`` where Kafka names the
     request; None where Kafka's error answer itself fails (its connection is closed)."""
-    fields = _REFUSALS[api_key].answer(lambda: decode_request(api_key, version, body), version, message)
+    fields = _REFUSALS[api_key].answer(decode_request(api_key, version, body), version, message)
     if fields is None:
         return None
     if api_key != Api.DESCRIBE_QUORUM:  # its answer has no throttle

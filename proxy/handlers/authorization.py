@@ -338,10 +338,10 @@ class TransactionsAdministered:
 
         if header.api_key == Api.LIST_TRANSACTIONS:
             return Forward(on_response=OnResponse(finish=lambda body: transactions_listed(version, body, refused)))
-        asked, forwarded_body = transactions_described(version, frame[header.length:], refused)
+        described = transactions_described(version, frame[header.length:], refused)
         topic_refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
-        return answered_in_part(frame, header, forwarded_body, lambda body: transactions_described_answer(
-            version, asked, refused, body, topic_refused))
+        return answered_in_part(frame, header, described.forwarded_body, lambda body: transactions_described_answer(
+            version, described, body, topic_refused))
 
 
 class NewProtocolGroups:

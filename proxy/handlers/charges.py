@@ -25,11 +25,12 @@ class Charge(enum.Enum):
 
 
 _REQUESTS = (2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 21, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40,
-             41, 42, 43, 44, 45, 46, 47, 50, 51, 55, 57, 60, 61, 65, 66, 68, 69, 71, 72, 74, 75, 76, 77, 79, 88, 89,
-             90, 91, 92)
-"""Group, transaction, offset, admin, ACL, config, telemetry and describe APIs, ShareAcknowledge and the group
-heartbeats: Kafka charges them to the request quota only (``sendMaybeThrottle``)."""
-_NOT_FOR_CLIENTS = (4, 5, 6, 7, 27, 52, 53, 54, 56, 58, 59, 62, 63, 64, 70, 73, 80, 81, 82, 83, 84, 85, 86, 87)
+             41, 42, 43, 44, 45, 46, 47, 50, 51, 55, 57, 60, 61, 64, 65, 66, 68, 69, 71, 72, 74, 75, 76, 77, 79, 80,
+             81, 88, 89, 90, 91, 92)
+"""Group, transaction, offset, admin (a broker unregistered, a KRaft voter added or removed among them), ACL, config,
+telemetry and describe APIs, ShareAcknowledge and the group heartbeats: Kafka charges them to the request quota only
+(``sendMaybeThrottle``)."""
+_NOT_FOR_CLIENTS = (4, 5, 6, 7, 27, 52, 53, 54, 56, 58, 59, 62, 63, 70, 73, 82, 83, 84, 85, 86, 87)
 """Replication, KRaft and share-state traffic between brokers and controllers."""
 
 CHARGES: Mapping[int, Charge] = {

@@ -96,20 +96,23 @@ class FetchHandler:
             return local_answer(header, fetch_session_not_found(version))
         outside = sessionless_fetch_request(request, header)
         if outside is None:
-            return self._judged_by_acls(header, request, caller, asked.topics)
+            return self._judged_with_the_authorizer(header, request, caller, asked.topics)
         # the same topics: only the session's fields differ
-        return forwarding_instead(self._judged_by_acls(header, memoryview(outside), caller, asked.topics),
+        return forwarding_instead(self._judged_with_the_authorizer(header, memoryview(outside), caller, asked.topics),
                                   frame(outside))
 
-    def _judged_by_acls(self, header: RequestHeader, request: memoryview, caller: Caller,
-                        topics: list[TopicRef]) -> Decided:
-        """``_judge`` with the authorizer, straight to the quotas when the principal may read every topic, all named
-        (the common case of every fetch a consumer sends: no lookup, no refusal to merge)."""
-        if not self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
-            refused = self._access.topic_refusal(caller, AclOperation.READ)
-            if all(isinstance(topic, str) and not refused(topic) for topic in topics):
-                return self._decide(request, header, caller, None)
-        return self._judge(header, request, caller, topics)
+    def _judged_with_the_authorizer(self, header: RequestHeader, request: memoryview, caller: Caller,
+                                    topics: list[TopicRef]) -> Decided:
+        """``_judge`` with the authorizer, straight to the quotas when the principal may read every topic, each named
+        or of an id the proxy has named (a consumer's fetch, as a rule): no lookup, no refusal to merge."""
+        if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
+            return self._judge(header, request, caller, topics)
+        refused = self._access.topic_refusal(caller, AclOperation.READ)
+        for topic in topics:
+            name = topic if isinstance(topic, str) else self._topic_names.name(topic)
+            if name is None or refused(name):
+                return self._judge(header, request, caller, topics)
+        return self._decide(request, header, caller, None)
 
     def _judge(self, header: RequestHeader, request: memoryview, caller: Caller,
                topics: list[TopicRef] | None = None) -> Decided:

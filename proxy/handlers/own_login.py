@@ -1,10 +1,11 @@
-"""The proxy's own login on the cluster out of every client's reach, where the cluster sees it for every client's
-requests (``sasl-mode`` "none" or "terminate"): its delegation tokens and its SCRAM credentials.
+"""The proxy's own login on the cluster out of every client's reach: its SCRAM credentials, and, where the cluster
+sees that login for every client's requests (``sasl-mode`` "none" or "terminate"), its delegation tokens.
 
 AlterUserScramCredentials changing the credentials of the proxy's own user (``[upstream-sasl]``) is refused whole,
-whoever asks and whatever the ACLs say (Kafka lets ALTER on the cluster change any user's), as the proxy's own
-topics are: it would give a client a password for the proxy's identity, or shut the proxy out of the cluster. Every
-user it names gets CLUSTER_AUTHORIZATION_FAILED, as Kafka refuses the request whole (``getErrorResponse``).
+in every mode, whoever asks and whatever the ACLs say (Kafka lets ALTER on the cluster change any user's), as the
+proxy's own topics are: it would give a client a password for the proxy's identity, or shut the proxy out of the
+cluster. Every user it names gets CLUSTER_AUTHORIZATION_FAILED, as Kafka refuses the request whole
+(``getErrorResponse``).
 
 The delegation-token APIs (CreateDelegationToken, RenewDelegationToken, ExpireDelegationToken,
 DescribeDelegationToken) are answered by the proxy, as a Kafka cluster without delegation tokens answers them.

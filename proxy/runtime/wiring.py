@@ -173,7 +173,7 @@ class Services:
             Api.ALTER_CLIENT_QUOTAS: client_quotas,
             Api.DESCRIBE_CLIENT_QUOTAS: client_quotas,
             **({} if self.acls is None else dict.fromkeys(ACL_APIS, AclRequests(self.acls, self.access))),
-            **({} if config.sasl_mode == "inspect" else self._own_login_handlers()),
+            **self._own_login_handlers(),
             **refused_topic_handlers,
             Api.METADATA: AutoCreationUnderTenantCaps(self.quotas, refused_topic_handlers.get(Api.METADATA)),
         }
@@ -185,11 +185,11 @@ class Services:
         self._maintenance: list[asyncio.Task[None]] = []
 
     def _own_login_handlers(self) -> dict[int, RequestHandler]:
-        """What keeps the proxy's own login out of clients' reach where the cluster sees it for theirs: its tokens,
-        and (with ``[upstream-sasl]``) its SCRAM credentials."""
+        """What keeps the proxy's own login out of clients' reach: its SCRAM credentials (``[upstream-sasl]``), and,
+        where the cluster sees that login for clients' requests (not inspect mode), its delegation tokens."""
         config = self.config
-        handlers: dict[int, RequestHandler] = dict.fromkeys(TOKEN_APIS, DelegationTokensWithoutTokens(
-            self.access, logins=config.sasl_mode == "terminate"))
+        handlers: dict[int, RequestHandler] = {} if config.sasl_mode == "inspect" else dict.fromkeys(
+            TOKEN_APIS, DelegationTokensWithoutTokens(self.access, logins=config.sasl_mode == "terminate"))
         if config.upstream_sasl is not None:
             handlers[Api.ALTER_USER_SCRAM_CREDENTIALS] = OwnCredentialsKept(config.upstream_sasl.username)
         return handlers

@@ -8,6 +8,7 @@ metadata requests) as ``quota-proxy``.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import socket
 import time
@@ -23,12 +24,13 @@ from protocol.apis import Api
 from proxy.security.sasl_messages import ScramClient, plain_token
 from tests.fidelity import java_tool
 from tests.integration.test_produce_quotas import metrics
-from tests.integration.test_sasl import refused_login, sasl_settings
+from tests.integration.test_sasl import plain_login, refused_login, sasl_settings
 from tests.support import (
     PASSWORDS,
     Cluster,
     ProxyProcess,
     answer_to,
+    call,
     closed_by_peer,
     create_topic_on_one_broker,
     encode_request,
@@ -224,3 +226,17 @@ def test_a_token_login_whose_owner_the_proxy_cannot_learn_is_refused(own_proxy, 
         assert answer.error_code == 58 and "DescribeDelegationToken failed" in answer.error_message, answer
         assert closed_by_peer(sock)
     assert "failed SASL login from 127.0.0.1" in proxy.log() and token_id in proxy.log()
+
+
+def test_no_client_changes_the_credentials_of_the_proxys_own_login(inspecting: ProxyProcess) -> None:
+    """The proxy logs in as quota-proxy for its own requests: alice, whom the cluster lets alter any user's
+    credentials, may not alter those through the proxy (refused whole, every user CLUSTER_AUTHORIZATION_FAILED); the
+    credential asked for is made of quota-proxy's own password, so that nothing would break were it applied."""
+    salt = b"a salt of alice's"
+    same_password = hashlib.pbkdf2_hmac("sha256", PASSWORDS["quota-proxy"].encode(), salt, 4096)
+    with plain_login(inspecting.bootstrap, "alice") as sock:
+        refused = call(sock, Api.ALTER_USER_SCRAM_CREDENTIALS, 0, deletions=[], upsertions=[
+            {"name": "quota-proxy", "mechanism": 1, "iterations": 4096, "salt": salt,
+             "salted_password": same_password}])
+    assert [(result.user, result.error_code) for result in refused.results] == [  # type: ignore[attr-defined]
+        ("quota-proxy", 31)], refused

@@ -171,30 +171,31 @@ def test_groups_a_principal_may_not_delete_are_answered_after_the_others_each_on
 
 def test_refused_transactions_keep_their_places_and_every_one_loses_the_topics_refused() -> None:
     body = memoryview(encode_request(Api.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["a", "x", "b", "a"]}))
-    refused = {"x"}.__contains__
-    asked, forwarded = transactions_described(0, body, refused)
-    assert asked == ("a", "x", "b", "a") and forwarded is not None
-    assert decode_request(Api.DESCRIBE_TRANSACTIONS, 0, forwarded).transactional_ids == ["a", "b", "a"]
+    described = transactions_described(0, body, {"x"}.__contains__)
+    assert described.asked == (("a", False), ("x", True), ("b", False), ("a", False))
+    assert described.forwarded_body is not None
+    assert decode_request(Api.DESCRIBE_TRANSACTIONS, 0, described.forwarded_body).transactional_ids == ["a", "b", "a"]
 
     def state(transactional_id: str, *topics: str) -> dict[str, Any]:
         return {"error_code": 0, "transactional_id": transactional_id, "transaction_state": "Ongoing",
                 "transaction_timeout_ms": 60000, "transaction_start_time_ms": 5, "producer_id": 7,
                 "producer_epoch": 1, "topics": [{"topic": topic, "partitions": [0]} for topic in topics]}
 
-    upstream = encode_response(Api.DESCRIBE_TRANSACTIONS, 0, {"throttle_time_ms": 0, "transaction_states": [
+    upstream = encode_response(Api.DESCRIBE_TRANSACTIONS, 0, {"throttle_time_ms": 30, "transaction_states": [
         state("a", "t", "hidden"), state("b", "hidden"), state("a", "t", "hidden")]})
     answer = decode_response(Api.DESCRIBE_TRANSACTIONS, 0, transactions_described_answer(
-        0, asked, refused, memoryview(upstream), {"hidden"}.__contains__))
+        0, described, memoryview(upstream), {"hidden"}.__contains__))
     assert [(s.transactional_id, s.error_code, s.producer_id, [t.topic for t in s.topics])
             for s in answer.transaction_states] == [("a", 0, 7, ["t"]), ("x", 53, 0, []), ("b", 0, 7, []),
                                                     ("a", 0, 7, ["t"])]
+    assert answer.throttle_time_ms == 30, "the cluster's throttle kept"
     every_one_refused = transactions_described(0, body, lambda transactional_id: True)
-    assert every_one_refused[1] is None
+    assert every_one_refused.forwarded_body is None
     alone = decode_response(Api.DESCRIBE_TRANSACTIONS, 0, transactions_described_answer(
-        0, every_one_refused[0], lambda transactional_id: True, None, lambda topic: False))
+        0, every_one_refused, None, lambda topic: False))
     assert [s.error_code for s in alone.transaction_states] == [53] * 4
     with pytest.raises(ProtocolError, match="fewer transactions"):
-        transactions_described_answer(0, asked, refused, memoryview(encode_response(
+        transactions_described_answer(0, described, memoryview(encode_response(
             Api.DESCRIBE_TRANSACTIONS, 0, {"throttle_time_ms": 0, "transaction_states": [state("a")]})),
             lambda topic: False)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from protocol.codecs import decode_request, decode_response, encode_response
 from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAILED
 from protocol.header import encode_response_header, read_request_header, response_header_length
 from proxy.cluster.topic_names import TopicNames
-from proxy.decision.outcome import FORWARD, Caller, Outcome
+from proxy.decision.outcome import FORWARD, Caller, Forward, Outcome
 from proxy.handlers.fetch import FetchHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
@@ -257,3 +257,30 @@ def test_with_the_authorizer_a_followers_fetch_needs_cluster_action(tmp_path: Pa
         TOPIC_AUTHORIZATION_FAILED]
     if version < 13:  # named (an id would be looked up first)
         assert forwarded(handled(acl_handler(tmp_path), request, caller("admin")))
+
+
+def test_with_the_authorizer_topics_by_id_are_judged_by_the_names_the_proxy_knows(tmp_path: Path) -> None:
+    """A v13+ fetch names its topics by id: one named already is judged at once (allowed, forwarded as it came;
+    refused, kept from the cluster); one the proxy cannot name yet is looked up first."""
+    orders, payments, unknown = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    looked_up: list[set[uuid.UUID]] = []
+
+    async def topics_by_id(topic_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
+        looked_up.append(set(topic_ids))
+        return {unknown: ("payments", 1)}
+
+    names = TopicNames(topics_by_id)
+    names.learn(orders.bytes, "orders")
+    names.learn(payments.bytes, "payments")
+    reads = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                       AclPermission.ALLOW)
+    fetch_handler = FetchHandler(QuotaService(None, CollectorRegistry()), UsageLog(tmp_path / "usage"), names,
+                                 Access(authorizer=AclAuthorizer([reads])))
+    decided = handled(fetch_handler, topic_fetch(13, orders), caller("alice"))
+    assert forwarded(decided).replacement is None and looked_up == []
+    refused = answered(handled(fetch_handler, topic_fetch(13, payments), caller("alice")))
+    assert refused.response and looked_up == []
+    later = handled(fetch_handler, topic_fetch(13, orders, unknown), caller("alice"))
+    assert isinstance(later, Awaitable), "looked up first"
+    outcome = asyncio.run(later)  # type: ignore[arg-type]
+    assert looked_up == [{unknown}] and isinstance(outcome, Forward) and outcome.replacement is not None
