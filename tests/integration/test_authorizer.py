@@ -1250,9 +1250,10 @@ def test_kafka_acls_manages_the_proxys_acls_as_kafkas_and_they_outlive_a_restart
 
 def test_pipelined_requests_answered_by_the_proxy_and_by_the_cluster_come_back_in_order_as_kafkas(
         setup: Setup) -> None:
-    """Alice sends, without waiting, requests the proxy answers itself (refused whole), forwards as they are, and
-    forwards in part (the refused resources answered beside the cluster's): each answer comes back in the order asked,
-    and is Kafka's."""
+    """Alice sends, without waiting, requests the proxy answers itself (refused whole; a delegation token for bob,
+    whom she may create them for, answered as Kafka's tokens are disabled), forwards as they are, and forwards in part
+    (the refused resources answered beside the cluster's, a transaction left out of a listing): each answer comes back
+    in the order asked, and is Kafka's."""
     configs = [{"resource_type": 2, "resource_name": name, "configuration_keys": ["retention.ms"]}
                for name in ("acl-a.one", "acl-hidden")]
     altered = [{"resource_type": 2, "resource_name": name,
@@ -1281,6 +1282,13 @@ def test_pipelined_requests_answered_by_the_proxy_and_by_the_cluster_come_back_i
             {"group_id": "alice-share", "topics": [{"topic_name": "acl-hidden", "partitions": [0]}]},
             {"group_id": "alice-never", "topics": [{"topic_name": "acl-hidden", "partitions": [0]},
                                                    {"topic_name": "acl-a.one", "partitions": [0]}]}]}),
+        (Api.DESCRIBE_LOG_DIRS, 4, {"topics": None}),
+        (Api.CREATE_DELEGATION_TOKEN, 3, {"owner_principal_type": "User", "owner_principal_name": "bob",
+                                          "renewers": [], "max_lifetime_ms": -1}),
+        (Api.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["tx-b", "tx-a"]}),
+        (Api.LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}),
+        (Api.ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [{"path": "/no/such/dir", "topics": [
+            {"name": "acl-a.one", "partitions": [0]}]}]}),
     ]
 
     def answers(side: Side) -> list[Any]:
