@@ -329,6 +329,9 @@ def _walk_topics_head(cursor: _Cursor) -> _Walk[ProduceTopicsHead]:
 def produce_topics_head(frame_start: bytes | memoryview, header: RequestHeader) -> ProduceTopicsHead | None:
     """How many topics a Produce request names and its first, read from the request's start (a whole request, or
     the start of one being cut through); None when the start ends before them."""
+    plain = _plain_topics_head(frame_start, header.length, header.api_version)
+    if plain is not None:
+        return plain
     walk = _walk_topics_head(_Cursor(frame_start, header.length, header.api_version))
     try:
         next(walk)
@@ -494,16 +497,7 @@ def _plain_request(buf: bytes | memoryview, at: int, version: int) -> ProduceSca
     flexible = version >= FIRST_FLEXIBLE_PRODUCE_VERSION
     end = len(buf)
     try:
-        if flexible:
-            size = buf[at] - 1
-            at += 1
-        else:
-            (size,) = _INT16.unpack_from(buf, at)
-            at += 2
-        if size < -1 or (flexible and size >= 0x7F):
-            return None
-        transactional_id = None if size == -1 else str(buf[at:at + size], "utf-8")
-        at += max(size, 0)
+        transactional_id, at = _plain_transactional_id(buf, at, flexible)
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, at)
         at += _ACKS_TIMEOUT.size
         topic_count, at = _plain_length(buf, at, flexible)
@@ -550,8 +544,49 @@ def _plain_request(buf: bytes | memoryview, at: int, version: int) -> ProduceSca
     return ProduceScan(transactional_id, acks, timeout_ms, tuple(topics)) if at == end else None
 
 
+def _plain_topics_head(buf: bytes | memoryview, at: int, version: int) -> ProduceTopicsHead | None:
+    """``produce_topics_head`` read in one pass with no walk (the body from ``at`` on); None, and the walk reads it,
+    when anything is not plain (as for ``_plain_request``) or not at hand."""
+    flexible = version >= FIRST_FLEXIBLE_PRODUCE_VERSION
+    try:
+        transactional_id, at = _plain_transactional_id(buf, at, flexible)
+        count, at = _plain_length(buf, at + _ACKS_TIMEOUT.size, flexible)
+        if not count:
+            return ProduceTopicsHead(transactional_id, 0, None, None)
+        if version >= FIRST_TOPIC_ID_PRODUCE_VERSION:
+            return ProduceTopicsHead(transactional_id, count, None, bytes(_at_hand(buf, at, 16)))
+        size, at = _plain_length(buf, at, flexible, _INT16)
+        return ProduceTopicsHead(transactional_id, count, str(_at_hand(buf, at, size), "utf-8"), None)
+    except (_NotPlain, StructError, IndexError, UnicodeDecodeError):
+        return None
+
+
 class _NotPlain(Exception):
-    """A field ``_plain_request`` leaves to the walk."""
+    """A field ``_plain_request`` or ``_plain_topics_head`` leaves to the walk."""
+
+
+def _plain_transactional_id(buf: bytes | memoryview, at: int, flexible: bool) -> tuple[str | None, int]:
+    """The transactional id (nullable) and where what follows starts."""
+    if flexible:
+        size = buf[at] - 1
+        at += 1
+        if size >= 0x7F:
+            raise _NotPlain
+    else:
+        (size,) = _INT16.unpack_from(buf, at)
+        at += 2
+    if size == -1:
+        return None, at
+    if size < -1:
+        raise _NotPlain
+    return str(_at_hand(buf, at, size), "utf-8"), at + size
+
+
+def _at_hand(buf: bytes | memoryview, at: int, size: int) -> bytes | memoryview:
+    """The ``size`` bytes from ``at``, all at hand (a slice stops short at the end of the bytes at hand)."""
+    if at + size > len(buf):
+        raise _NotPlain
+    return buf[at:at + size]
 
 
 def _plain_length(buf: bytes | memoryview, at: int, flexible: bool, classic: Struct = _INT32) -> tuple[int, int]:
