@@ -176,25 +176,18 @@ def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
     or where Kafka would read it otherwise than its sizes say. Kafka reads the tagged fields it knows (ClusterId,
     ReplicaState) by their type, not by the size they declare: a walk skipping them by their size could see another
     replica id, or other topics, than the broker parses; one whose size disagrees with its type is not read."""
-    if not FIRST_WALKED_VERSION <= version <= _LAST_WALKED_VERSION:
+    layout = _WALK_LAYOUTS.get(version)
+    if layout is None:
         return None
-    flexible = version >= FIRST_FLEXIBLE_FETCH_VERSION
-    by_id = version >= FIRST_TOPIC_ID_FETCH_VERSION
-    # partition, current_leader_epoch (v9+), fetch_offset, last_fetched_epoch (v12+), log_start_offset (v5+),
-    # partition_max_bytes
-    partition_bytes = 4 + (4 if version >= 9 else 0) + 8 + (4 if flexible else 0) + (8 if version >= 5 else 0) + 4
+    flexible, by_id, partition_bytes, pos = layout
     try:
         replica_id = -1
-        pos = 0
         if version < FIRST_VERSION_WITHOUT_REPLICA_ID:
             (replica_id,) = _INT32.unpack_from(body, 0)
-            pos = 4
-        # max_wait_ms, min_bytes, max_bytes, isolation_level; session_id and session_epoch (v7+)
-        pos += 13 + (8 if version >= FIRST_SESSION_VERSION else 0)
         topics: list[TopicRef] = []
         count, pos = _array_length(body, pos, flexible)
         for _ in range(count):
-            topic, pos = _topic_ref(body, pos, flexible, by_id)
+            topic, pos = _topic_id(body, pos) if by_id else _string(body, pos, flexible)
             topics.append(topic)
             partitions, pos = _array_length(body, pos, flexible)
             if not flexible:
@@ -206,7 +199,7 @@ def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
         if version >= FIRST_SESSION_VERSION:  # forgotten_topics_data
             count, pos = _array_length(body, pos, flexible)
             for _ in range(count):
-                _, pos = _topic_ref(body, pos, flexible, by_id)
+                _, pos = _topic_id(body, pos) if by_id else _string(body, pos, flexible)
                 partitions, pos = _array_length(body, pos, flexible)
                 pos += 4 * partitions
                 if flexible:
@@ -223,6 +216,21 @@ def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
 
 
 FIRST_WALKED_VERSION = 4
+
+
+def _walk_layout(version: int) -> tuple[bool, bool, int, int]:
+    """Whether the version is flexible, whether it names topics by id, a partition's bytes (partition,
+    current_leader_epoch (v9+), fetch_offset, last_fetched_epoch (v12+), log_start_offset (v5+), partition_max_bytes),
+    and where the topics start (after replica_id (until v14), max_wait_ms, min_bytes, max_bytes, isolation_level, and
+    session_id and session_epoch (v7+))."""
+    flexible = version >= FIRST_FLEXIBLE_FETCH_VERSION
+    partition_bytes = 4 + (4 if version >= 9 else 0) + 8 + (4 if flexible else 0) + (8 if version >= 5 else 0) + 4
+    topics_at = (4 if version < FIRST_VERSION_WITHOUT_REPLICA_ID else 0) + 13 + (
+        8 if version >= FIRST_SESSION_VERSION else 0)
+    return flexible, version >= FIRST_TOPIC_ID_FETCH_VERSION, partition_bytes, topics_at
+
+
+_WALK_LAYOUTS = {version: _walk_layout(version) for version in range(FIRST_WALKED_VERSION, _LAST_WALKED_VERSION + 1)}
 _FIRST_RACK_ID_VERSION = 11
 
 
@@ -241,35 +249,34 @@ def _uvarint(body: memoryview, pos: int) -> tuple[int, int]:
     return value, pos
 
 
-def _length(body: memoryview, pos: int, flexible: bool, classic: Struct) -> tuple[int, int]:
-    """A string's or an array's length (compact in flexible versions), -1 for null."""
+def _array_length(body: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """A non-nullable array's length (compact in flexible versions; Kafka refuses a null one)."""
     if flexible:
         length, pos = _uvarint(body, pos)
-        return length - 1, pos
-    (length,) = classic.unpack_from(body, pos)
-    return length, pos + classic.size
-
-
-def _array_length(body: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    """A non-nullable array's length (Kafka refuses a null one)."""
-    length, pos = _length(body, pos, flexible, _INT32)
+        length -= 1
+    else:
+        (length,) = _INT32.unpack_from(body, pos)
+        pos += 4
     if length < 0:
         raise _Unwalkable
     return length, pos
 
 
 def _string(body: memoryview, pos: int, flexible: bool) -> tuple[str, int]:
-    """A non-nullable string, as Kafka reads it."""
-    length, pos = _length(body, pos, flexible, _INT16)
+    """A non-nullable string (compact in flexible versions), as Kafka reads it."""
+    if flexible:
+        length, pos = _uvarint(body, pos)
+        length -= 1
+    else:
+        (length,) = _INT16.unpack_from(body, pos)
+        pos += 2
     end = pos + length
     if not 0 <= length <= _MAX_STRING_BYTES or end > len(body):
         raise _Unwalkable
     return str(body[pos:end], "utf-8"), end
 
 
-def _topic_ref(body: memoryview, pos: int, flexible: bool, by_id: bool) -> tuple[TopicRef, int]:
-    if not by_id:
-        return _string(body, pos, flexible)
+def _topic_id(body: memoryview, pos: int) -> tuple[bytes, int]:
     end = pos + TOPIC_ID_BYTES
     if end > len(body):
         raise _Unwalkable
