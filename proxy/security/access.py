@@ -10,11 +10,17 @@ from protocol.refused_topics import NameRefusal
 from proxy.decision.outcome import Caller
 from proxy.security.acls import AclAuthorizer, AclOperation, Requester, ResourceType
 
+_KEPT_REFUSALS = 10_000
+"""Refusals (``topic_refusal``) kept for principal, host and operation at most; past it they are made again."""
+
 
 class Access:
     def __init__(self, reserved_topics: frozenset[str] = frozenset(), authorizer: AclAuthorizer | None = None) -> None:
         self.reserved_topics = reserved_topics
         self.authorizer = authorizer
+        self._refusals: dict[tuple[str, str, AclOperation], NameRefusal] = {}
+        """``topic_refusal``'s, made once for each principal, host and operation (each asks the ACLs in force when
+        it is called): every request asks for one."""
 
     @property
     def guards_topics(self) -> bool:
@@ -25,21 +31,31 @@ class Access:
         """Which topics (by name) the caller may not do ``operation`` on. A topic the proxy has no name for is
         not refused here: a topic given by an id the proxy could not name is the handlers' to judge
         (``proxy.handlers.refused_topics.refused_by_name_or_id``)."""
-        reserved = self.reserved_topics
         authorizer = self.authorizer
         if authorizer is None:
-            return reserved.__contains__
-        requester = requester_of(caller)
-
-        def refused(name: str | None) -> bool:
-            return name is not None and (name in reserved or not authorizer.authorize(
-                requester, operation, ResourceType.TOPIC, name))
-        return refused
+            return self.reserved_topics.__contains__
+        key = (caller.user, caller.host, operation)
+        refusal = self._refusals.get(key)
+        if refusal is None:
+            if len(self._refusals) >= _KEPT_REFUSALS:
+                self._refusals.clear()
+            refusal = self._refusals[key] = _topic_refusal(self.reserved_topics, authorizer, requester_of(caller),
+                                                           operation)
+        return refusal
 
     def allows(self, caller: Caller, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """The caller may do ``operation`` on the resource (always, without the authorizer)."""
         return self.authorizer is None or self.authorizer.authorize(requester_of(caller), operation, resource_type,
                                                                     name)
+
+
+def _topic_refusal(reserved: frozenset[str], authorizer: AclAuthorizer, requester: Requester, operation: AclOperation
+                   ) -> NameRefusal:
+    authorize = authorizer.authorize
+
+    def refused(name: str | None) -> bool:
+        return name is not None and (name in reserved or not authorize(requester, operation, ResourceType.TOPIC, name))
+    return refused
 
 
 def requester_of(caller: Caller) -> Requester:

@@ -226,7 +226,7 @@ class AclAuthorizer:
         self._prefixed: dict[ResourceType, dict[str, list[AclBinding]]] = {}
         self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
         self._by_type: dict[ResourceType, list[AclBinding]] = {}
-        self._decided: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self._decided: dict[tuple[Requester, AclOperation, ResourceType, str], bool] = {}
         self.generation = 0
         """Counts the changes of the ACLs: what was decided of an older one may no longer hold."""
         self.replace(acls)
@@ -257,7 +257,7 @@ class AclAuthorizer:
 
     def authorize(self, requester: Requester, operation: AclOperation, resource_type: ResourceType,
                   name: str) -> bool:
-        key = (*requester, operation, resource_type, name)
+        key = (requester, operation, resource_type, name)
         decided = self._decided.get(key)
         if decided is None:
             if len(self._decided) >= MAX_DECISIONS:

@@ -35,3 +35,21 @@ def test_a_super_user_is_refused_the_proxys_own_topics_all_the_same() -> None:
     assert refused("quotas") and not refused("orders")
     assert access.allows(ADMIN, AclOperation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
     assert not access.allows(ALICE, AclOperation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
+
+
+def test_a_refusal_is_kept_for_its_principal_host_and_operation_and_judges_by_the_acls_in_force() -> None:
+    authorizer = AclAuthorizer([allow("orders", AclOperation.WRITE)])
+    access = Access(frozenset(), authorizer)
+    writes = access.topic_refusal(ALICE, AclOperation.WRITE)
+    assert access.topic_refusal(ALICE._replace(now_ms=5), AclOperation.WRITE) is writes, "made once, kept"
+    elsewhere = access.topic_refusal(ALICE._replace(host="10.0.0.2"), AclOperation.WRITE)
+    assert elsewhere is not writes and access.topic_refusal(ALICE, AclOperation.READ) is not writes
+    assert not writes("orders")
+    authorizer.replace([allow("payments", AclOperation.WRITE)])
+    assert writes("orders") and not writes("payments"), "a kept refusal asks the ACLs of now"
+
+
+def test_a_refusal_kept_for_one_user_is_not_another_users() -> None:
+    access = Access(frozenset(), AclAuthorizer([allow("orders", AclOperation.WRITE)]))
+    assert not access.topic_refusal(ALICE, AclOperation.WRITE)("orders")
+    assert access.topic_refusal(ALICE._replace(user="mallory"), AclOperation.WRITE)("orders")
