@@ -249,27 +249,26 @@ def _uvarint(body: memoryview, pos: int) -> tuple[int, int]:
     return value, pos
 
 
-def _array_length(body: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    """A non-nullable array's length (compact in flexible versions; Kafka refuses a null one)."""
+def _length(body: memoryview, pos: int, flexible: bool, classic: Struct) -> tuple[int, int]:
+    """A string's or an array's length (compact in flexible versions), -1 for null."""
     if flexible:
         length, pos = _uvarint(body, pos)
-        length -= 1
-    else:
-        (length,) = _INT32.unpack_from(body, pos)
-        pos += 4
+        return length - 1, pos
+    (length,) = classic.unpack_from(body, pos)
+    return length, pos + classic.size
+
+
+def _array_length(body: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """A non-nullable array's length (Kafka refuses a null one)."""
+    length, pos = _length(body, pos, flexible, _INT32)
     if length < 0:
         raise _Unwalkable
     return length, pos
 
 
 def _string(body: memoryview, pos: int, flexible: bool) -> tuple[str, int]:
-    """A non-nullable string (compact in flexible versions), as Kafka reads it."""
-    if flexible:
-        length, pos = _uvarint(body, pos)
-        length -= 1
-    else:
-        (length,) = _INT16.unpack_from(body, pos)
-        pos += 2
+    """A non-nullable string, as Kafka reads it."""
+    length, pos = _length(body, pos, flexible, _INT16)
     end = pos + length
     if not 0 <= length <= _MAX_STRING_BYTES or end > len(body):
         raise _Unwalkable

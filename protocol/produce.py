@@ -567,18 +567,9 @@ class _NotPlain(Exception):
 
 def _plain_transactional_id(buf: bytes | memoryview, at: int, flexible: bool) -> tuple[str | None, int]:
     """The transactional id (nullable) and where what follows starts."""
-    if flexible:
-        size = buf[at] - 1
-        at += 1
-        if size >= 0x7F:
-            raise _NotPlain
-    else:
-        (size,) = _INT16.unpack_from(buf, at)
-        at += 2
+    size, at = _plain_nullable_length(buf, at, flexible, _INT16)
     if size == -1:
         return None, at
-    if size < -1:
-        raise _NotPlain
     return str(_at_hand(buf, at, size), "utf-8"), at + size
 
 
@@ -591,6 +582,14 @@ def _at_hand(buf: bytes | memoryview, at: int, size: int) -> bytes | memoryview:
 
 def _plain_length(buf: bytes | memoryview, at: int, flexible: bool, classic: Struct = _INT32) -> tuple[int, int]:
     """An array count or a non-null string length, and where what follows starts."""
+    size, at = _plain_nullable_length(buf, at, flexible, classic)
+    if size < 0:
+        raise _NotPlain
+    return size, at
+
+
+def _plain_nullable_length(buf: bytes | memoryview, at: int, flexible: bool, classic: Struct) -> tuple[int, int]:
+    """A length, -1 for null, and where what follows starts."""
     if flexible:
         size = buf[at] - 1
         at += 1
@@ -599,7 +598,7 @@ def _plain_length(buf: bytes | memoryview, at: int, flexible: bool, classic: Str
     else:
         (size,) = classic.unpack_from(buf, at)
         at += classic.size
-    if size < 0:
+    if size < -1:
         raise _NotPlain
     return size, at
 
