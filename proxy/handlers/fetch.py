@@ -92,11 +92,11 @@ class FetchHandler:
         # with ACLs, no fetch session: the cluster would go on serving a session's partitions that later fetches do
         # not name, whatever the ACLs say by then (Kafka authorizes each of them at every fetch); so every fetch
         # names all it reads, and all of it is authorized
+        outside = sessionless_fetch_request(request, header)
+        if outside is None:  # a full fetch outside any session already (its epoch -1)
+            return self._judged_with_the_authorizer(header, request, caller, asked.topics)
         if fetch_session_epoch(request, header) > 0:
             return local_answer(header, fetch_session_not_found(version))
-        outside = sessionless_fetch_request(request, header)
-        if outside is None:
-            return self._judged_with_the_authorizer(header, request, caller, asked.topics)
         # the same topics: only the session's fields differ
         return forwarding_instead(self._judged_with_the_authorizer(header, memoryview(outside), caller, asked.topics),
                                   frame(outside))
