@@ -7,9 +7,12 @@ Three kinds: a Produce of one 100-byte record (v7, acks=1), a Metadata of one to
 and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and target:
 
 - requests sent one at a time on one connection: latency p50 and p99, the latency added to the direct one, and each
-  relay's or proxy's CPU per request (its process's user and system time over the requests sent to it);
+  relay's or proxy's CPU per request (the run time of its process's threads, and its children's, over the requests
+  sent to it);
 - the request rate with 1, 10 and 100 connections, each keeping ``DEPTH`` requests in flight: the median over the
   rounds, and its ratio to the direct one.
+
+Each round measures the targets in a rotated order.
 
 Writes ``bench/request-cost-results.json``.
 """
@@ -76,10 +79,29 @@ KINDS: dict[str, Callable[[str], bytes]] = {
 
 
 def cpu_s(process: psutil.Process | None) -> float:
+    """The CPU time ``process`` and its children have run: on Linux the kernel's exact count of each thread's run time
+    (``schedstat``), elsewhere ``cpu_times``, which counts scheduler ticks (one every few ms: a few percent off over a
+    round's requests, more than the differences measured here)."""
     if process is None:
         return 0.0
-    times = process.cpu_times()
-    return float(times.user + times.system + times.children_user + times.children_system)
+    processes = [process, *process.children(recursive=True)]
+    try:
+        return sum(_run_time_s(each.pid) for each in processes)
+    except OSError:
+        times = process.cpu_times()
+        return float(times.user + times.system + times.children_user + times.children_system)
+
+
+def _run_time_s(pid: int) -> float:
+    """The run time of every thread of ``pid`` (``/proc/<pid>/task/<tid>/schedstat``'s first field, in ns)."""
+    total_ns = 0
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.iterdir():
+        try:
+            total_ns += int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:
+            continue  # a thread that ended between the listing and the read
+    return total_ns / 1e9
 
 
 def main() -> int:
@@ -132,8 +154,11 @@ def main() -> int:
                 frame = make_frame(topic)
                 samples: dict[str, list[float]] = {name: [] for name in targets}
                 cpu: dict[str, float] = {name: 0.0 for name in targets}
-                for _ in range(args.rounds):
-                    for name, (bootstrap, process) in targets.items():
+                for bootstrap, _process in targets.values():  # not counted: the first target must not pay for all
+                    one_at_a_time_us(bootstrap, frame, 0, WARM_UP)
+                for round_index in range(args.rounds):
+                    for name in _rotated(list(targets), round_index):
+                        bootstrap, process = targets[name]
                         before = cpu_s(process)
                         samples[name] += one_at_a_time_us(bootstrap, frame, args.requests, WARM_UP)
                         cpu[name] += cpu_s(process) - before
@@ -143,8 +168,9 @@ def main() -> int:
                 rates[kind] = {}
                 for connections in args.rate_connections:
                     runs: dict[str, list[float]] = {name: [] for name in targets}
-                    for _ in range(args.rounds):
-                        for name, (bootstrap, _process) in targets.items():
+                    for round_index in range(args.rounds):
+                        for name in _rotated(list(targets), round_index):
+                            bootstrap = targets[name][0]
                             runs[name].append(pipelined_rate(bootstrap, frame, connections, DEPTH, args.rate_seconds))
                     rates[kind][connections] = _rate_figures(runs)
                     print(kind, connections, "connections:", {name: (round(f["per_s"]), round(f.get("ratio", 1), 2))
@@ -160,6 +186,12 @@ def main() -> int:
     results["rates"] = rates
     write_results(args.out, results)
     return 0
+
+
+def _rotated(names: list[str], round_index: int) -> list[str]:
+    """Each round starts one target later: none is always measured first, or right after the same one."""
+    start = round_index % len(names)
+    return names[start:] + names[:start]
 
 
 def _figures(samples: dict[str, list[float]], cpu: dict[str, float], sent: int) -> dict[str, dict[str, float]]:
