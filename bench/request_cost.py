@@ -8,7 +8,7 @@ and a Fetch with nothing new (v11, ``max_wait_ms`` 0). Per kind and target:
 
 - requests sent one at a time on one connection: latency p50 and p99, the latency added to the direct one, and each
   relay's or proxy's CPU per request (the run time of its process's threads, and its children's, over the requests
-  sent to it);
+  sent to it: the median of the rounds');
 - the request rate with 1, 10 and 100 connections, each keeping ``DEPTH`` requests in flight: the median over the
   rounds, and its ratio to the direct one.
 
@@ -153,7 +153,7 @@ def main() -> int:
             for kind, make_frame in KINDS.items():
                 frame = make_frame(topic)
                 samples: dict[str, list[float]] = {name: [] for name in targets}
-                cpu: dict[str, float] = {name: 0.0 for name in targets}
+                cpu: dict[str, list[float]] = {name: [] for name in targets}
                 for bootstrap, _process in targets.values():  # not counted: the first target must not pay for all
                     one_at_a_time_us(bootstrap, frame, 0, WARM_UP)
                 for round_index in range(args.rounds):
@@ -161,8 +161,8 @@ def main() -> int:
                         bootstrap, process = targets[name]
                         before = cpu_s(process)
                         samples[name] += one_at_a_time_us(bootstrap, frame, args.requests, WARM_UP)
-                        cpu[name] += cpu_s(process) - before
-                figures[kind] = _figures(samples, cpu, args.rounds * (WARM_UP + args.requests))
+                        cpu[name].append(cpu_s(process) - before)
+                figures[kind] = _figures(samples, cpu, WARM_UP + args.requests)
                 print(kind, {name: (round(f["p50_us"]), round(f.get("added_p50_us", 0)), round(f["cpu_us"]))
                              for name, f in figures[kind].items()}, flush=True)
                 rates[kind] = {}
@@ -194,14 +194,16 @@ def _rotated(names: list[str], round_index: int) -> list[str]:
     return names[start:] + names[:start]
 
 
-def _figures(samples: dict[str, list[float]], cpu: dict[str, float], sent: int) -> dict[str, dict[str, float]]:
-    """p50/p99 per target, the added p50/p99 over direct, and CPU per request (over every request ``sent`` to the
-    target, the warm-up ones included)."""
-    out: dict[str, dict[str, float]] = {}
+def _figures(samples: dict[str, list[float]], cpu: dict[str, list[float]], sent: int) -> dict[str, dict[str, Any]]:
+    """p50/p99 per target, the added p50/p99 over direct, and CPU per request: the median of the rounds' (``cpu``: each
+    round's CPU seconds, over the requests ``sent`` to the target in a round, the warm-up ones included; a round the
+    machine disturbed counts for no more than the others)."""
+    out: dict[str, dict[str, Any]] = {}
     for name, values in samples.items():
         values.sort()
         out[name] = {"p50_us": statistics.median(values), "p99_us": values[int(len(values) * 0.99)],
-                     "cpu_us": cpu[name] / sent * 1e6}
+                     "cpu_us": statistics.median(cpu[name]) / sent * 1e6, "cpu_rounds_us": [
+                         seconds / sent * 1e6 for seconds in cpu[name]]}
     for name, figure in out.items():
         if name != "direct":
             figure["added_p50_us"] = figure["p50_us"] - out["direct"]["p50_us"]
