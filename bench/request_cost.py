@@ -78,28 +78,34 @@ KINDS: dict[str, Callable[[str], bytes]] = {
 }
 
 
+_RUN_TIMES = Path("/proc/self/task").exists()
+"""Linux: each thread's run time is in ``/proc/<pid>/task/<tid>/schedstat``."""
+
+
 def cpu_s(process: psutil.Process | None) -> float:
-    """The CPU time ``process`` and its children have run: on Linux the kernel's exact count of each thread's run time
-    (``schedstat``), elsewhere ``cpu_times``, which counts scheduler ticks (one every few ms: a few percent off over a
-    round's requests, more than the differences measured here)."""
+    """The CPU time ``process`` and its children have run: on Linux the kernel's count of each live thread's run time
+    (``schedstat``, in ns), elsewhere ``cpu_times``, which counts scheduler ticks (one every few ms: a few percent off
+    over a round's requests, more than the differences measured here). A thread that ends during a round takes its run
+    time out of the count: the proxies' threads last as long as they do, a JVM may end idle ones."""
     if process is None:
         return 0.0
-    processes = [process, *process.children(recursive=True)]
-    try:
-        return sum(_run_time_s(each.pid) for each in processes)
-    except OSError:
+    if not _RUN_TIMES:
         times = process.cpu_times()
         return float(times.user + times.system + times.children_user + times.children_system)
+    return sum(_run_time_s(each.pid) for each in (process, *process.children(recursive=True)))
 
 
 def _run_time_s(pid: int) -> float:
-    """The run time of every thread of ``pid`` (``/proc/<pid>/task/<tid>/schedstat``'s first field, in ns)."""
+    """The run time of every live thread of ``pid`` (``/proc/<pid>/task/<tid>/schedstat``'s first field)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return 0.0  # a child that ended since it was listed
     total_ns = 0
-    tasks = Path(f"/proc/{pid}/task")
-    for task in tasks.iterdir():
+    for task in tasks:
         try:
             total_ns += int((task / "schedstat").read_text().split()[0])
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # a thread that ended between the listing and the read
     return total_ns / 1e9
 
