@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import write_results
+from bench.rounds import rotated
 from bench.run import create_topic, delete_topic
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request, new_producer_id, read_frame, record_batch
@@ -82,7 +83,7 @@ def main() -> int:
         try:
             names = list(targets)
             for round_index in range(args.rounds):
-                for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+                for name in rotated(names, round_index):
                     topic = create_topic(broker.bootstrap)
                     (known,) = broker_issued_pids(broker.bootstrap, 1)
                     fresh = list(broker_issued_pids(broker.bootstrap, args.requests))

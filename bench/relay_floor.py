@@ -40,6 +40,7 @@ import psutil
 import uvloop
 
 from bench.report import write_results
+from bench.rounds import rotated
 from tests.certificates import CertificateAuthority
 
 MODES = ("copy", "splice", "copy_tls", "copy_tls_both")
@@ -301,8 +302,7 @@ def main() -> int:
     pki = _Pki.make(Path(tempfile.mkdtemp(prefix="kqp-relay-floor-"))) if TLS_FROM_SOURCE.intersection(modes) else None
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for round_index in range(args.rounds):
-        turn = round_index % len(modes)
-        for mode in modes[turn:] + modes[:turn]:
+        for mode in rotated(modes, round_index):
             runs[mode].append(one_round(mode, args.megabytes, args.sink_receive_buffer, pki))
     results: dict[str, Any] = {"machine": {"cpus": psutil.cpu_count()}, "settings": {
         "megabytes": args.megabytes, "rounds": args.rounds, "sink_receive_buffer": args.sink_receive_buffer}}

@@ -31,6 +31,7 @@ import psutil
 from bench.kroxylicious import KroxyliciousProcess
 from bench.relay_floor import ForwardingRelay
 from bench.report import new_results, write_results
+from bench.rounds import rotated
 from bench.run import QUOTAS, create_topic, delete_topic, one_at_a_time_us, pipelined_rate, produce_frame
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess, encode_request
@@ -163,7 +164,7 @@ def main() -> int:
                 for bootstrap, _process in targets.values():  # not counted: the first target must not pay for all
                     one_at_a_time_us(bootstrap, frame, 0, WARM_UP)
                 for round_index in range(args.rounds):
-                    for name in _rotated(list(targets), round_index):
+                    for name in rotated(list(targets), round_index):
                         bootstrap, process = targets[name]
                         before = cpu_s(process)
                         samples[name] += one_at_a_time_us(bootstrap, frame, args.requests, WARM_UP)
@@ -175,7 +176,7 @@ def main() -> int:
                 for connections in args.rate_connections:
                     runs: dict[str, list[float]] = {name: [] for name in targets}
                     for round_index in range(args.rounds):
-                        for name in _rotated(list(targets), round_index):
+                        for name in rotated(list(targets), round_index):
                             bootstrap = targets[name][0]
                             runs[name].append(pipelined_rate(bootstrap, frame, connections, DEPTH, args.rate_seconds))
                     rates[kind][connections] = _rate_figures(runs)
@@ -192,12 +193,6 @@ def main() -> int:
     results["rates"] = rates
     write_results(args.out, results)
     return 0
-
-
-def _rotated(names: list[str], round_index: int) -> list[str]:
-    """Each round starts one target later: none is always measured first, or right after the same one."""
-    start = round_index % len(names)
-    return names[start:] + names[:start]
 
 
 def _figures(samples: dict[str, list[float]], cpu: dict[str, list[float]], sent: int) -> dict[str, dict[str, Any]]:

@@ -40,6 +40,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from bench.kroxylicious import KroxyliciousProcess
 from bench.report import write_results
+from bench.rounds import rotated
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.fidelity import java_tool
 from tests.support import ProxyProcess, encode_request, read_frame
@@ -276,7 +277,7 @@ def latency_percentiles(targets: dict[str, str], rounds: int, requests_per_round
     pooled: dict[str, list[float]] = {name: [] for name in targets}
     names = list(targets)
     for round_index in range(rounds):
-        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+        for name in rotated(names, round_index):
             pooled[name].extend(latency_samples_us(targets[name], topics[name], requests_per_round))
     for name, topic in topics.items():
         delete_topic(targets[name], topic)
@@ -385,7 +386,7 @@ def interleaved_medians(targets: dict[str, str], rounds: int, measure: Any) -> d
     samples: dict[str, list[float]] = {name: [] for name in targets}
     names = list(targets)
     for round_index in range(rounds):
-        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+        for name in rotated(names, round_index):
             samples[name].append(measure(targets[name]))
     return {name: {"median": statistics.median(values), "runs": values} for name, values in samples.items()}
 

@@ -28,6 +28,7 @@ import psutil
 from confluent_kafka import Producer
 
 from bench.report import write_results
+from bench.rounds import rotated
 from bench.run import QUOTAS, create_topic, delete_topic, interleaved_medians, produce_all
 from proxy.dev.apache_kafka import KafkaCluster
 from tests.support import ProxyProcess
@@ -115,7 +116,7 @@ def paced_cpu_per_mb(proxies: dict[str, ProxyProcess], args: argparse.Namespace)
     moved_mb = {name: [0.0] * workers for name, (_, workers, _) in runs.items()}
     names = list(runs)
     for round_index in range(args.rounds):
-        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+        for name in rotated(names, round_index):
             proxy, workers, mb_s = runs[name]
             before = worker_counters(proxy, workers)
             paced_load(proxy.bootstrap, args.producers, mb_s, args.paced_seconds)
