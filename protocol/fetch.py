@@ -58,16 +58,13 @@ def capped_fetch_request(frame: bytes | memoryview, header: RequestHeader, limit
     return bytes(patched)
 
 
-def sessionless_fetch_request(frame: bytes | memoryview, header: RequestHeader) -> bytes | None:
-    """The request (no size prefix) as a full fetch outside any session (``session_id`` 0, ``session_epoch``
-    ``NO_SESSION_EPOCH``: the cluster opens none); None when it is one already (or before v7, which has none)."""
+def sessionless_fetch_request(frame: bytes | memoryview, header: RequestHeader) -> bytes:
+    """The request (v7+, no size prefix) as a full fetch outside any session (``session_id`` 0, ``session_epoch``
+    ``NO_SESSION_EPOCH``: the cluster opens none)."""
     if header.api_version < FIRST_SESSION_VERSION:
-        return None
+        raise ValueError(f"a fetch v{header.api_version} has no session")
     epoch_offset = _min_bytes_offset(header) + _SESSION_EPOCH_AFTER_MIN_BYTES
     _check_length(frame, header, epoch_offset + 4)
-    if _INT32.unpack_from(frame, epoch_offset - 4) == (0,) and _INT32.unpack_from(frame, epoch_offset) == (
-            NO_SESSION_EPOCH,):
-        return None
     patched = bytearray(frame)
     _INT32.pack_into(patched, epoch_offset - 4, 0)
     _INT32.pack_into(patched, epoch_offset, NO_SESSION_EPOCH)
@@ -140,8 +137,18 @@ class FetchAsked(NamedTuple):
     replica_id: int
     """Kafka's ``FetchRequest.replicaId``: a follower's broker id (0 or more), or a consumer's -1 (-2 for a
     debugging one); from v15 in the tagged ``ReplicaState``."""
-    topics: list[TopicRef]
+    topics: tuple[TopicRef, ...]
     """In the request's order (a fetch session's incremental request may name none: the session holds them)."""
+    session_id: int = 0
+    """Its fetch session's (KIP-227, v7+): 0 outside any, and before v7."""
+    session_epoch: int = NO_SESSION_EPOCH
+    """Above 0 for an incremental fetch in a session, 0 for a full fetch opening one, ``NO_SESSION_EPOCH`` outside
+    sessions (or closing one), and before v7."""
+
+    @property
+    def outside_any_session(self) -> bool:
+        """A full fetch opening no session, which the cluster answers for its named partitions alone."""
+        return self.session_id == 0 and self.session_epoch == NO_SESSION_EPOCH
 
 
 def fetch_asked(frame: bytes | memoryview, header: RequestHeader) -> FetchAsked:
@@ -166,6 +173,8 @@ _CLUSTER_ID_TAG, _REPLICA_STATE_TAG = 0, 1
 _PARTITION_TAGS_OF_LATER_VERSIONS = frozenset({0, 1})
 """A partition's ReplicaDirectoryId (v17+) and HighWatermark (v18+): Kafka refuses an earlier request with them."""
 _REPLICA_STATE = Struct(">iq")
+_SESSION = Struct(">ii")
+"""``session_id`` and ``session_epoch``, just before the topics."""
 _INT32_MAX = 0x7FFFFFFF
 
 
@@ -184,6 +193,8 @@ def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
         replica_id = -1
         if version < FIRST_VERSION_WITHOUT_REPLICA_ID:
             (replica_id,) = _INT32.unpack_from(body, 0)
+        session_id, session_epoch = _SESSION.unpack_from(body, pos - _SESSION.size) if (
+            version >= FIRST_SESSION_VERSION) else (0, NO_SESSION_EPOCH)
         topics: list[TopicRef] = []
         count, pos = _array_length(body, pos, flexible)
         for _ in range(count):
@@ -212,7 +223,7 @@ def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
                 replica_id = replica_state_id
     except (IndexError, ValueError, UnicodeDecodeError, ProtocolError, struct.error, _Unwalkable):
         return None
-    return FetchAsked(int(replica_id), topics) if pos == len(body) else None
+    return FetchAsked(int(replica_id), tuple(topics), session_id, session_epoch) if pos == len(body) else None
 
 
 FIRST_WALKED_VERSION = 4

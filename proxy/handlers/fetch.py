@@ -23,10 +23,11 @@ request's topics as by the principal's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from protocol.fetch import (
     FIRST_TOPIC_ID_FETCH_VERSION,
+    FetchAsked,
     TopicRef,
     capped_fetch_request,
     fetch_asked,
@@ -66,6 +67,10 @@ from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import UNLIMITED, Requester
 
+_REMEMBERED_FETCHES = 512
+_REMEMBERED_BODY_BYTES = 2048
+"""At most 1 MiB of remembered fetch bodies (``FetchHandler._asked``)."""
+
 
 class FetchHandler:
     def __init__(self, quotas: QuotaService, usage: UsageLog, topic_names: TopicNames,
@@ -78,12 +83,27 @@ class FetchHandler:
         self._access = access = access or Access()
         self._reserved_names = [name.encode() for name in access.reserved_topics]
         self._consumed = ConsumedBytes(quotas, usage, topic_names)
+        self._asked_by_body: dict[tuple[int, bytes], FetchAsked] = {}
+
+    def _asked(self, request: memoryview, header: RequestHeader) -> FetchAsked:
+        """``fetch_asked``, remembered for a (small) body seen before: a consumer polling topics with nothing new
+        sends the same fetch again and again, and walking it is most of what judging its topics costs."""
+        if len(request) - header.length > _REMEMBERED_BODY_BYTES:
+            return fetch_asked(request, header)
+        key = (header.api_version, bytes(request[header.length:]))
+        asked = self._asked_by_body.get(key)
+        if asked is None:
+            asked = fetch_asked(request, header)
+            if len(self._asked_by_body) >= _REMEMBERED_FETCHES:
+                self._asked_by_body.clear()
+            self._asked_by_body[key] = asked
+        return asked
 
     def on_request(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
         if self._access.authorizer is None:
             return self._judge(header, request, caller)
         version = header.api_version
-        asked = fetch_asked(request, header)
+        asked = self._asked(request, header)
         if asked.replica_id >= 0 and not self._access.allows(
                 caller, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             # a follower's fetch without CLUSTER_ACTION: every partition refused (``handleFetchRequest``)
@@ -92,17 +112,17 @@ class FetchHandler:
         # with ACLs, no fetch session: the cluster would go on serving a session's partitions that later fetches do
         # not name, whatever the ACLs say by then (Kafka authorizes each of them at every fetch); so every fetch
         # names all it reads, and all of it is authorized
-        outside = sessionless_fetch_request(request, header)
-        if outside is None:  # a full fetch outside any session already (its epoch -1)
+        if asked.outside_any_session:
             return self._judged_with_the_authorizer(header, request, caller, asked.topics)
-        if fetch_session_epoch(request, header) > 0:
+        if asked.session_epoch > 0:
             return local_answer(header, fetch_session_not_found(version))
+        outside = sessionless_fetch_request(request, header)
         # the same topics: only the session's fields differ
         return forwarding_instead(self._judged_with_the_authorizer(header, memoryview(outside), caller, asked.topics),
                                   frame(outside))
 
     def _judged_with_the_authorizer(self, header: RequestHeader, request: memoryview, caller: Caller,
-                                    topics: list[TopicRef]) -> Decided:
+                                    topics: Sequence[TopicRef]) -> Decided:
         """``_judge`` with the authorizer, straight to the quotas when the principal may read every topic, each named
         or of an id the proxy has named (a consumer's fetch, as a rule): no lookup, no refusal to merge."""
         if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
@@ -115,13 +135,13 @@ class FetchHandler:
         return self._decide(request, header, caller, None)
 
     def _judge(self, header: RequestHeader, request: memoryview, caller: Caller,
-               topics: list[TopicRef] | None = None) -> Decided:
+               topics: Sequence[TopicRef] | None = None) -> Decided:
         """``topics``: the request's, when they have been read already."""
         guarded = self._may_name_refused_topics(request, header)
         if not (guarded or self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)):
             return self._decide(request, header, caller, None)
         if topics is None:
-            topics = fetch_asked(request, header).topics
+            topics = self._asked(request, header).topics
         unnamed = self._topic_names.unknown(topic for topic in topics if isinstance(topic, bytes))
         if unnamed:
             return self._decide_once_named(request, header, caller, topics, unnamed, guarded)
@@ -138,11 +158,11 @@ class FetchHandler:
         return any(name in searched for name in self._reserved_names)
 
     async def _decide_once_named(self, request: memoryview, header: RequestHeader, caller: Caller,
-                                 topics: list[TopicRef], unnamed: set[bytes], guarded: bool) -> Outcome:
+                                 topics: Sequence[TopicRef], unnamed: set[bytes], guarded: bool) -> Outcome:
         await self._topic_names.look_up(unnamed)
         return self._decide_named(request, header, caller.later(), topics, guarded)
 
-    def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: list[TopicRef],
+    def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: Sequence[TopicRef],
                       guarded: bool) -> Outcome:
         limited_topics = topics if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE) else None
         by_name_or_id = refused_by_name_or_id(self._access.topic_refusal(caller, AclOperation.READ), self._topic_names)
@@ -165,7 +185,7 @@ class FetchHandler:
         return finished_whole(outcome, frame(kept), lambda body: fetch_answer_with_refusals(version, body, refusals))
 
     def _decide(self, request: memoryview, header: RequestHeader, caller: Caller,
-                topics: list[TopicRef] | None) -> Forward:
+                topics: Sequence[TopicRef] | None) -> Forward:
         """``topics``: the request's, when a topic quota exists (its response is charged per topic too, unless it
         is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
         client_id = header.client_id or ""

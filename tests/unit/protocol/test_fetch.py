@@ -56,12 +56,13 @@ def test_the_cap_lowers_max_bytes_and_min_bytes_and_nothing_else(data: st.DataOb
 def test_outside_any_session_a_fetch_changes_its_session_and_nothing_else(data: st.DataObject, version: int) -> None:
     message, frame = fetch_request(data, version)
     header = parse_request_header(frame, version >= 12)
+    if version < 7:
+        with pytest.raises(ValueError):  # before v7 there are no sessions
+            sessionless_fetch_request(frame, header)
+        return
     outside = sessionless_fetch_request(frame, header)
     original = decode_request(Api.FETCH, version, frame[header.length:])
-    if version < 7 or (original.session_id, original.session_epoch) == (0, NO_SESSION_EPOCH):
-        assert outside is None  # before v7 there are no sessions
-        return
-    assert outside is not None and len(outside) == len(frame) and outside[:header.length] == frame[:header.length]
+    assert len(outside) == len(frame) and outside[:header.length] == frame[:header.length]
     decoded = decode_request(Api.FETCH, version, outside[header.length:])
     assert (decoded.session_id, decoded.session_epoch) == (0, NO_SESSION_EPOCH)
     decoded.session_id, decoded.session_epoch = original.session_id, original.session_epoch
@@ -154,7 +155,10 @@ def test_the_topics_a_request_asks_for_are_its_names_or_its_ids_and_who_asks_is_
         with pytest.raises(ProtocolError):
             fetch_asked(frame, header)
         return
-    assert fetch_asked(frame, header) == FetchAsked(replica_id, expected)
+    session = (message.session_id, message.session_epoch) if version >= 7 else (0, NO_SESSION_EPOCH)
+    asked = fetch_asked(frame, header)
+    assert asked == FetchAsked(replica_id, tuple(expected), *session)
+    assert asked.outside_any_session == (session == (0, NO_SESSION_EPOCH))
     cut = data.draw(st.integers(0, max(0, len(body) - 1)))
     for bad in (body[:cut], bytes(body) + b"\x00"):
         assert _walked_fetch(memoryview(bad), version) is None
@@ -185,17 +189,17 @@ def test_a_replica_state_is_read_as_kafka_reads_it_and_one_whose_size_says_other
     """Kafka reads a tagged field it knows by its type (``MessageDataGenerator``), not by the size it declares: a
     walk trusting the size could see another replica than the broker parses; such a request is the decoder's."""
     assert _walked_fetch(fetch_with_tags(15, b"\x01" + REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:]), 15) == \
-        FetchAsked(3, [bytes(16)])
-    assert _walked_fetch(fetch_with_tags(15, b"\x00"), 15) == FetchAsked(-1, [bytes(16)])
+        FetchAsked(3, (bytes(16),))
+    assert _walked_fetch(fetch_with_tags(15, b"\x00"), 15) == FetchAsked(-1, (bytes(16),))
     # the last of two is Kafka's
     twice = REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:] + b"\x01\x0d" + (-1).to_bytes(4, "big", signed=True) + \
         bytes(8) + b"\x00"
-    assert _walked_fetch(fetch_with_tags(15, b"\x02" + twice), 15) == FetchAsked(-1, [bytes(16)])
+    assert _walked_fetch(fetch_with_tags(15, b"\x02" + twice), 15) == FetchAsked(-1, (bytes(16),))
     for declared in (b"\x0c", b"\x0e"):
         body = fetch_with_tags(15, b"\x01" + REPLICA_STATE[:1] + declared + REPLICA_STATE[1:] + b"\x00")
         assert _walked_fetch(body, 15) is None
     cluster_id = b"\x00\x04\x04abc"  # tag 0, size 4: a string of 3 bytes
-    assert _walked_fetch(fetch_with_tags(14, b"\x01" + cluster_id), 14) == FetchAsked(-1, [bytes(16)])
+    assert _walked_fetch(fetch_with_tags(14, b"\x01" + cluster_id), 14) == FetchAsked(-1, (bytes(16),))
     assert _walked_fetch(fetch_with_tags(14, b"\x01\x00\x05\x04abcd"), 14) is None, "sized past its string"
     assert _walked_fetch(fetch_with_tags(14, b"\x01\x00\x03\x04abc"), 14) is None, "sized short of it"
     assert _walked_fetch(fetch_with_tags(12, b"\x01\x05\x02ab"), 12) is not None, "a tag Kafka does not know"
@@ -232,14 +236,14 @@ def request_header_bytes(version: int) -> bytes:
 def test_tagged_fields_kafka_reads_are_read_and_those_it_does_not_know_skipped_at_each_level() -> None:
     """A null ClusterId; a ReplicaState with a tagged field of its own, which Kafka skips by its size; tags Kafka
     does not know on a partition and in the request, whatever bytes they hold."""
-    assert _walked_fetch(fetch_with_tags(15, b"\x01\x00\x01\x00"), 15) == FetchAsked(-1, [bytes(16)])
+    assert _walked_fetch(fetch_with_tags(15, b"\x01\x00\x01\x00"), 15) == FetchAsked(-1, (bytes(16),))
     nested = REPLICA_STATE[1:-1] + b"\x01\x01\x0d" + REPLICA_STATE[1:]  # a ReplicaState-like tag inside
     assert _walked_fetch(fetch_with_tags(15, b"\x01\x01" + bytes([len(nested)]) + nested), 15) == \
-        FetchAsked(3, [bytes(16)])
+        FetchAsked(3, (bytes(16),))
     hidden = b"\x01\x07\x0d" + REPLICA_STATE[1:]  # an unknown tag holding a ReplicaState's bytes
     assert _walked_fetch(fetch_with_tags(15, hidden, partition_tags=b"\x01\x05\x01\x00"), 15) == \
-        FetchAsked(-1, [bytes(16)])
-    assert _walked_fetch(fetch_with_tags(12, b"\x00"), 12) == FetchAsked(-1, ["t"])
+        FetchAsked(-1, (bytes(16),))
+    assert _walked_fetch(fetch_with_tags(12, b"\x00"), 12) == FetchAsked(-1, ("t",))
 
 
 def test_a_topic_id_of_zeros_is_asked_for_as_it_is() -> None:
@@ -252,4 +256,4 @@ def test_a_topic_id_of_zeros_is_asked_for_as_it_is() -> None:
     frame = encode_request(Api.FETCH, 13, correlation_id=7, client_id="c", replica_id=-1, max_wait_ms=0, min_bytes=1,
                            max_bytes=100, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
                            forgotten_topics_data=[], topics=[{"topic_id": uuid.UUID(int=0), "partitions": []}])[4:]
-    assert fetch_asked(frame, parse_request_header(frame, True)).topics == [bytes(16)]
+    assert fetch_asked(frame, parse_request_header(frame, True)).topics == (bytes(16),)

@@ -15,7 +15,7 @@ from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAIL
 from protocol.header import encode_response_header, read_request_header, response_header_length
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Forward, Outcome
-from proxy.handlers.fetch import FetchHandler
+from proxy.handlers.fetch import _REMEMBERED_BODY_BYTES, _REMEMBERED_FETCHES, FetchHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
@@ -284,3 +284,27 @@ def test_with_the_authorizer_topics_by_id_are_judged_by_the_names_the_proxy_know
     assert isinstance(later, Awaitable), "looked up first"
     outcome = asyncio.run(later)  # type: ignore[arg-type]
     assert looked_up == [{unknown}] and isinstance(outcome, Forward) and outcome.replacement is not None
+
+
+def test_with_the_authorizer_a_fetch_sent_again_is_judged_by_the_acls_of_now(tmp_path: Path) -> None:
+    """An idle consumer sends the same fetch again and again: what it asks is read once, but whether it may is
+    asked each time."""
+    fetch_handler = acl_handler(tmp_path)
+    again = topic_fetch(12, "orders")
+    assert forwarded(handled(fetch_handler, again, caller("alice"))).replacement is None
+    assert fetch_handler._access.authorizer is not None
+    fetch_handler._access.authorizer.replace([])
+    assert answered(handled(fetch_handler, again, caller("alice"))).response, "no longer allowed"
+
+
+def test_the_fetches_read_once_are_bounded(tmp_path: Path) -> None:
+    """At most ``_REMEMBERED_FETCHES`` bodies of ``_REMEMBERED_BODY_BYTES`` at most, whatever clients send."""
+    fetch_handler = acl_handler(tmp_path)
+    for distinct in range(_REMEMBERED_FETCHES + 10):
+        handled(fetch_handler, topic_fetch(12, f"orders-{distinct}"), caller("alice"))
+        assert len(fetch_handler._asked_by_body) <= _REMEMBERED_FETCHES
+    fetch_handler._asked_by_body.clear()
+    large = topic_fetch(12, *(f"orders-{topic:03}" for topic in range(100)))
+    assert len(large) > _REMEMBERED_BODY_BYTES
+    handled(fetch_handler, large, caller("alice"))
+    assert not fetch_handler._asked_by_body
