@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 from protocol.fetch import (
     FIRST_TOPIC_ID_FETCH_VERSION,
-    FetchAsked,
     TopicRef,
     capped_fetch_request,
     fetch_asked,
@@ -59,6 +58,7 @@ from proxy.decision.outcome import (
     frame,
     local_answer,
 )
+from proxy.handlers.read_once import ReadOnce
 from proxy.handlers.refused_topics import refused_by_name_or_id
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
@@ -69,7 +69,8 @@ from quotas.decisions import UNLIMITED, Requester
 
 _REMEMBERED_FETCHES = 512
 _REMEMBERED_BODY_BYTES = 2048
-"""At most 1 MiB of remembered fetch bodies (``FetchHandler._asked``)."""
+"""The fetches whose topics are remembered (``FetchHandler._asked``): at most this many, of at most this many bytes
+each."""
 
 
 class FetchHandler:
@@ -83,21 +84,8 @@ class FetchHandler:
         self._access = access = access or Access()
         self._reserved_names = [name.encode() for name in access.reserved_topics]
         self._consumed = ConsumedBytes(quotas, usage, topic_names)
-        self._asked_by_body: dict[tuple[int, bytes], FetchAsked] = {}
-
-    def _asked(self, request: memoryview, header: RequestHeader) -> FetchAsked:
-        """``fetch_asked``, remembered for a (small) body seen before: a consumer polling topics with nothing new
-        sends the same fetch again and again, and walking it is most of what judging its topics costs."""
-        if len(request) - header.length > _REMEMBERED_BODY_BYTES:
-            return fetch_asked(request, header)
-        key = (header.api_version, bytes(request[header.length:]))
-        asked = self._asked_by_body.get(key)
-        if asked is None:
-            asked = fetch_asked(request, header)
-            if len(self._asked_by_body) >= _REMEMBERED_FETCHES:
-                self._asked_by_body.clear()
-            self._asked_by_body[key] = asked
-        return asked
+        self._asked = ReadOnce(fetch_asked, _REMEMBERED_FETCHES, _REMEMBERED_BODY_BYTES)
+        """What a fetch asks: walking it is most of what judging its topics costs."""
 
     def on_request(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
         if self._access.authorizer is None:

@@ -28,7 +28,6 @@ from protocol.header import RequestHeader
 from protocol.refused_topics import (
     Authorized,
     MetadataAsked,
-    MetadataNamed,
     NameRefusal,
     ShareSessionAsked,
     answer_with_refusals,
@@ -71,6 +70,7 @@ from proxy.decision.outcome import (
     replacement_request,
 )
 from proxy.decision.outcome import frame as frame_of
+from proxy.handlers.read_once import ReadOnce
 from proxy.security.access import Access, requester_of
 from proxy.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -82,7 +82,7 @@ them again and again, and a large cluster's answer costs milliseconds to decode)
 _REMEMBERED_REQUESTS = 4096
 _REMEMBERED_REQUEST_BYTES = 1024
 """The Metadata requests whose topics are remembered (``MetadataWithoutRefusedTopics._named``): at most this many, of
-at most this many bytes each, forgotten all at once when full."""
+at most this many bytes each."""
 
 TOPIC_OPERATIONS: dict[int, AclOperation] = {
     Api.LIST_OFFSETS: AclOperation.DESCRIBE,
@@ -127,14 +127,15 @@ class MetadataWithoutRefusedTopics:
         self._auto_creation = auto_creation
         self._partitions = partitions
         self._all_topics_answers = RewriteMemo(_REMEMBERED_ANSWER_BYTES)
-        self._names_asked: dict[tuple[int, bytes], MetadataNamed | None] = {}
-        """The topics of the Metadata requests asked (``_named``), by version and body."""
+        self._named = ReadOnce(lambda frame, header: metadata_named(frame[header.length:], header.api_version),
+                               _REMEMBERED_REQUESTS, _REMEMBERED_REQUEST_BYTES)
+        """The topics a Metadata request names: clients ask the same again and again."""
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         access = self._access
         refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
-        named = self._named(frame[header.length:], version)
+        named = self._named(frame, header)
         if named is not None and not any(map(refused, named.names)):
             creation_refused = self._creation_refusal(caller) if named.may_create else None
             if creation_refused is None or not any(map(creation_refused, named.names)):
@@ -167,21 +168,6 @@ class MetadataWithoutRefusedTopics:
         if access.allows(caller, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
             return None
         return access.topic_refusal(caller, AclOperation.CREATE)
-
-    def _named(self, body: memoryview, version: int) -> MetadataNamed | None:
-        """``metadata_named``, remembered for small requests: clients ask the same Metadata again and again."""
-        if len(body) > _REMEMBERED_REQUEST_BYTES:
-            return metadata_named(body, version)
-        key = (version, bytes(body))
-        remembered = self._names_asked
-        try:
-            return remembered[key]
-        except KeyError:
-            pass
-        if len(remembered) >= _REMEMBERED_REQUESTS:
-            remembered.clear()
-        named = remembered[key] = metadata_named(body, version)
-        return named
 
     async def _once_creations_judged(self, frame: memoryview, header: RequestHeader, asked: MetadataAsked,
                                      refused: NameRefusal, authorized: Authorized, memo_key: Hashable) -> Outcome:

@@ -302,9 +302,9 @@ def test_the_fetches_read_once_are_bounded(tmp_path: Path) -> None:
     fetch_handler = acl_handler(tmp_path)
     for distinct in range(_REMEMBERED_FETCHES + 10):
         handled(fetch_handler, topic_fetch(12, f"orders-{distinct}"), caller("alice"))
-        assert len(fetch_handler._asked_by_body) <= _REMEMBERED_FETCHES
-    fetch_handler._asked_by_body.clear()
+        assert len(fetch_handler._asked) <= _REMEMBERED_FETCHES
+    emptied = len(fetch_handler._asked)
     large = topic_fetch(12, *(f"orders-{topic:03}" for topic in range(100)))
     assert len(large) > _REMEMBERED_BODY_BYTES
     handled(fetch_handler, large, caller("alice"))
-    assert not fetch_handler._asked_by_body
+    assert len(fetch_handler._asked) == emptied, "read, not remembered"
