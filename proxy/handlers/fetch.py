@@ -110,16 +110,19 @@ class FetchHandler:
                                   frame(outside))
 
     def _judged_with_the_authorizer(self, header: RequestHeader, request: memoryview, caller: Caller,
-                                    topics: Sequence[TopicRef]) -> Decided:
+                                    topics: tuple[TopicRef, ...]) -> Decided:
         """``_judge`` with the authorizer, straight to the quotas when the principal may read every topic, each named
         or of an id the proxy has named (a consumer's fetch, as a rule): no lookup, no refusal to merge."""
         if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
             return self._judge(header, request, caller, topics)
-        refused = self._access.topic_refusal(caller, AclOperation.READ)
-        for topic in topics:
-            name = topic if isinstance(topic, str) else self._topic_names.name(topic)
-            if name is None or refused(name):
-                return self._judge(header, request, caller, topics)
+        access = self._access
+        if not access.allowed_before(caller, AclOperation.READ, topics):  # a topic id names one topic for ever
+            refused = access.topic_refusal(caller, AclOperation.READ)
+            for topic in topics:
+                name = topic if isinstance(topic, str) else self._topic_names.name(topic)
+                if name is None or refused(name):
+                    return self._judge(header, request, caller, topics)
+            access.found_allowed(caller, AclOperation.READ, topics)
         return self._decide(request, header, caller, None)
 
     def _judge(self, header: RequestHeader, request: memoryview, caller: Caller,

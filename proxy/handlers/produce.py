@@ -143,10 +143,18 @@ class ProduceHandler:
             head = produce_topics_head(frame_start, header)
         except ProtocolError:
             return False  # the whole request is judged, and refused
-        if head is None or head.topic_count != 1 or not self._may_write_transactional_id(head.transactional_id, caller):
+        if head is None or head.topic_count != 1:
+            return False
+        access = self._access
+        if access.allowed_before(caller, AclOperation.WRITE, head):  # a topic id names one topic for ever
+            return True
+        if not self._may_write_transactional_id(head.transactional_id, caller):
             return False
         name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
-        return name is not None and not self._access.topic_refusal(caller, AclOperation.WRITE)(name)
+        if name is None or access.topic_refusal(caller, AclOperation.WRITE)(name):
+            return False
+        access.found_allowed(caller, AclOperation.WRITE, head)
+        return True
 
     def _may_write_transactional_id(self, transactional_id: str | None, caller: Caller) -> bool:
         """No transactional id (the cluster refuses transactional records without one itself), or one the caller

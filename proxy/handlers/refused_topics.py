@@ -134,11 +134,14 @@ class MetadataWithoutRefusedTopics:
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         access = self._access
-        refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
         named = self._named(frame, header)
+        if named is not None and access.allowed_before(caller, AclOperation.DESCRIBE, named):
+            return FORWARD
+        refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
         if named is not None and not any(map(refused, named.names)):
             creation_refused = self._creation_refusal(caller) if named.may_create else None
             if creation_refused is None or not any(map(creation_refused, named.names)):
+                access.found_allowed(caller, AclOperation.DESCRIBE, named)
                 return FORWARD  # names only topics the principal may describe, and create if missing: Kafka's answer
         else:
             creation_refused = self._creation_refusal(caller)

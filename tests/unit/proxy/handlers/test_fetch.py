@@ -292,6 +292,8 @@ def test_with_the_authorizer_a_fetch_sent_again_is_judged_by_the_acls_of_now(tmp
     fetch_handler = acl_handler(tmp_path)
     again = topic_fetch(12, "orders")
     assert forwarded(handled(fetch_handler, again, caller("alice"))).replacement is None
+    assert answered(handled(fetch_handler, again, caller("bob"))).response, "alice's, not bob's"
+    assert forwarded(handled(fetch_handler, again, caller("alice"))).replacement is None
     assert fetch_handler._access.authorizer is not None
     fetch_handler._access.authorizer.replace([])
     assert answered(handled(fetch_handler, again, caller("alice"))).response, "no longer allowed"

@@ -12,6 +12,8 @@ from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import Caller
 from proxy.handlers.produce import ProduceHandler
 from proxy.reporting.usage_log import UsageLog
+from proxy.security.access import Access
+from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from proxy.state.pid_ledger import STORE, LedgerRecorder, open_ledger
 from proxy.state.quota_service import QuotaService, now_ms
 from tests.support import encode_request
@@ -51,3 +53,23 @@ def test_a_batch_followed_by_bytes_that_make_no_batch_is_charged_as_kafka_append
     alone = streamed_throttle(tmp_path / "alone", one_batch())
     assert alone > 0
     assert streamed_throttle(tmp_path / "trailed", one_batch() + b"\x00") >= alone  # the records' bytes, that one too
+
+
+def test_with_the_authorizer_a_producers_request_streams_while_the_acls_of_now_allow_it(tmp_path: Path) -> None:
+    """A request for one topic its principal may write streams (is forwarded as it arrives); one found allowed is
+    allowed again, by the same ACLs only, for the same principal only."""
+    authorizer = AclAuthorizer([AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*",
+                                           AclOperation.WRITE, AclPermission.ALLOW)])
+    handler = ProduceHandler(QuotaService(None, CollectorRegistry()), UsageLog(tmp_path / "usage"),
+                             LedgerRecorder(open_ledger(tmp_path / "ledger", 1000), WriteErrors((STORE,)), 100),
+                             TopicNames(_unnamed), access=Access(authorizer=authorizer))
+    frame = memoryview(encode_request(0, 7, transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
+        {"name": "orders", "partition_data": [{"index": 0, "records": one_batch()}]}]))[4:]
+
+    def streams(user: str) -> bool:
+        return handler.on_request_start(read_request_header(frame), frame[:60], len(frame), Caller(user, 0)) is not None
+
+    assert streams("alice") and streams("alice")
+    assert not streams("bob"), "alice's, not bob's: judged whole"
+    authorizer.replace([])
+    assert not streams("alice"), "no longer allowed"

@@ -90,6 +90,19 @@ def test_nothing_is_looked_up_when_the_principal_may_create_the_topics() -> None
     assert asked == []
 
 
+def test_a_metadata_request_asked_again_is_judged_by_the_acls_of_now() -> None:
+    """Clients ask the same Metadata again and again: one found allowed is allowed again by the same ACLs, for the
+    same principal, and judged again once they change."""
+    access = alices(("orders", AclOperation.DESCRIBE), ("orders", AclOperation.CREATE))
+    judge = handler(access, False, [])
+    again = metadata("orders")
+    assert handled(judge, again, ALICE) is FORWARD and handled(judge, again, ALICE) is FORWARD
+    assert forwarded_names(decided(handled(judge, again, ALICE._replace(user="bob")))) == [], "alice's, not bob's"
+    assert access.authorizer is not None
+    access.authorizer.replace([])
+    assert forwarded_names(decided(handled(judge, again, ALICE))) == [], "no longer allowed"
+
+
 def test_a_metadata_request_before_v4_asks_for_creation_and_a_missing_topic_is_kept_from_it() -> None:
     """Metadata v0-3 has no flag: the broker creates every missing topic it names."""
     asked: list[list[str]] = []

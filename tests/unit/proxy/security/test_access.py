@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import pytest
+
+import proxy.security.access as access_module
 from proxy.decision.outcome import Caller
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
@@ -53,3 +56,26 @@ def test_a_refusal_kept_for_one_user_is_not_another_users() -> None:
     access = Access(frozenset(), AclAuthorizer([allow("orders", AclOperation.WRITE)]))
     assert not access.topic_refusal(ALICE, AclOperation.WRITE)("orders")
     assert access.topic_refusal(ALICE._replace(user="mallory"), AclOperation.WRITE)("orders")
+
+
+def test_a_request_found_allowed_is_allowed_again_for_its_principal_host_and_operation_by_the_same_acls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    authorizer = AclAuthorizer([allow("orders", AclOperation.READ)])
+    access = Access(frozenset(), authorizer)
+    asked = ("orders",)
+    assert not access.allowed_before(ALICE, AclOperation.READ, asked)
+    access.found_allowed(ALICE, AclOperation.READ, asked)
+    assert access.allowed_before(ALICE._replace(now_ms=5), AclOperation.READ, asked)
+    for other in (ALICE._replace(user="mallory"), ALICE._replace(host="10.0.0.2")):
+        assert not access.allowed_before(other, AclOperation.READ, asked)
+    assert not access.allowed_before(ALICE, AclOperation.WRITE, asked)
+    assert not access.allowed_before(ALICE, AclOperation.READ, ("orders", "payments"))
+    authorizer.replace([allow("orders", AclOperation.READ)])
+    assert not access.allowed_before(ALICE, AclOperation.READ, asked), "judged again once the ACLs change"
+    without = Access(frozenset({"quotas"}))
+    without.found_allowed(ALICE, AclOperation.READ, asked)
+    assert not without.allowed_before(ALICE, AclOperation.READ, asked), "nothing kept without the authorizer"
+    monkeypatch.setattr(access_module, "_KEPT_ALLOWANCES", 3)
+    for topic in range(10):
+        access.found_allowed(ALICE, AclOperation.READ, (f"orders-{topic}",))
+        assert len(access._allowances) <= 3
