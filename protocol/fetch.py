@@ -139,9 +139,9 @@ class FetchAsked(NamedTuple):
     debugging one); from v15 in the tagged ``ReplicaState``."""
     topics: tuple[TopicRef, ...]
     """In the request's order (a fetch session's incremental request may name none: the session holds them)."""
-    session_id: int = 0
+    session_id: int
     """Its fetch session's (KIP-227, v7+): 0 outside any, and before v7."""
-    session_epoch: int = NO_SESSION_EPOCH
+    session_epoch: int
     """Above 0 for an incremental fetch in a session, 0 for a full fetch opening one, ``NO_SESSION_EPOCH`` outside
     sessions (or closing one), and before v7."""
 
@@ -179,12 +179,13 @@ _INT32_MAX = 0x7FFFFFFF
 
 
 def _walked_fetch(body: memoryview, version: int) -> FetchAsked | None:
-    """Who a Fetch request (v4-15) says it is and the topics it asks for, read from its bytes without decoding it;
-    None for one that does not read as Kafka's ``FetchRequestData`` lays it out (cut short, bytes after it, a null
-    where Kafka refuses one, a string Kafka refuses, a varint past an int32, a tag Kafka refuses at this version),
-    or where Kafka would read it otherwise than its sizes say. Kafka reads the tagged fields it knows (ClusterId,
-    ReplicaState) by their type, not by the size they declare: a walk skipping them by their size could see another
-    replica id, or other topics, than the broker parses; one whose size disagrees with its type is not read."""
+    """Who a Fetch request (v4-15) says it is, the topics it asks for and its session, read from its bytes without
+    decoding it; None for one that does not read as Kafka's ``FetchRequestData`` lays it out (cut short, bytes after
+    it, a null where Kafka refuses one, a string Kafka refuses, a varint past an int32, a tag Kafka refuses at this
+    version), or where Kafka would read it otherwise than its sizes say. Kafka reads the tagged fields it knows
+    (ClusterId, ReplicaState) by their type, not by the size they declare: a walk skipping them by their size could
+    see another replica id, or other topics, than the broker parses; one whose size disagrees with its type is not
+    read."""
     layout = _WALK_LAYOUTS.get(version)
     if layout is None:
         return None

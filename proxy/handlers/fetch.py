@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 
+from protocol.apis import Api
 from protocol.fetch import (
     FIRST_TOPIC_ID_FETCH_VERSION,
     TopicRef,
@@ -67,10 +68,10 @@ from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import UNLIMITED, Requester
 
-_REMEMBERED_FETCHES = 512
+_REMEMBERED_FETCH_BYTES = 1 << 20
 _REMEMBERED_BODY_BYTES = 2048
-"""The fetches whose topics are remembered (``FetchHandler._asked``): at most this many, of at most this many bytes
-each."""
+"""The fetches whose topics are remembered (``FetchHandler._asked``): of at most ``_REMEMBERED_BODY_BYTES`` each,
+``_REMEMBERED_FETCH_BYTES`` in all with what was read of them."""
 
 
 class FetchHandler:
@@ -84,7 +85,7 @@ class FetchHandler:
         self._access = access = access or Access()
         self._reserved_names = [name.encode() for name in access.reserved_topics]
         self._consumed = ConsumedBytes(quotas, usage, topic_names)
-        self._asked = ReadOnce(fetch_asked, _REMEMBERED_FETCHES, _REMEMBERED_BODY_BYTES)
+        self._asked = ReadOnce(fetch_asked, _REMEMBERED_FETCH_BYTES, _REMEMBERED_BODY_BYTES)
         """What a fetch asks: walking it is most of what judging its topics costs."""
 
     def on_request(self, header: RequestHeader, request: memoryview, caller: Caller) -> Decided:
@@ -115,15 +116,18 @@ class FetchHandler:
         or of an id the proxy has named (a consumer's fetch, as a rule): no lookup, no refusal to merge."""
         if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE):
             return self._judge(header, request, caller, topics)
-        access = self._access
-        if not access.allowed_before(caller, AclOperation.READ, topics):  # a topic id names one topic for ever
-            refused = access.topic_refusal(caller, AclOperation.READ)
-            for topic in topics:
-                name = topic if isinstance(topic, str) else self._topic_names.name(topic)
-                if name is None or refused(name):
-                    return self._judge(header, request, caller, topics)
-            access.found_allowed(caller, AclOperation.READ, topics)
+        if not self._access.judged_once(caller, Api.FETCH, topics, self._may_read_every_topic):
+            return self._judge(header, request, caller, topics)
         return self._decide(request, header, caller, None)
+
+    def _may_read_every_topic(self, caller: Caller, topics: tuple[TopicRef, ...]) -> bool:
+        """Each named, or of an id the proxy has named (an id names one topic for ever), and readable by the caller."""
+        refused = self._access.topic_refusal(caller, AclOperation.READ)
+        for topic in topics:
+            name = topic if isinstance(topic, str) else self._topic_names.name(topic)
+            if name is None or refused(name):
+                return False
+        return True
 
     def _judge(self, header: RequestHeader, request: memoryview, caller: Caller,
                topics: Sequence[TopicRef] | None = None) -> Decided:

@@ -25,6 +25,7 @@ from protocol.produce import (
     FIRST_TOPIC_ID_PRODUCE_VERSION,
     NO_PRODUCER_ID,
     ProduceScan,
+    ProduceTopicsHead,
     StreamedProduceScan,
     produce_acks,
     produce_topics_head,
@@ -143,18 +144,16 @@ class ProduceHandler:
             head = produce_topics_head(frame_start, header)
         except ProtocolError:
             return False  # the whole request is judged, and refused
-        if head is None or head.topic_count != 1:
-            return False
-        access = self._access
-        if access.allowed_before(caller, AclOperation.WRITE, head):  # a topic id names one topic for ever
-            return True
+        return head is not None and head.topic_count == 1 and self._access.judged_once(
+            caller, Api.PRODUCE, head, self._may_write_head)
+
+    def _may_write_head(self, caller: Caller, head: ProduceTopicsHead) -> bool:
+        """The caller may write the transactional id, if any, and the first topic: one named, or of an id the proxy
+        has named (an id names one topic for ever)."""
         if not self._may_write_transactional_id(head.transactional_id, caller):
             return False
         name = head.first_name if head.first_topic_id is None else self._topic_names.name(head.first_topic_id)
-        if name is None or access.topic_refusal(caller, AclOperation.WRITE)(name):
-            return False
-        access.found_allowed(caller, AclOperation.WRITE, head)
-        return True
+        return name is not None and not self._access.topic_refusal(caller, AclOperation.WRITE)(name)
 
     def _may_write_transactional_id(self, transactional_id: str | None, caller: Caller) -> bool:
         """No transactional id (the cluster refuses transactional records without one itself), or one the caller

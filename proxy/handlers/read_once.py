@@ -7,21 +7,24 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from protocol.header import RequestHeader
+from proxy.decision.footprint import footprint
 
 Reading = TypeVar("Reading")
 
 
 class ReadOnce(Generic[Reading]):
-    """``read`` of a request, remembered by its version and body when the body is at most ``body_bytes``: at most
-    ``bodies`` of them, forgotten all at once when full (a client sending ever new ones just has each read). ``read``
-    must depend on nothing else; what it raises is raised each time."""
+    """``read`` of a request, remembered by its version and body when the body is at most ``body_bytes``, and
+    forgotten all at once when the bodies and readings kept would take more than ``max_bytes`` (``footprint``): a
+    client sending ever new ones just has each read. ``read`` must depend on nothing else, and its readings must not
+    change (each is handed to every request of the same body); what it raises is raised each time."""
 
-    __slots__ = ("_read", "_bodies", "_body_bytes", "_readings")
+    __slots__ = ("_read", "_max_bytes", "_body_bytes", "_bytes", "_readings")
 
-    def __init__(self, read: Callable[[memoryview, RequestHeader], Reading], bodies: int, body_bytes: int) -> None:
+    def __init__(self, read: Callable[[memoryview, RequestHeader], Reading], max_bytes: int, body_bytes: int) -> None:
         self._read = read
-        self._bodies = bodies
+        self._max_bytes = max_bytes
         self._body_bytes = body_bytes
+        self._bytes = 0
         self._readings: dict[tuple[int, bytes], Reading] = {}
 
     def __call__(self, frame: memoryview, header: RequestHeader) -> Reading:
@@ -33,11 +36,16 @@ class ReadOnce(Generic[Reading]):
             return readings[key]
         except KeyError:
             pass
-        if len(readings) >= self._bodies:
+        reading = self._read(frame, header)
+        size = footprint(key) + footprint(reading)
+        if self._bytes + size > self._max_bytes:
             readings.clear()
-        reading = readings[key] = self._read(frame, header)
+            self._bytes = 0
+        readings[key] = reading
+        self._bytes += size
         return reading
 
-    def __len__(self) -> int:
-        """How many readings are remembered."""
-        return len(self._readings)
+    @property
+    def kept_bytes(self) -> int:
+        """What the readings kept take (``footprint``)."""
+        return self._bytes

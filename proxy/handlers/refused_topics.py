@@ -28,6 +28,7 @@ from protocol.header import RequestHeader
 from protocol.refused_topics import (
     Authorized,
     MetadataAsked,
+    MetadataNamed,
     NameRefusal,
     ShareSessionAsked,
     answer_with_refusals,
@@ -79,10 +80,10 @@ log = logging.getLogger(__name__)
 _REMEMBERED_ANSWER_BYTES = 1 << 20
 """All-topics answers left without the refused topics, remembered by the bytes the cluster sent (clients ask for
 them again and again, and a large cluster's answer costs milliseconds to decode)."""
-_REMEMBERED_REQUESTS = 4096
+_REMEMBERED_REQUESTS_BYTES = 4 << 20
 _REMEMBERED_REQUEST_BYTES = 1024
-"""The Metadata requests whose topics are remembered (``MetadataWithoutRefusedTopics._named``): at most this many, of
-at most this many bytes each."""
+"""The Metadata requests whose topics are remembered (``MetadataWithoutRefusedTopics._named``): of at most
+``_REMEMBERED_REQUEST_BYTES`` each, ``_REMEMBERED_REQUESTS_BYTES`` in all with what was read of them."""
 
 TOPIC_OPERATIONS: dict[int, AclOperation] = {
     Api.LIST_OFFSETS: AclOperation.DESCRIBE,
@@ -128,23 +129,17 @@ class MetadataWithoutRefusedTopics:
         self._partitions = partitions
         self._all_topics_answers = RewriteMemo(_REMEMBERED_ANSWER_BYTES)
         self._named = ReadOnce(lambda frame, header: metadata_named(frame[header.length:], header.api_version),
-                               _REMEMBERED_REQUESTS, _REMEMBERED_REQUEST_BYTES)
+                               _REMEMBERED_REQUESTS_BYTES, _REMEMBERED_REQUEST_BYTES)
         """The topics a Metadata request names: clients ask the same again and again."""
 
     def on_request(self, header: RequestHeader, frame: memoryview, caller: Caller) -> Decided:
         version = header.api_version
         access = self._access
         named = self._named(frame, header)
-        if named is not None and access.allowed_before(caller, AclOperation.DESCRIBE, named):
-            return FORWARD
+        if named is not None and access.judged_once(caller, Api.METADATA, named, self._may_describe_and_create):
+            return FORWARD  # names only topics the principal may describe, and create if missing: Kafka's answer
         refused = access.topic_refusal(caller, AclOperation.DESCRIBE)
-        if named is not None and not any(map(refused, named.names)):
-            creation_refused = self._creation_refusal(caller) if named.may_create else None
-            if creation_refused is None or not any(map(creation_refused, named.names)):
-                access.found_allowed(caller, AclOperation.DESCRIBE, named)
-                return FORWARD  # names only topics the principal may describe, and create if missing: Kafka's answer
-        else:
-            creation_refused = self._creation_refusal(caller)
+        creation_refused = self._creation_refusal(caller)
         asked = metadata_asked(frame[header.length:], version, refused, creation_refused)
         names_only_described = not (asked.all_topics or asked.refused_names or asked.by_id)
         authorizer = access.authorizer
@@ -164,6 +159,13 @@ class MetadataWithoutRefusedTopics:
         if asked.creation_withheld:  # a copy: the connection's buffer moves on
             return self._once_creations_judged(memoryview(bytes(frame)), header, asked, refused, authorized, memo_key)
         return self._forwarded(frame, header, asked, refused, authorized, memo_key)
+
+    def _may_describe_and_create(self, caller: Caller, named: MetadataNamed) -> bool:
+        """The caller may describe each topic named, and create those missing when the request may create them."""
+        if any(map(self._access.topic_refusal(caller, AclOperation.DESCRIBE), named.names)):
+            return False
+        creation_refused = self._creation_refusal(caller) if named.may_create else None
+        return creation_refused is None or not any(map(creation_refused, named.names))
 
     def _creation_refusal(self, caller: Caller) -> NameRefusal | None:
         """The topics the caller may not create; None when it may create any (CREATE on the cluster)."""

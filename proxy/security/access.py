@@ -6,16 +6,22 @@ both: may this principal do this operation on this topic (``topic_refusal``)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 from protocol.refused_topics import NameRefusal
+from proxy.decision.footprint import footprint
 from proxy.decision.outcome import Caller
 from proxy.security.acls import AclAuthorizer, AclOperation, Requester, ResourceType
 
+Reading = TypeVar("Reading", bound=Hashable)
+
 _KEPT_REFUSALS = 10_000
 """Refusals (``topic_refusal``) kept for principal, host and operation at most; past it they are made again."""
-_KEPT_ALLOWANCES = 10_000
-"""Requests found allowed (``found_allowed``) kept at most; past it they are judged again."""
+_KEPT_ALLOWANCES_BYTES = 4 << 20
+_LARGEST_KEPT_ALLOWANCE = 16 << 10
+"""Requests found allowed (``judged_once``), kept up to this many bytes in all (``footprint``), each of at most
+``_LARGEST_KEPT_ALLOWANCE``: past it they are all judged again."""
 
 
 class Access:
@@ -25,8 +31,10 @@ class Access:
         self._refusals: dict[tuple[str, str, AclOperation], NameRefusal] = {}
         """``topic_refusal``'s, made once for each principal, host and operation (each asks the ACLs in force when
         it is called): every request asks for one."""
-        self._allowances: dict[tuple[str, str, AclOperation, Hashable], int] = {}
-        """The generation of the ACLs that allowed each (``found_allowed``)."""
+        self._allowances: dict[tuple[str, str, int, Hashable], int] = {}
+        """The generation of the ACLs that allowed each request (``judged_once``), by principal, host, API and what
+        the request asks."""
+        self._allowances_bytes = 0
 
     @property
     def guards_topics(self) -> bool:
@@ -49,24 +57,30 @@ class Access:
                                                            operation)
         return refusal
 
-    def allowed_before(self, caller: Caller, operation: AclOperation, asked: Hashable) -> bool:
-        """With the authorizer, the ACLs in force have allowed the caller ``operation`` on all that ``asked`` names
-        (``found_allowed``): a client sends the same requests again and again, each judged once for each change of
-        the ACLs."""
-        authorizer = self.authorizer
-        return authorizer is not None and self._allowances.get(
-            (caller.user, caller.host, operation, asked)) == authorizer.generation
-
-    def found_allowed(self, caller: Caller, operation: AclOperation, asked: Hashable) -> None:
-        """The ACLs in force allow the caller ``operation`` on all that ``asked`` names (a handler's reading of a
-        request: the same reading names the same resources, whenever it is made). Without the authorizer nothing is
-        kept: only the proxy's own topics are refused, and a reading is judged faster than looked up."""
+    def judged_once(self, caller: Caller, api_key: int, asked: Reading, allowed: Callable[[Caller, Reading], bool]
+                    ) -> bool:
+        """``allowed(caller, asked)``: whether the caller may do all that a request of ``api_key`` asks, as its
+        handler read it (``asked``: the same reading names the same resources whenever it is made, and does not
+        change). With the authorizer, a reading found allowed is allowed again by a look-up while the ACLs do not
+        change: a client sends the same requests again and again. Without it only the proxy's own topics are
+        refused, which is judged as fast as looked up."""
         authorizer = self.authorizer
         if authorizer is None:
-            return
-        if len(self._allowances) >= _KEPT_ALLOWANCES:
-            self._allowances.clear()
-        self._allowances[(caller.user, caller.host, operation, asked)] = authorizer.generation
+            return allowed(caller, asked)
+        key = (caller.user, caller.host, api_key, asked)
+        allowances = self._allowances
+        if allowances.get(key) == authorizer.generation:
+            return True
+        if not allowed(caller, asked):
+            return False
+        size = footprint(key)
+        if size <= _LARGEST_KEPT_ALLOWANCE:
+            if self._allowances_bytes + size > _KEPT_ALLOWANCES_BYTES:
+                allowances.clear()
+                self._allowances_bytes = 0
+            allowances[key] = authorizer.generation
+            self._allowances_bytes += size
+        return True
 
     def allows(self, caller: Caller, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """The caller may do ``operation`` on the resource (always, without the authorizer)."""

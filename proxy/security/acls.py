@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Final
 
 
 class ResourceType(IntEnum):
@@ -219,8 +220,9 @@ class AclAuthorizer:
 
     def __init__(self, acls: Iterable[AclBinding] = (), super_users: Iterable[str] = (),
                  allow_everyone_if_no_acl_found: bool = False) -> None:
-        self.super_users = frozenset(super_users)
-        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        # fixed: what was decided (``_decided``, and the handlers' ``Access.judged_once``) is kept for the ACLs alone
+        self.super_users: Final = frozenset(super_users)
+        self.allow_everyone_if_no_acl_found: Final = allow_everyone_if_no_acl_found
         self.acls: tuple[AclBinding, ...] = ()
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         self._prefixed: dict[ResourceType, dict[str, list[AclBinding]]] = {}

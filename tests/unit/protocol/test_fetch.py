@@ -164,6 +164,11 @@ def test_the_topics_a_request_asks_for_are_its_names_or_its_ids_and_who_asks_is_
         assert _walked_fetch(memoryview(bad), version) is None
 
 
+CONSUMERS = FetchAsked(-1, (bytes(16),), 0, NO_SESSION_EPOCH)
+"""What ``fetch_with_tags`` asks (v13+), read as a consumer's."""
+FOLLOWERS = CONSUMERS._replace(replica_id=3)
+
+
 def fetch_with_tags(version: int, tags: bytes, partition_tags: bytes = b"\x00") -> memoryview:
     """A Fetch body (v12+) of topic "t" (v13+: a zero id), one partition with ``partition_tags``, its request's
     tagged fields ``tags`` (their count first)."""
@@ -189,17 +194,17 @@ def test_a_replica_state_is_read_as_kafka_reads_it_and_one_whose_size_says_other
     """Kafka reads a tagged field it knows by its type (``MessageDataGenerator``), not by the size it declares: a
     walk trusting the size could see another replica than the broker parses; such a request is the decoder's."""
     assert _walked_fetch(fetch_with_tags(15, b"\x01" + REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:]), 15) == \
-        FetchAsked(3, (bytes(16),))
-    assert _walked_fetch(fetch_with_tags(15, b"\x00"), 15) == FetchAsked(-1, (bytes(16),))
+        FOLLOWERS
+    assert _walked_fetch(fetch_with_tags(15, b"\x00"), 15) == CONSUMERS
     # the last of two is Kafka's
     twice = REPLICA_STATE[:1] + b"\x0d" + REPLICA_STATE[1:] + b"\x01\x0d" + (-1).to_bytes(4, "big", signed=True) + \
         bytes(8) + b"\x00"
-    assert _walked_fetch(fetch_with_tags(15, b"\x02" + twice), 15) == FetchAsked(-1, (bytes(16),))
+    assert _walked_fetch(fetch_with_tags(15, b"\x02" + twice), 15) == CONSUMERS
     for declared in (b"\x0c", b"\x0e"):
         body = fetch_with_tags(15, b"\x01" + REPLICA_STATE[:1] + declared + REPLICA_STATE[1:] + b"\x00")
         assert _walked_fetch(body, 15) is None
     cluster_id = b"\x00\x04\x04abc"  # tag 0, size 4: a string of 3 bytes
-    assert _walked_fetch(fetch_with_tags(14, b"\x01" + cluster_id), 14) == FetchAsked(-1, (bytes(16),))
+    assert _walked_fetch(fetch_with_tags(14, b"\x01" + cluster_id), 14) == CONSUMERS
     assert _walked_fetch(fetch_with_tags(14, b"\x01\x00\x05\x04abcd"), 14) is None, "sized past its string"
     assert _walked_fetch(fetch_with_tags(14, b"\x01\x00\x03\x04abc"), 14) is None, "sized short of it"
     assert _walked_fetch(fetch_with_tags(12, b"\x01\x05\x02ab"), 12) is not None, "a tag Kafka does not know"
@@ -236,14 +241,14 @@ def request_header_bytes(version: int) -> bytes:
 def test_tagged_fields_kafka_reads_are_read_and_those_it_does_not_know_skipped_at_each_level() -> None:
     """A null ClusterId; a ReplicaState with a tagged field of its own, which Kafka skips by its size; tags Kafka
     does not know on a partition and in the request, whatever bytes they hold."""
-    assert _walked_fetch(fetch_with_tags(15, b"\x01\x00\x01\x00"), 15) == FetchAsked(-1, (bytes(16),))
+    assert _walked_fetch(fetch_with_tags(15, b"\x01\x00\x01\x00"), 15) == CONSUMERS
     nested = REPLICA_STATE[1:-1] + b"\x01\x01\x0d" + REPLICA_STATE[1:]  # a ReplicaState-like tag inside
     assert _walked_fetch(fetch_with_tags(15, b"\x01\x01" + bytes([len(nested)]) + nested), 15) == \
-        FetchAsked(3, (bytes(16),))
+        FOLLOWERS
     hidden = b"\x01\x07\x0d" + REPLICA_STATE[1:]  # an unknown tag holding a ReplicaState's bytes
     assert _walked_fetch(fetch_with_tags(15, hidden, partition_tags=b"\x01\x05\x01\x00"), 15) == \
-        FetchAsked(-1, (bytes(16),))
-    assert _walked_fetch(fetch_with_tags(12, b"\x00"), 12) == FetchAsked(-1, ("t",))
+        CONSUMERS
+    assert _walked_fetch(fetch_with_tags(12, b"\x00"), 12) == FetchAsked(-1, ("t",), 0, NO_SESSION_EPOCH)
 
 
 def test_a_topic_id_of_zeros_is_asked_for_as_it_is() -> None:

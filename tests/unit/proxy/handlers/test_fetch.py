@@ -15,7 +15,7 @@ from protocol.errors import FETCH_SESSION_ID_NOT_FOUND, TOPIC_AUTHORIZATION_FAIL
 from protocol.header import encode_response_header, read_request_header, response_header_length
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Forward, Outcome
-from proxy.handlers.fetch import _REMEMBERED_BODY_BYTES, _REMEMBERED_FETCHES, FetchHandler
+from proxy.handlers.fetch import _REMEMBERED_BODY_BYTES, _REMEMBERED_FETCH_BYTES, FetchHandler
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
@@ -300,13 +300,15 @@ def test_with_the_authorizer_a_fetch_sent_again_is_judged_by_the_acls_of_now(tmp
 
 
 def test_the_fetches_read_once_are_bounded(tmp_path: Path) -> None:
-    """At most ``_REMEMBERED_FETCHES`` bodies of ``_REMEMBERED_BODY_BYTES`` at most, whatever clients send."""
+    """Bodies of ``_REMEMBERED_BODY_BYTES`` at most, ``_REMEMBERED_FETCH_BYTES`` in all, whatever clients send."""
     fetch_handler = acl_handler(tmp_path)
-    for distinct in range(_REMEMBERED_FETCHES + 10):
-        handled(fetch_handler, topic_fetch(12, f"orders-{distinct}"), caller("alice"))
-        assert len(fetch_handler._asked) <= _REMEMBERED_FETCHES
-    emptied = len(fetch_handler._asked)
+    many = [f"orders-{topic:03}" for topic in range(39)]
+    assert len(topic_fetch(12, "orders-1000", *many)) < _REMEMBERED_BODY_BYTES
+    for distinct in range(_REMEMBERED_FETCH_BYTES // 2000 + 10):
+        handled(fetch_handler, topic_fetch(12, f"orders-{distinct:04}", *many), caller("alice"))
+        assert 0 < fetch_handler._asked.kept_bytes <= _REMEMBERED_FETCH_BYTES
+    remembered = fetch_handler._asked.kept_bytes
     large = topic_fetch(12, *(f"orders-{topic:03}" for topic in range(100)))
     assert len(large) > _REMEMBERED_BODY_BYTES
     handled(fetch_handler, large, caller("alice"))
-    assert len(fetch_handler._asked) == emptied, "read, not remembered"
+    assert fetch_handler._asked.kept_bytes == remembered, "read, not remembered"

@@ -58,18 +58,22 @@ def test_a_batch_followed_by_bytes_that_make_no_batch_is_charged_as_kafka_append
 def test_with_the_authorizer_a_producers_request_streams_while_the_acls_of_now_allow_it(tmp_path: Path) -> None:
     """A request for one topic its principal may write streams (is forwarded as it arrives); one found allowed is
     allowed again, by the same ACLs only, for the same principal only."""
-    authorizer = AclAuthorizer([AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*",
-                                           AclOperation.WRITE, AclPermission.ALLOW)])
+    authorizer = AclAuthorizer([AclBinding(kind, name, PatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
+                                           AclPermission.ALLOW)
+                                for kind, name in ((ResourceType.TOPIC, "orders"),
+                                                   (ResourceType.TRANSACTIONAL_ID, "mine"))])
     handler = ProduceHandler(QuotaService(None, CollectorRegistry()), UsageLog(tmp_path / "usage"),
                              LedgerRecorder(open_ledger(tmp_path / "ledger", 1000), WriteErrors((STORE,)), 100),
                              TopicNames(_unnamed), access=Access(authorizer=authorizer))
-    frame = memoryview(encode_request(0, 7, transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
-        {"name": "orders", "partition_data": [{"index": 0, "records": one_batch()}]}]))[4:]
 
-    def streams(user: str) -> bool:
+    def streams(user: str, transactional_id: str | None = None) -> bool:
+        frame = memoryview(encode_request(0, 7, transactional_id=transactional_id, acks=1, timeout_ms=30_000,
+                                          topic_data=[{"name": "orders", "partition_data": [
+                                              {"index": 0, "records": one_batch()}]}]))[4:]
         return handler.on_request_start(read_request_header(frame), frame[:60], len(frame), Caller(user, 0)) is not None
 
-    assert streams("alice") and streams("alice")
-    assert not streams("bob"), "alice's, not bob's: judged whole"
+    assert streams("alice") and streams("alice") and streams("alice", "mine")
+    assert not streams("alice", "theirs"), "the same topic, a transactional id it may not write: judged whole"
+    assert not streams("bob"), "alice's, not bob's"
     authorizer.replace([])
     assert not streams("alice"), "no longer allowed"

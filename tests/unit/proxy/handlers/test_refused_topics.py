@@ -103,6 +103,17 @@ def test_a_metadata_request_asked_again_is_judged_by_the_acls_of_now() -> None:
     assert forwarded_names(decided(handled(judge, again, ALICE))) == [], "no longer allowed"
 
 
+def test_a_metadata_request_allowed_without_creation_is_judged_again_when_it_may_create() -> None:
+    asked: list[list[str]] = []
+    judge = handler(alices(("orders", AclOperation.DESCRIBE)), True, asked)
+    without_creation = memoryview(encode_request(Api.METADATA, 12, topics=[{"name": "orders", "topic_id": None}],
+                                                 allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False))[4:]
+    assert handled(judge, without_creation, ALICE) is FORWARD
+    decided(handled(judge, metadata("orders"), ALICE))
+    assert asked == [["orders"]], "the cluster asked whether it exists: alice may not create it"
+
+
 def test_a_metadata_request_before_v4_asks_for_creation_and_a_missing_topic_is_kept_from_it() -> None:
     """Metadata v0-3 has no flag: the broker creates every missing topic it names."""
     asked: list[list[str]] = []

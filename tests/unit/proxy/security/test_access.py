@@ -58,24 +58,51 @@ def test_a_refusal_kept_for_one_user_is_not_another_users() -> None:
     assert access.topic_refusal(ALICE._replace(user="mallory"), AclOperation.WRITE)("orders")
 
 
-def test_a_request_found_allowed_is_allowed_again_for_its_principal_host_and_operation_by_the_same_acls(
+def test_a_request_found_allowed_is_allowed_again_for_its_principal_host_and_api_by_the_same_acls(
         monkeypatch: pytest.MonkeyPatch) -> None:
     authorizer = AclAuthorizer([allow("orders", AclOperation.READ)])
     access = Access(frozenset(), authorizer)
+    judged: list[tuple[str, ...]] = []
+
+    def reads(caller: Caller, topics: tuple[str, ...]) -> bool:
+        judged.append(topics)
+        refused = access.topic_refusal(caller, AclOperation.READ)
+        return not any(map(refused, topics))
+
     asked = ("orders",)
-    assert not access.allowed_before(ALICE, AclOperation.READ, asked)
-    access.found_allowed(ALICE, AclOperation.READ, asked)
-    assert access.allowed_before(ALICE._replace(now_ms=5), AclOperation.READ, asked)
-    for other in (ALICE._replace(user="mallory"), ALICE._replace(host="10.0.0.2")):
-        assert not access.allowed_before(other, AclOperation.READ, asked)
-    assert not access.allowed_before(ALICE, AclOperation.WRITE, asked)
-    assert not access.allowed_before(ALICE, AclOperation.READ, ("orders", "payments"))
-    authorizer.replace([allow("orders", AclOperation.READ)])
-    assert not access.allowed_before(ALICE, AclOperation.READ, asked), "judged again once the ACLs change"
+    assert access.judged_once(ALICE, 1, asked, reads) and access.judged_once(ALICE._replace(now_ms=5), 1, asked, reads)
+    assert judged == [asked], "judged once"
+    assert not access.judged_once(ALICE._replace(user="mallory"), 1, asked, reads)
+    assert access.judged_once(ALICE._replace(host="10.0.0.2"), 1, asked, reads) and len(judged) == 3, \
+        "judged again from another host"
+    assert access.judged_once(ALICE, 3, asked, reads) and len(judged) == 4, "judged again for another API"
+    assert not access.judged_once(ALICE, 1, ("orders", "payments"), reads)
+    authorizer.replace([allow("payments", AclOperation.READ)])
+    assert not access.judged_once(ALICE, 1, asked, reads), "judged again once the ACLs change"
     without = Access(frozenset({"quotas"}))
-    without.found_allowed(ALICE, AclOperation.READ, asked)
-    assert not without.allowed_before(ALICE, AclOperation.READ, asked), "nothing kept without the authorizer"
-    monkeypatch.setattr(access_module, "_KEPT_ALLOWANCES", 3)
-    for topic in range(10):
-        access.found_allowed(ALICE, AclOperation.READ, (f"orders-{topic}",))
-        assert len(access._allowances) <= 3
+    judged.clear()
+
+    def not_reserved(caller: Caller, topics: tuple[str, ...]) -> bool:
+        judged.append(topics)
+        return not any(map(without.topic_refusal(caller, AclOperation.READ), topics))
+
+    assert without.judged_once(ALICE, 1, asked, not_reserved) and without.judged_once(ALICE, 1, asked, not_reserved)
+    assert len(judged) == 2, "nothing kept without the authorizer"
+
+
+def test_the_requests_found_allowed_are_kept_up_to_so_many_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(access_module, "_KEPT_ALLOWANCES_BYTES", 4096)
+    access = Access(frozenset(), AclAuthorizer(super_users=["User:alice"]))
+    judged: list[tuple[str, ...]] = []
+
+    def allowed(caller: Caller, topics: tuple[str, ...]) -> bool:
+        judged.append(topics)
+        return True
+
+    for topic in range(100):
+        assert access.judged_once(ALICE, 1, (f"orders-{topic}",), allowed)
+        assert 0 < access._allowances_bytes <= 4096
+    large = ("x" * (access_module._LARGEST_KEPT_ALLOWANCE // 4),)
+    kept = access._allowances_bytes
+    assert access.judged_once(ALICE, 1, large, allowed) and access._allowances_bytes == kept, "too large to keep"
+    assert access.judged_once(ALICE, 1, large, allowed) and judged[-2:] == [large, large]
