@@ -35,6 +35,7 @@ class Access:
         """The generation of the ACLs that allowed each request (``judged_once``), by principal, host, API and what
         the request asks."""
         self._allowances_bytes = 0
+        self._allowances_generation = 0
 
     @property
     def guards_topics(self) -> bool:
@@ -75,9 +76,11 @@ class Access:
             return False
         size = footprint(key)
         if size <= _LARGEST_KEPT_ALLOWANCE:
-            if self._allowances_bytes + size > _KEPT_ALLOWANCES_BYTES:
+            if self._allowances_bytes + size > _KEPT_ALLOWANCES_BYTES or self._allowances_generation != (
+                    authorizer.generation):  # full, or of older ACLs: each allowed again would be counted twice
                 allowances.clear()
                 self._allowances_bytes = 0
+                self._allowances_generation = authorizer.generation
             allowances[key] = authorizer.generation
             self._allowances_bytes += size
         return True

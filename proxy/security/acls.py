@@ -14,8 +14,9 @@ with Kafka's codes) and the decision (``AclAuthorizer``), with the semantics of 
 - ``authorize_by_resource_type`` is the ``Authorizer`` interface's default method (an idempotent producer's
   InitProducerId without IDEMPOTENT_WRITE on the cluster: WRITE on some topic).
 
-The decisions are kept per requester, operation and resource until the ACLs change (``MAX_DECISIONS`` at most): an
-allowed request's authorization is one dictionary look-up, however many ACLs there are.
+The decisions are kept per requester, operation and resource until the ACLs change (``MAX_DECISIONS`` at most, of
+names of ``LONGEST_KEPT_NAME`` at most): an allowed request's authorization is one dictionary look-up, however many
+ACLs there are.
 """
 
 from __future__ import annotations
@@ -213,6 +214,9 @@ Requester = tuple[str, str]
 
 MAX_DECISIONS = 100_000
 """Decisions kept at most; past it they are made again (clients of ever new addresses grow the set without end)."""
+LONGEST_KEPT_NAME = 255
+"""The decisions on longer resource names are made each time, not kept: a client names what it likes, up to a frame's
+size, and Kafka allows no longer topic name (249), so only a request Kafka refuses anyway pays for them."""
 
 
 class AclAuthorizer:
@@ -262,6 +266,8 @@ class AclAuthorizer:
         key = (requester, operation, resource_type, name)
         decided = self._decided.get(key)
         if decided is None:
+            if len(name) > LONGEST_KEPT_NAME:
+                return self._decide(requester, operation, resource_type, name)
             if len(self._decided) >= MAX_DECISIONS:
                 self._decided.clear()
             decided = self._decided[key] = self._decide(requester, operation, resource_type, name)

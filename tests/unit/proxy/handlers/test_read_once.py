@@ -4,7 +4,7 @@ import pytest
 
 from protocol.errors import ProtocolError
 from protocol.header import RequestHeader
-from proxy.decision.footprint import footprint
+from proxy.decision.footprint import OBJECT_BYTES, footprint
 from proxy.handlers.read_once import ReadOnce
 
 
@@ -52,5 +52,5 @@ def test_the_readings_kept_take_so_many_bytes_at_most_and_what_fails_fails_each_
 
 
 def test_a_readings_footprint_counts_each_object_and_its_characters() -> None:
-    assert footprint(("ab", b"cd", 7, None)) == 5 * 64 + 4 * 2 + 2
-    assert footprint((("a",), True)) == 64 + (64 + 64 + 4) + 64
+    assert footprint(("ab", b"cd", 7, None)) == 5 * OBJECT_BYTES + 4 * 2 + 2
+    assert footprint((("a",), True)) == OBJECT_BYTES + (2 * OBJECT_BYTES + 4) + OBJECT_BYTES

@@ -58,8 +58,7 @@ def test_a_refusal_kept_for_one_user_is_not_another_users() -> None:
     assert access.topic_refusal(ALICE._replace(user="mallory"), AclOperation.WRITE)("orders")
 
 
-def test_a_request_found_allowed_is_allowed_again_for_its_principal_host_and_api_by_the_same_acls(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_found_allowed_is_allowed_again_for_its_principal_host_and_api_by_the_same_acls() -> None:
     authorizer = AclAuthorizer([allow("orders", AclOperation.READ)])
     access = Access(frozenset(), authorizer)
     judged: list[tuple[str, ...]] = []
@@ -102,6 +101,15 @@ def test_the_requests_found_allowed_are_kept_up_to_so_many_bytes(monkeypatch: py
     for topic in range(100):
         assert access.judged_once(ALICE, 1, (f"orders-{topic}",), allowed)
         assert 0 < access._allowances_bytes <= 4096
+    authorizer = access.authorizer
+    assert authorizer is not None
+    authorizer.replace([])
+    assert access.judged_once(ALICE, 1, ("orders-0",), allowed) and access.judged_once(ALICE, 1, ("orders-0",), allowed)
+    one = access._allowances_bytes
+    assert judged[-1] == ("orders-0",) and len(judged) == 101, "judged once more, by the ACLs of now"
+    authorizer.replace([])
+    assert access.judged_once(ALICE, 1, ("orders-0",), allowed) and access._allowances_bytes == one, \
+        "those allowed by older ACLs forgotten, not counted"
     large = ("x" * (access_module._LARGEST_KEPT_ALLOWANCE // 4),)
     kept = access._allowances_bytes
     assert access.judged_once(ALICE, 1, large, allowed) and access._allowances_bytes == kept, "too large to keep"

@@ -145,6 +145,16 @@ def test_decisions_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(authorizer._decided) <= 3
 
 
+def test_a_decision_on_a_name_longer_than_kafka_allows_is_made_each_time_not_kept() -> None:
+    """A client names what it likes, up to a frame's size: such names would fill the decisions with megabytes."""
+    authorizer = AclAuthorizer([acl("t", READ, pattern_type=PatternType.PREFIXED)])
+    longest = "t" * acls.LONGEST_KEPT_NAME
+    assert authorizer.authorize(ALICE, READ, TOPIC, longest) and len(authorizer._decided) == 1
+    for _ in range(2):
+        assert authorizer.authorize(ALICE, READ, TOPIC, longest + "t") and len(authorizer._decided) == 1
+    assert not authorizer.authorize(ALICE, READ, TOPIC, "u" * 32_767) and len(authorizer._decided) == 1
+
+
 @pytest.mark.parametrize(("binding", "reason"), [
     (acl("other", ALL, resource_type=CLUSTER), f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"),
     (acl("", READ), "Invalid empty resource name"),
