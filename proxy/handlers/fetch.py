@@ -68,7 +68,7 @@ from proxy.state.quota_service import QuotaService
 from quotas.config import QuotaType
 from quotas.decisions import UNLIMITED, Requester
 
-_REMEMBERED_FETCH_BYTES = 1 << 20
+_REMEMBERED_FETCH_BYTES = 4 << 20
 _REMEMBERED_BODY_BYTES = 2048
 """The fetches whose topics are remembered (``FetchHandler._asked``): of at most ``_REMEMBERED_BODY_BYTES`` each,
 ``_REMEMBERED_FETCH_BYTES`` in all with what was read of them."""
@@ -118,7 +118,7 @@ class FetchHandler:
             return self._judge(header, request, caller, topics)
         if not self._access.judged_once(caller, Api.FETCH, topics, self._may_read_every_topic):
             return self._judge(header, request, caller, topics)
-        return self._decide(request, header, caller, None)
+        return self._decide(request, header, caller, None, incremental=False)  # outside any session, as all here
 
     def _may_read_every_topic(self, caller: Caller, topics: tuple[TopicRef, ...]) -> bool:
         """Each named, or of an id the proxy has named (an id names one topic for ever), and readable by the caller."""
@@ -134,7 +134,7 @@ class FetchHandler:
         """``topics``: the request's, when they have been read already."""
         guarded = self._may_name_refused_topics(request, header)
         if not (guarded or self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE)):
-            return self._decide(request, header, caller, None)
+            return self._decide(request, header, caller, None, fetch_session_epoch(request, header) > 0)
         if topics is None:
             topics = self._asked(request, header).topics
         unnamed = self._topic_names.unknown(topic for topic in topics if isinstance(topic, bytes))
@@ -160,15 +160,16 @@ class FetchHandler:
     def _decide_named(self, request: memoryview, header: RequestHeader, caller: Caller, topics: Sequence[TopicRef],
                       guarded: bool) -> Outcome:
         limited_topics = topics if self._quotas.config.configures_topics(QuotaType.CONSUMER_BYTE_RATE) else None
+        incremental = fetch_session_epoch(request, header) > 0
         by_name_or_id = refused_by_name_or_id(self._access.topic_refusal(caller, AclOperation.READ), self._topic_names)
 
         def refused(topic: TopicRef) -> bool:
             return by_name_or_id(topic, None) if isinstance(topic, str) else by_name_or_id(None, topic)
 
         if not (guarded and any(refused(topic) for topic in topics)):
-            return self._decide(request, header, caller, limited_topics)
+            return self._decide(request, header, caller, limited_topics, incremental)
         version = header.api_version
-        if fetch_session_epoch(request, header) > 0:
+        if incremental:
             return local_answer(header, fetch_session_not_found(version))
         refusals = fetch_refused(request[header.length:], version, refused)
         assert refusals is not None, "a refused topic is named"
@@ -176,17 +177,17 @@ class FetchHandler:
             return local_answer(header, fetch_answer_with_refusals(version, None, refusals))
         kept = bytes(request[:header.length]) + refusals.forwarded_body
         outcome = self._decide(memoryview(kept), header, caller, None if limited_topics is None else [
-            topic for topic in topics if not refused(topic)])
+            topic for topic in topics if not refused(topic)], incremental=False)
         return finished_whole(outcome, frame(kept), lambda body: fetch_answer_with_refusals(version, body, refusals))
 
     def _decide(self, request: memoryview, header: RequestHeader, caller: Caller,
-                topics: Sequence[TopicRef] | None) -> Forward:
+                topics: Sequence[TopicRef] | None, incremental: bool) -> Forward:
         """``topics``: the request's, when a topic quota exists (its response is charged per topic too, unless it
-        is a full fetch of topics without one; an incremental fetch's response may hold any of its session's)."""
+        is a full fetch of topics without one; an incremental fetch's response may hold any of its session's);
+        ``incremental``: the request is one of a fetch session (its epoch above 0)."""
         client_id = header.client_id or ""
         user = caller.user
         window = self._quotas.fetch.fetch_window(user, client_id)
-        incremental = fetch_session_epoch(request, header) > 0
         if topics is not None:
             topic_window = self._quotas.fetch_topics.fetch_topics_window(user, self._consumed.names(topics))
             if topic_window is not None:

@@ -216,7 +216,8 @@ MAX_DECISIONS = 100_000
 """Decisions kept at most; past it they are made again (clients of ever new addresses grow the set without end)."""
 LONGEST_KEPT_NAME = 255
 """The decisions on longer resource names are made each time, not kept: a client names what it likes, up to a frame's
-size, and Kafka allows no longer topic name (249), so only a request Kafka refuses anyway pays for them."""
+size. Kafka allows no topic name this long (249 at most); a group or transactional id this long is judged each
+time."""
 
 
 class AclAuthorizer:

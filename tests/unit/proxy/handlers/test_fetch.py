@@ -16,6 +16,7 @@ from protocol.header import encode_response_header, read_request_header, respons
 from proxy.cluster.topic_names import TopicNames
 from proxy.decision.outcome import FORWARD, Caller, Forward, Outcome
 from proxy.handlers.fetch import _REMEMBERED_BODY_BYTES, _REMEMBERED_FETCH_BYTES, FetchHandler
+from proxy.handlers.read_once import BYTES_PER_BODY_BYTE
 from proxy.reporting.usage_log import UsageLog
 from proxy.security.access import Access
 from proxy.security.acls import AclAuthorizer, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
@@ -304,7 +305,7 @@ def test_the_fetches_read_once_are_bounded(tmp_path: Path) -> None:
     fetch_handler = acl_handler(tmp_path)
     many = [f"orders-{topic:03}" for topic in range(39)]
     assert len(topic_fetch(12, "orders-1000", *many)) < _REMEMBERED_BODY_BYTES
-    for distinct in range(_REMEMBERED_FETCH_BYTES // 2000 + 10):
+    for distinct in range(_REMEMBERED_FETCH_BYTES // (BYTES_PER_BODY_BYTE * 1800) + 10):  # more than fit
         handled(fetch_handler, topic_fetch(12, f"orders-{distinct:04}", *many), caller("alice"))
         assert 0 < fetch_handler._asked.kept_bytes <= _REMEMBERED_FETCH_BYTES
     remembered = fetch_handler._asked.kept_bytes

@@ -103,12 +103,14 @@ def test_the_requests_found_allowed_are_kept_up_to_so_many_bytes(monkeypatch: py
         assert 0 < access._allowances_bytes <= 4096
     authorizer = access.authorizer
     assert authorizer is not None
+    kept = ("orders-99",)
+    assert access.judged_once(ALICE, 1, kept, allowed) and len(judged) == 100, "still kept"
     authorizer.replace([])
-    assert access.judged_once(ALICE, 1, ("orders-0",), allowed) and access.judged_once(ALICE, 1, ("orders-0",), allowed)
+    assert access.judged_once(ALICE, 1, kept, allowed) and access.judged_once(ALICE, 1, kept, allowed)
     one = access._allowances_bytes
-    assert judged[-1] == ("orders-0",) and len(judged) == 101, "judged once more, by the ACLs of now"
+    assert judged[-1] == kept and len(judged) == 101, "judged once more, by the ACLs of now"
     authorizer.replace([])
-    assert access.judged_once(ALICE, 1, ("orders-0",), allowed) and access._allowances_bytes == one, \
+    assert access.judged_once(ALICE, 1, kept, allowed) and access._allowances_bytes == one, \
         "those allowed by older ACLs forgotten, not counted"
     large = ("x" * (access_module._LARGEST_KEPT_ALLOWANCE // 4),)
     kept = access._allowances_bytes
