@@ -31,9 +31,9 @@ class Access:
         self._refusals: dict[tuple[str, str, AclOperation], NameRefusal] = {}
         """``topic_refusal``'s, made once for each principal, host and operation (each asks the ACLs in force when
         it is called): every request asks for one."""
-        self._allowances: dict[tuple[str, str, int, Hashable], int] = {}
-        """The generation of the ACLs that allowed each request (``judged_once``), by principal, host, API and what
-        the request asks."""
+        self._allowances: set[tuple[str, str, int, Hashable]] = set()
+        """The requests the ACLs of ``_allowances_generation`` allowed (``judged_once``), by principal, host, API and
+        what the request asks."""
         self._allowances_bytes = 0
         self._allowances_generation = 0
 
@@ -68,20 +68,22 @@ class Access:
         authorizer = self.authorizer
         if authorizer is None:
             return allowed(caller, asked)
-        key = (caller.user, caller.host, api_key, asked)
         allowances = self._allowances
-        if allowances.get(key) == authorizer.generation:
+        if self._allowances_generation != authorizer.generation:  # what older ACLs allowed may no longer hold
+            allowances.clear()
+            self._allowances_bytes = 0
+            self._allowances_generation = authorizer.generation
+        key = (caller.user, caller.host, api_key, asked)
+        if key in allowances:
             return True
         if not allowed(caller, asked):
             return False
         size = footprint(key)
         if size <= _LARGEST_KEPT_ALLOWANCE:
-            if self._allowances_bytes + size > _KEPT_ALLOWANCES_BYTES or self._allowances_generation != (
-                    authorizer.generation):  # full, or of older ACLs: each allowed again would be counted twice
+            if self._allowances_bytes + size > _KEPT_ALLOWANCES_BYTES:
                 allowances.clear()
                 self._allowances_bytes = 0
-                self._allowances_generation = authorizer.generation
-            allowances[key] = authorizer.generation
+            allowances.add(key)
             self._allowances_bytes += size
         return True
 
